@@ -1,0 +1,84 @@
+"""The public entry points, registered as torch.library custom ops so they trace under
+torch.compile. Each validates in its launcher, before any launch."""
+
+import torch
+
+from .ops import extend as _extend
+from .ops._validate import FLOAT_DTYPES, check_scalars, check_tensor
+from .window import check_window
+
+
+@torch.library.custom_op("swattn::extend_attention", mutates_args=("out", "lse"))
+def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
+               prefix_lens: torch.Tensor, sinks: torch.Tensor | None, mask: torch.Tensor | None,
+               mask_indptr: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
+               window_left: int, window_right: int, causal: bool, softcap: float,
+               scale: float, keys: str) -> None:
+    # Integers stand for None across the op boundary: -1 = unbounded, scale 0 = default.
+    result = _extend.extend_attention(
+        q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+        window_left=None if window_left < 0 else window_left,
+        window_right=None if window_right < 0 else window_right, causal=causal, sinks=sinks,
+        softcap=softcap, scale=None if scale == 0 else scale, mask=mask, mask_indptr=mask_indptr,
+        keys=keys, return_lse=lse is not None, out=out)
+    if lse is not None:
+        lse.copy_(result[1])
+
+
+@_extend_op.register_fake
+def _(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask, mask_indptr,
+      out, lse, window_left, window_right, causal, softcap, scale, keys):
+    return None
+
+
+def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
+                     window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
+                     scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
+                     deterministic=False, out=None):
+    """Attention of a chunk of new tokens over their paged, cached prefix and each other.
+
+    ``o_i = sum_j softmax_j(s_ij) v_j`` over the keys ``j`` that query ``i`` sees
+    (``p_i - window_left <= j <= p_i`` when causal), ``s_ij = scale * q_i . k_j``, soft-capped
+    when ``softcap > 0``, with ``sinks`` joining the denominator.
+
+    Args:
+        q: [T, Hq, D] queries of the new tokens of all sequences, packed.
+        k, v: [T, Hkv, D], [T, Hkv, Dv] the new tokens' keys and values.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache holding the prefixes.
+        block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
+            no query can see are never read (they may be -1).
+        cu_seqlens: [B + 1] int32 offsets of each sequence's new tokens in q/k/v.
+        prefix_lens: [B] int32 cached tokens before the new ones.
+        window_left, window_right, causal: the window (swattn.window); None = unbounded.
+        sinks: [Hq] float32 sink logits (gpt-oss) or None.
+        softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
+        mask, mask_indptr: custom mask (flat bool, E_b * (P_b + E_b) entries from
+            mask_indptr[b], row-major); replaces causality, the window still applies.
+        keys: "all", "prefix" or "new" (partial results for context parallelism).
+        return_lse: also return lse [T, Hq] float32 (natural log, sinks excluded).
+        deterministic: the single-pass kernel (not built yet).
+        out: [T, Hq, Dv] output buffer.
+
+    Returns:
+        out, or (out, lse) with return_lse.
+    """
+    if deterministic:
+        return _extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens,
+                                        prefix_lens, deterministic=True)
+    # What the op boundary would blur (None encoded as -1) is checked here; the launcher
+    # inside the op checks everything else before its launch.
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_window(window_left, window_right, causal)
+    check_scalars(softcap, scale)
+    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    check_tensor("v", v, dim=3, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = torch.empty(*q.shape[:2], v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+    _extend_op(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
+               mask_indptr, out, lse, -1 if window_left is None else window_left,
+               -1 if window_right is None else window_right, causal, float(softcap),
+               0.0 if scale is None else float(scale), keys)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,1 @@
+"""Kernel families: one module each, with its launcher and config choice."""

@@ -1,0 +1,77 @@
+"""Jit helpers every kernel family shares: the window bounds, the online-softmax step,
+soft-capping and the epilogue. Written once; the kernels only compose them."""
+
+import math
+import types
+
+import triton
+import triton.language as tl
+
+from .. import window
+
+LOG2E = math.log2(math.e)
+
+
+def _compile_bound(fn):
+    """triton.jit of a window.py primitive, same source and code, but resolved in this
+    module's globals: the interpreter wants triton.language visible to a jit function,
+    and window.py must not import it."""
+    clone = types.FunctionType(fn.__code__, globals(), fn.__name__, fn.__defaults__)
+    clone.__doc__ = fn.__doc__
+    return triton.jit(clone)
+
+
+# The bounds of window.py, compiled as they are written there (see its docstring).
+first_key_tile = _compile_bound(window.first_key_tile)
+causal_key_end = _compile_bound(window.causal_key_end)
+right_key_end = _compile_bound(window.right_key_end)
+decode_first_key = _compile_bound(window.decode_first_key)
+
+
+@triton.jit
+def tanh(x):
+    """tanh(x) = 1 - 2 / (e^{2x} + 1): exact limits at +-inf, no libdevice needed (the
+    interpreter has none)."""
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def scores_log2(qk, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
+    """Scaled (and soft-capped) logits in log2 units: ``s * log2(e)``.
+
+    Without a cap ``qk_scale = scale * log2 e``; with one ``qk_scale = scale / softcap``
+    and the cap is applied as ``softcap * log2 e * tanh(qk * scale / softcap)``.
+    """
+    if USE_SOFTCAP:
+        return tanh(qk * qk_scale) * (softcap * 1.4426950408889634)
+    else:
+        return qk * qk_scale
+
+
+@triton.jit
+def softmax_step(s, v, m_i, l_i, acc):
+    """One online-softmax step over a key tile. ``s`` holds masked logits (log2 units,
+    -inf where invisible). A tile with every logit -inf leaves ``m_i``, ``l_i`` and
+    ``acc`` bit-unchanged (alpha is exactly 1, or 0 on a still-empty state, and p is 0),
+    which is what makes the bounds variants bit-identical."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def finish(acc, m_i, l_i, sink_log2, HAS_SINKS: tl.constexpr):
+    """Normalise the state: ``o = acc / (l + e^{sink - m})``; 0 where no key is visible.
+    Returns (o, lse) with lse the natural log-sum-exp of the keys alone (no sink), -inf
+    where none is visible."""
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    denom = l_i
+    if HAS_SINKS:
+        denom = l_i + tl.exp2(sink_log2 - m_safe)
+    o = tl.where(l_i[:, None] > 0.0, acc / denom[:, None], 0.0)
+    lse = tl.where(l_i > 0.0, (m_safe + tl.log2(l_i)) * 0.6931471805599453, float("-inf"))
+    return o, lse

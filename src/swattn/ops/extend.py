@@ -1,0 +1,256 @@
+"""Two-stage extend attention over a paged prefix.
+
+For every query block of BLOCK_M new tokens and one query head, one program walks
+stage 1, the cached prefix through the block table, then stage 2, the new tokens' own
+keys, into one online-softmax state. Both loops start at the first key tile that can
+hold a visible key (``window.first_key_tile``) and end at the last one any row sees, so
+a chunk over a long prefix costs what its window costs, whatever prefix the block table
+covers. ``bounds="skip"`` (every tile, matrix work skipped where fully masked: SGLang's
+SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so the
+claim that the bounds change nothing is checked bit for bit.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import (LOG2E, causal_key_end, finish, first_key_tile, right_key_end,
+                      scores_log2, softmax_step)
+from ._validate import ExtendArgs, check_extend
+from .config import extend_config
+
+BOUNDS = ("tight", "skip", "none")
+
+
+@triton.jit
+def _stage_bounds(first_q, last_q, range_end, window_left, window_right,
+                  BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                  USE_RIGHT: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr):
+    """(lo, hi) of one loop, as window.key_bounds: tight, all (skip) or none."""
+    lo = 0
+    hi = range_end
+    if TIGHT:
+        if USE_WINDOW:
+            lo = first_key_tile(first_q, window_left, BLOCK_N)
+        if IS_CAUSAL:
+            hi = causal_key_end(last_q, range_end)
+        elif USE_RIGHT:
+            hi = right_key_end(last_q, window_right, range_end)
+    elif SKIP:
+        if IS_CAUSAL:
+            hi = causal_key_end(last_q, range_end)
+    return lo, hi
+
+
+@triton.jit
+def _visible(q_pos, k_pos, k_end, window_left, window_right,
+             USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr):
+    """The mask predicate of window.visible on a [BM, BN] tile, keys past k_end dropped."""
+    keep = (k_pos < k_end)[None, :] & (q_pos[:, None] >= 0)
+    if USE_WINDOW:
+        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+    if IS_CAUSAL:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None])
+    elif USE_RIGHT:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+    return keep
+
+
+@triton.jit
+def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr):
+    """Load one key tile (p_k: [BD, BN] pointers, p_v: [BN, BDV]) where m_load allows and
+    fold the visible logits into the state. SKIP leaves a fully masked tile's matrix work
+    out (the state would come out bit-unchanged anyway)."""
+    if SKIP:
+        needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
+    else:
+        needed = True
+    if needed:
+        b_k = tl.load(p_k, mask=m_load[None, :] & m_d[:, None], other=0.0)  # [BD, BN]
+        b_v = tl.load(p_v, mask=m_load[:, None] & m_dv[None, :], other=0.0)  # [BN, BDV]
+        s = scores_log2(tl.dot(b_q, b_k), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+        s = tl.where(keep, s, float("-inf"))
+        m_i, l_i, acc = softmax_step(s, b_v, m_i, l_i, acc)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _extend_kernel(
+    Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens, block_offsets,
+    sinks, mask, mask_indptr, Out, Lse,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
+    stride_bt, stride_ot, stride_oh, stride_lt,
+    num_seqs, page_size, qk_scale, softcap, window_left, window_right,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SEQS_POW2: tl.constexpr,
+    USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_MASK: tl.constexpr,
+    DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr, RETURN_LSE: tl.constexpr,
+    TIGHT: tl.constexpr, SKIP: tl.constexpr,
+):
+    i_block = tl.program_id(0)
+    i_h = tl.program_id(1).to(tl.int64)
+    i_kvh = i_h // GROUP
+    # Which sequence this block belongs to: block_offsets[b] is the first block of b.
+    o_seq = tl.arange(0, SEQS_POW2)
+    seq_block_ends = tl.load(block_offsets + 1 + o_seq, mask=o_seq < num_seqs, other=2147483647)
+    i_seq = tl.sum((seq_block_ends <= i_block).to(tl.int32), 0)
+    if i_seq >= num_seqs:
+        return
+    block_start = (i_block - tl.load(block_offsets + i_seq)) * BLOCK_M
+    seq_start = tl.load(cu_seqlens + i_seq)
+    extend_len = tl.load(cu_seqlens + i_seq + 1) - seq_start
+    prefix_len = tl.load(prefix_lens + i_seq)
+    last_row = tl.minimum(block_start + BLOCK_M, extend_len) - 1
+
+    o_m = tl.arange(0, BLOCK_M)
+    o_n = tl.arange(0, BLOCK_N)
+    o_d = tl.arange(0, BLOCK_D)
+    o_dv = tl.arange(0, BLOCK_DV)
+    m_d = o_d < D
+    m_dv = o_dv < DV
+    rows = block_start + o_m
+    m_rows = rows < extend_len
+    # Rows past the sequence get position -1: they see nothing and are not stored.
+    q_local = tl.where(m_rows, rows, -1)
+
+    p_q = Q + (seq_start + rows).to(tl.int64)[:, None] * stride_qt + i_h * stride_qh + o_d[None, :]
+    b_q = tl.load(p_q, mask=m_rows[:, None] & m_d[None, :], other=0.0)  # [BM, BD]
+
+    if USE_MASK:
+        mask_row = tl.load(mask_indptr + i_seq).to(tl.int64) + rows.to(tl.int64) * (prefix_len + extend_len)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+
+    if DO_PREFIX:
+        # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table.
+        q_pos = tl.where(m_rows, prefix_len + rows, -1)
+        lo, hi = _stage_bounds(prefix_len + block_start, prefix_len + last_row, prefix_len,
+                               window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
+                               USE_RIGHT, TIGHT, SKIP)
+        # No key below the first row's window may be read: its page may be freed (-1).
+        lowest_key = 0
+        if USE_WINDOW:
+            lowest_key = prefix_len + block_start - window_left
+        for start_n in range(lo, hi, BLOCK_N):
+            k_pos = start_n + o_n
+            m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
+            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
+            page = page.to(tl.int64)
+            slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
+            slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
+            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
+                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :],
+                               mask=keep, other=0)
+                keep = keep & (bits != 0)
+            m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[None, :] + o_d[:, None],
+                                         V_cache + slot_v[:, None] + o_dv[None, :], m_load,
+                                         keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+                                         USE_SOFTCAP, SKIP)
+
+    if DO_NEW:
+        # Stage 2: new keys [0, extend_len), positions relative to the first new token.
+        lo, hi = _stage_bounds(block_start, last_row, extend_len, window_left, window_right,
+                               BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        lowest_key = 0
+        if USE_WINDOW:
+            lowest_key = block_start - window_left
+        for start_n in range(lo, hi, BLOCK_N):
+            k_pos = start_n + o_n
+            m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
+            keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
+                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
+                               mask=keep, other=0)
+                keep = keep & (bits != 0)
+            tok = (seq_start + k_pos).to(tl.int64)
+            m_i, l_i, acc = _attend_tile(b_q, K + tok[None, :] * stride_kt + i_kvh * stride_kh + o_d[:, None],
+                                         V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :],
+                                         m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+                                         USE_SOFTCAP, SKIP)
+
+    sink_log2 = 0.0
+    if HAS_SINKS:
+        sink_log2 = tl.load(sinks + i_h) * 1.4426950408889634
+    o, lse = finish(acc, m_i, l_i, sink_log2, HAS_SINKS)
+    tok_q = (seq_start + rows).to(tl.int64)
+    p_o = Out + tok_q[:, None] * stride_ot + i_h * stride_oh + o_dv[None, :]
+    tl.store(p_o, o.to(Out.dtype.element_ty), mask=m_rows[:, None] & m_dv[None, :])
+    if RETURN_LSE:
+        tl.store(Lse + tok_q * stride_lt + i_h, lse, mask=m_rows)
+
+
+def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
+                     window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
+                     scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
+                     deterministic=False, out=None, bounds="tight", block_m=None, block_n=None):
+    """Launcher of the two-stage kernel (see swattn.extend_attention for the arguments).
+
+    ``bounds`` picks the loop-bound variant; ``block_m``/``block_n`` override the tiling
+    (tests walk every tiling the config function can return).
+    """
+    if deterministic:
+        raise NotImplementedError("deterministic=True (the single-pass kernel) is not built yet")
+    if bounds not in BOUNDS:
+        raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
+    a = check_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                     window_left=window_left, window_right=window_right, causal=causal,
+                     sinks=sinks, softcap=softcap, scale=scale, mask=mask,
+                     mask_indptr=mask_indptr, keys=keys, out=out)
+    cfg = extend_config(a.head_dim, a.head_dim_v, q.dtype, q.device)
+    block_m = block_m or cfg.block_m
+    block_n = block_n or cfg.block_n
+    if out is None:
+        out = torch.empty(a.num_tokens, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
+    lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else out
+    _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
+            mask_indptr, out, lse, window_left, window_right, causal, softcap, keys, return_lse,
+            bounds, block_m, block_n, cfg)
+    return (out, lse) if return_lse else out
+
+
+def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
+            mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
+            return_lse, bounds, block_m, block_n, cfg):
+    if a.num_tokens == 0:
+        return
+    extend_lens = cu_seqlens[1:] - cu_seqlens[:-1]
+    blocks = (extend_lens + block_m - 1) // block_m
+    block_offsets = torch.zeros(a.num_seqs + 1, dtype=torch.int32, device=q.device)
+    torch.cumsum(blocks, 0, out=block_offsets[1:])
+    # Upper bound of sum(ceil(E_b / BM)) without reading the lengths back to the host.
+    grid = (triton.cdiv(a.num_tokens, block_m) + a.num_seqs, a.num_q_heads)
+    use_softcap = softcap > 0
+    qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
+    use_mask = mask is not None
+    _extend_kernel[grid](
+        Q=q, K=k, V=v, K_cache=k_cache, V_cache=v_cache, block_table=block_table,
+        cu_seqlens=cu_seqlens, prefix_lens=prefix_lens, block_offsets=block_offsets,
+        sinks=sinks if sinks is not None else q,
+        mask=mask.view(torch.uint8) if use_mask else q,
+        mask_indptr=mask_indptr if use_mask else cu_seqlens,
+        Out=out, Lse=lse,
+        stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
+        stride_vt=v.stride(0), stride_vh=v.stride(1),
+        stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
+        stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
+        stride_bt=block_table.stride(0), stride_ot=out.stride(0), stride_oh=out.stride(1),
+        stride_lt=lse.stride(0),
+        num_seqs=a.num_seqs, page_size=k_cache.shape[1], qk_scale=qk_scale,
+        softcap=float(softcap), window_left=window_left or 0, window_right=window_right or 0,
+        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=triton.next_power_of_2(a.head_dim),
+        BLOCK_DV=triton.next_power_of_2(a.head_dim_v), GROUP=a.group,
+        BLOCK_M=block_m, BLOCK_N=block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
+        USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
+        IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
+        USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
+        RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )

@@ -1,0 +1,216 @@
+"""The window convention, the mask predicate and the key-tile bounds of every loop.
+
+Plain Python: no torch, no triton. The kernels compile the ``*_tile``/``*_end``
+primitives below with ``triton.jit`` (they use only ``+ - * //`` and ``min``/``max``,
+which mean the same thing in both languages once the dividend is clamped at zero),
+so a bound is written once and the prover, the tile model and the kernels share it.
+
+Convention (FlashAttention's ``window_size=(L, R)``): a query at absolute position
+``p`` sees the key at ``j`` iff ``p - L <= j`` (``L = window_left``) and ``j <= p``
+when causal, or ``j <= p + R`` (``R = window_right``) when not. ``None`` is unbounded.
+A causal window keeps exactly ``L + 1`` keys, the query's own included.
+
+Coordinates of a loop: every loop walks a key range that starts at 0 in its own
+coordinates and ends at ``range_end``; a query's position is written in the same
+coordinates. Stage 1 (prefix keys) and the unified loop use absolute positions;
+stage 2 (new keys) uses positions relative to the first new token, where queries
+and keys shift by the same prefix length so the window predicate is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOOPS = ("stage1", "stage2", "unified", "decode")
+
+
+# --------------------------------------------------------------------------------------
+# Conversions between the conventions of the field.
+# --------------------------------------------------------------------------------------
+
+def check_window(window_left, window_right=None, causal=True):
+    """Raise ValueError/TypeError unless the window arguments are well formed."""
+    for name, value in (("window_left", window_left), ("window_right", window_right)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0 or None, got {value}")
+    if causal and window_right is not None:
+        raise ValueError("window_right applies only with causal=False (causal already ends at the query)")
+
+
+def from_hf(sliding_window):
+    """Hugging Face ``config.sliding_window = W`` keeps W keys, the query's own included:
+    ``window_left = W - 1``. ``None`` (no window) stays ``None``."""
+    if sliding_window is None:
+        return None
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
+        raise ValueError(f"sliding_window must be an int >= 1 or None, got {sliding_window!r}")
+    return sliding_window - 1
+
+
+def to_hf(window_left):
+    """Inverse of :func:`from_hf`: ``W = window_left + 1``."""
+    check_window(window_left)
+    return None if window_left is None else window_left + 1
+
+
+def from_flash_attn(window_size):
+    """FlashAttention ``window_size=(left, right)``, ``-1`` meaning unbounded, to
+    ``(window_left, window_right)`` with ``None`` meaning unbounded."""
+    left, right = window_size
+    return (None if left < 0 else left), (None if right < 0 else right)
+
+
+def to_flash_attn(window_left, window_right=None, causal=True):
+    """``(window_left, window_right)`` to FlashAttention's ``window_size``. Causal
+    attention is ``right = 0`` there; FlashAttention also takes ``causal=True``."""
+    check_window(window_left, window_right, causal)
+    left = -1 if window_left is None else window_left
+    if causal:
+        return (left, 0)
+    return (left, -1 if window_right is None else window_right)
+
+
+def from_flashinfer(window_left):
+    """FlashInfer's ``window_left`` (``-1`` = no window) is ours, with ``None`` for -1."""
+    return None if window_left is None or window_left < 0 else window_left
+
+
+def to_flashinfer(window_left):
+    """Ours to FlashInfer's ``window_left``: ``None`` becomes -1."""
+    check_window(window_left)
+    return -1 if window_left is None else window_left
+
+
+def from_sglang(sliding_window_size):
+    """SGLang's ``sliding_window_size`` keeps key ``kv`` for query ``q`` iff
+    ``q <= kv + sliding_window_size``: it is ``window_left``; ``<= -1`` is no window."""
+    return None if sliding_window_size is None or sliding_window_size < 0 else sliding_window_size
+
+
+def to_sglang(window_left):
+    """Ours to SGLang's ``sliding_window_size`` (``-1`` = no window)."""
+    check_window(window_left)
+    return -1 if window_left is None else window_left
+
+
+# --------------------------------------------------------------------------------------
+# The mask predicate.
+# --------------------------------------------------------------------------------------
+
+def visible(q_pos, k_pos, window_left=None, window_right=None, causal=True):
+    """True where the query at ``q_pos`` sees the key at ``k_pos``.
+
+    Works elementwise on ints and on numpy arrays (broadcasting): only comparisons and
+    ``&`` are used. With no bound at all it returns plain ``True``.
+    """
+    keep = True
+    if window_left is not None:
+        keep = keep & (k_pos >= q_pos - window_left)
+    if causal:
+        keep = keep & (k_pos <= q_pos)
+    elif window_right is not None:
+        keep = keep & (k_pos <= q_pos + window_right)
+    return keep
+
+
+# --------------------------------------------------------------------------------------
+# Tile primitives. The kernels compile these with triton.jit: keep them to + - * //
+# min max, clamp before dividing (Triton's // truncates, Python's floors), call nothing.
+# --------------------------------------------------------------------------------------
+
+def first_key_tile(first_query_pos, window_left, block_n):
+    """Start of the first key tile (tiles aligned to 0) that can hold a visible key.
+
+    Row 0 of the query block (position ``p0``) sees the lowest key of the block,
+    ``p0 - L``; a tile ``[n, n + BN)`` can hold it iff ``n + BN - 1 >= p0 - L``, whose
+    smallest multiple of BN is ``floor((p0 - L) / BN) * BN``, clamped at the range start 0.
+    """
+    return max(first_query_pos - window_left, 0) // block_n * block_n
+
+
+def causal_key_end(last_query_pos, range_end):
+    """End (exclusive) of the keys a causal query block can see: the last row's
+    position plus one, never past the range end."""
+    return min(last_query_pos + 1, range_end)
+
+
+def right_key_end(last_query_pos, window_right, range_end):
+    """End (exclusive) of the keys a non-causal block with ``window_right = R`` can see:
+    the last row sees up to ``p_last + R``; never past the range end."""
+    return min(last_query_pos + window_right + 1, range_end)
+
+
+def decode_first_key(seq_len, window_left):
+    """First key a decode query (at ``seq_len - 1``) sees: ``seq_len - 1 - L``, clamped
+    at 0. The decode loop starts exactly there (its tiles are gathered row by row, so
+    they need no alignment), and reads ``[first, seq_len)``: ``L + 1`` keys at most."""
+    return max(seq_len - 1 - window_left, 0)
+
+
+# --------------------------------------------------------------------------------------
+# Loop bounds, composed from the primitives, for the model, the prover and the launchers.
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Window:
+    """The window of one launch. ``causal`` here means "ends at the query": with a custom
+    mask, causality is replaced by the mask and the loops run as non-causal."""
+
+    left: int | None = None
+    right: int | None = None
+    causal: bool = True
+
+    def __post_init__(self):
+        check_window(self.left, None if self.causal else self.right, self.causal)
+
+
+def _loop_range(loop, prefix_len, extend_len, block_start, block_m):
+    """(range_end, first query pos, last query pos) of one query block, in the loop's
+    coordinates (see the module docstring)."""
+    last_row = min(block_start + block_m, extend_len) - 1
+    if loop == "stage1":
+        return prefix_len, prefix_len + block_start, prefix_len + last_row
+    if loop == "stage2":
+        return extend_len, block_start, last_row
+    if loop == "unified":
+        return prefix_len + extend_len, prefix_len + block_start, prefix_len + last_row
+    raise ValueError(f"loop must be one of 'stage1', 'stage2', 'unified', got {loop!r}")
+
+
+def key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, window, bounds="tight"):
+    """``(lo, hi)``: the key range the loop walks for the query block whose first new
+    token is ``block_start``, in tiles of ``block_n`` from ``lo`` (a multiple of BN).
+
+    ``bounds="tight"`` starts at the first tile that can hold a visible key and ends at
+    the last key any row can see; ``"all"`` starts at the range start and keeps only
+    the causal end (SGLang's loops); ``"none"`` walks the whole range.
+    """
+    range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
+    if bounds == "none":
+        return 0, range_end
+    end = range_end
+    if window.causal:
+        end = causal_key_end(last_q, range_end)
+    elif window.right is not None and bounds == "tight":
+        end = right_key_end(last_q, window.right, range_end)
+    lo = 0
+    if bounds == "tight" and window.left is not None:
+        lo = first_key_tile(first_q, window.left, block_n)
+    if bounds not in ("tight", "all"):
+        raise ValueError(f"bounds must be 'tight', 'all' or 'none', got {bounds!r}")
+    return lo, max(end, lo)
+
+
+def decode_bounds(seq_len, window_left):
+    """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``."""
+    lo = 0 if window_left is None else decode_first_key(seq_len, window_left)
+    return lo, seq_len
+
+
+def num_tiles(lo, hi, block_n):
+    """Tiles a ``range(lo, hi, block_n)`` loop visits."""
+    return max(hi - lo + block_n - 1, 0) // block_n

@@ -1,0 +1,96 @@
+"""Test inputs for the kernels: random values (never zeros), a scrambled paged cache whose
+unwritten rows hold NaN, and -1 in every block-table entry no query may read."""
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ExtendCase:
+    prefix_lens: list
+    extend_lens: list
+    num_q_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    head_dim_v: int = 16
+    page_size: int = 4
+    window_left: int | None = None
+    dtype: torch.dtype = torch.float16
+    seed: int = 0
+    kwargs: dict = field(default_factory=dict)
+
+    def id(self):
+        return (f"P{self.prefix_lens}-E{self.extend_lens}-h{self.num_q_heads}/{self.num_kv_heads}"
+                f"-d{self.head_dim}/{self.head_dim_v}-ps{self.page_size}-L{self.window_left}")
+
+
+def lowest_readable(prefix_len, extend_len, window_left):
+    """Lowest prefix position any new token of the sequence may see (the test's own
+    statement of the convention: the first new token at P sees P - L)."""
+    if extend_len == 0:
+        return prefix_len
+    if window_left is None:
+        return 0
+    return max(prefix_len - window_left, 0)
+
+
+def build_extend(case: ExtendCase, device="cpu"):
+    """Tensors for one case: (q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens)."""
+    g = torch.Generator().manual_seed(case.seed)
+    ps, hkv = case.page_size, case.num_kv_heads
+    num_tokens = sum(case.extend_lens)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(case.dtype)
+
+    q = rand(num_tokens, case.num_q_heads, case.head_dim)
+    k = rand(num_tokens, hkv, case.head_dim)
+    v = rand(num_tokens, hkv, case.head_dim_v)
+    # Each sequence owns pages for its prefix and its new tokens (as an engine allocates
+    # them); pages are scattered over the pool and spare pages are left in between.
+    pages_per_seq = [-(-(p + e) // ps) for p, e in zip(case.prefix_lens, case.extend_lens)]
+    max_pages = max(pages_per_seq + [1]) + 1
+    num_pages = sum(pages_per_seq) * 2 + 3
+    perm = torch.randperm(num_pages, generator=g)
+    k_cache = torch.full((num_pages, ps, hkv, case.head_dim), float("nan"), dtype=case.dtype)
+    v_cache = torch.full((num_pages, ps, hkv, case.head_dim_v), float("nan"), dtype=case.dtype)
+    block_table = torch.full((len(case.prefix_lens), max_pages), -1, dtype=torch.int32)
+    used = 0
+    for b, (p, e) in enumerate(zip(case.prefix_lens, case.extend_lens)):
+        low = lowest_readable(p, e, case.window_left)
+        for i in range(pages_per_seq[b]):
+            page = int(perm[used])
+            used += 1
+            if (i + 1) * ps <= low:
+                continue  # wholly below every window: freed, never to be read
+            block_table[b, i] = page
+            rows = min(max(p - i * ps, 0), ps)  # written prefix rows in this page
+            if rows:
+                k_cache[page, :rows] = rand(rows, hkv, case.head_dim)
+                v_cache[page, :rows] = rand(rows, hkv, case.head_dim_v)
+    cu = [0]
+    for e in case.extend_lens:
+        cu.append(cu[-1] + e)
+    tensors = (q, k, v, k_cache, v_cache, block_table,
+               torch.tensor(cu, dtype=torch.int32), torch.tensor(case.prefix_lens, dtype=torch.int32))
+    return tuple(t.to(device) for t in tensors)
+
+
+def random_mask(prefix_lens, extend_lens, seed, density=0.7):
+    """A random custom mask and its indptr (row-major per sequence: new token x key)."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [e * (p + e) for p, e in zip(prefix_lens, extend_lens)]
+    indptr = [0]
+    for s in sizes:
+        indptr.append(indptr[-1] + s)
+    mask = torch.rand(indptr[-1], generator=g) < density
+    return mask, torch.tensor(indptr, dtype=torch.int32)
+
+
+def rel_err(out, ref):
+    """||out - ref|| / ||ref|| in float64, NaN if out has any."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    if torch.isnan(out).any():
+        return float("nan")
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()

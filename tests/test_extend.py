@@ -1,0 +1,184 @@
+"""Two-stage extend kernel against the float reference, and its bounds variants against
+each other bit for bit. Small odd shapes: this runs under Triton's interpreter on CPU."""
+
+import random
+
+import pytest
+import torch
+
+import swattn
+from swattn import reference
+from swattn.ops import extend as ops_extend
+from swattn.ops.config import EXTEND_TILINGS
+
+from cases import ExtendCase, build_extend, random_mask, rel_err
+from conftest import DEVICE
+
+TOL = 5e-3  # fp16 inputs, fp32 accumulation, against float64
+
+
+def run_all_bounds(case, tensors, **kwargs):
+    """The kernel under every bounds variant; asserts they are bit-identical."""
+    results = [ops_extend.extend_attention(*tensors, window_left=case.window_left,
+                                           bounds=b, **kwargs) for b in ops_extend.BOUNDS]
+    for other in results[1:]:
+        for a, b in zip(_tuple(results[0]), _tuple(other)):
+            assert torch.equal(a, b), "bounds variants differ"
+    return results[0]
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def check_case(case, block_m=None, block_n=None, **kwargs):
+    tensors = build_extend(case, DEVICE)
+    kw = dict(case.kwargs, **kwargs)
+    got = run_all_bounds(case, tensors, block_m=block_m, block_n=block_n, **kw)
+    kw.pop("bounds", None)
+    want = reference.extend_attention(*tensors, window_left=case.window_left, **kw)
+    for g, w in zip(_tuple(got), _tuple(want)):
+        assert not torch.isnan(g).any()
+        if g.dtype == torch.float32 and g.dim() == 2:  # lse: -inf where nothing is visible
+            assert torch.equal(torch.isinf(g), torch.isinf(w))
+            fin = torch.isfinite(w)
+            assert (g[fin].double() - w[fin].double()).abs().max().item() < 1e-2
+        else:
+            assert rel_err(g, w) < TOL, rel_err(g, w)
+    return got
+
+
+def _matrix(count, seed):
+    """Random configurations: windows and prefixes near tile boundaries, ragged batches."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        batch = rng.choice([1, 2, 3])
+        prefixes = [rng.choice([0, 1, 7, 15, 16, 17, 31, 33, 63]) for _ in range(batch)]
+        extends = [rng.choice([1, 2, 7, 15, 16, 17, 33]) for _ in range(batch)]
+        hkv = rng.choice([1, 2])
+        case = ExtendCase(prefixes, extends, num_q_heads=hkv * rng.choice([1, 3]), num_kv_heads=hkv,
+                          head_dim=rng.choice([16, 24]), head_dim_v=rng.choice([16, 8]),
+                          page_size=rng.choice([1, 4, 16]),
+                          window_left=rng.choice([None, 0, 1, 7, 15, 16, 17, 40]), seed=i)
+        kw = {}
+        if rng.random() < 0.3:
+            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(i)).to(DEVICE)
+        if rng.random() < 0.3:
+            kw["softcap"] = 5.0
+        if rng.random() < 0.25:
+            kw["causal"] = False
+            kw["window_right"] = rng.choice([None, 0, 3, 16])
+        case.kwargs = kw
+        cases.append(case)
+    return cases
+
+
+MATRIX = _matrix(24, seed=1234)
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=[c.id() + f"-{sorted(c.kwargs)}" for c in MATRIX])
+def test_random_matrix(case):
+    check_case(case, block_m=16, block_n=16)
+
+
+@pytest.mark.parametrize("tiling", EXTEND_TILINGS, ids=lambda t: f"BM{t[0]}-BN{t[1]}")
+def test_every_tiling(tiling):
+    case = ExtendCase([65, 0, 129], [70, 9, 1], window_left=63, page_size=16, seed=3)
+    check_case(case, block_m=tiling[0], block_n=tiling[1])
+
+
+@pytest.mark.parametrize("window_left,prefix", [(0, 5), (15, 16), (16, 15), (16, 16), (17, 33), (200, 9)],
+                         ids=lambda x: str(x))
+def test_window_around_tile_boundaries(window_left, prefix):
+    """Windows and prefixes straddling BN = 16; window_left 200 is wider than the sequence."""
+    check_case(ExtendCase([prefix, prefix + 1], [17, 16], window_left=window_left, seed=prefix),
+               block_m=16, block_n=16)
+
+
+def test_page_size_1_and_gqa_4():
+    check_case(ExtendCase([33, 7], [13, 20], num_q_heads=8, num_kv_heads=2, page_size=1,
+                          window_left=9), block_m=16, block_n=16)
+
+
+@pytest.mark.parametrize("head_dims", [(80, 96), (24, 40)], ids=["d80-dv96", "d24-dv40"])
+def test_head_dims_not_powers_of_two(head_dims):
+    check_case(ExtendCase([19], [21], head_dim=head_dims[0], head_dim_v=head_dims[1], window_left=12),
+               block_m=16, block_n=16)
+
+
+def test_sequences_without_prefix_or_new_tokens():
+    check_case(ExtendCase([0, 20, 5, 0], [11, 0, 3, 1], window_left=6), block_m=16, block_n=16)
+
+
+def test_custom_mask_with_window():
+    case = ExtendCase([9, 30], [12, 5], window_left=10, seed=5)
+    mask, indptr = random_mask(case.prefix_lens, case.extend_lens, seed=5)
+    check_case(case, block_m=16, block_n=16, mask=mask.to(DEVICE), mask_indptr=indptr.to(DEVICE))
+
+
+def test_masked_out_rows_give_zero_and_minus_inf():
+    """A query with no visible key: output 0, lse -inf, never NaN (also with sinks)."""
+    case = ExtendCase([4], [6], window_left=None, seed=6)
+    mask, indptr = random_mask(case.prefix_lens, case.extend_lens, seed=6)
+    mask.view(6, 10)[2] = False
+    sinks = torch.randn(case.num_q_heads).to(DEVICE)
+    out, lse = check_case(case, block_m=16, block_n=16, mask=mask.to(DEVICE),
+                          mask_indptr=indptr.to(DEVICE), sinks=sinks, return_lse=True)
+    assert torch.all(out[2] == 0)
+    assert torch.all(lse[2] == float("-inf"))
+
+
+def test_keys_prefix_and_new_merge_to_all():
+    """Context-parallel partials: lse of each part, merged, give the full result."""
+    case = ExtendCase([23, 40], [9, 18], window_left=20, seed=8)
+    sinks = torch.randn(case.num_q_heads).to(DEVICE)
+    tensors = build_extend(case, DEVICE)
+    parts = [check_case(case, block_m=16, block_n=16, keys=keys, return_lse=True)
+             for keys in ("prefix", "new")]
+    merged, _ = reference.merge_states([p[0] for p in parts], [p[1] for p in parts], sinks=sinks)
+    full = reference.extend_attention(*tensors, window_left=20, sinks=sinks)
+    assert rel_err(merged, full) < TOL
+
+
+def test_out_argument_is_written_and_returned():
+    case = ExtendCase([10], [7], window_left=4)
+    tensors = build_extend(case, DEVICE)
+    out = torch.full((7, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype, device=DEVICE)
+    got = swattn.extend_attention(*tensors, window_left=4, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert rel_err(out, reference.extend_attention(*tensors, window_left=4)) < TOL
+
+
+def test_public_function_with_lse():
+    case = ExtendCase([12, 3], [5, 9], window_left=7, seed=11)
+    tensors = build_extend(case, DEVICE)
+    out, lse = swattn.extend_attention(*tensors, window_left=7, return_lse=True, softcap=3.0)
+    ref_out, ref_lse = reference.extend_attention(*tensors, window_left=7, return_lse=True, softcap=3.0)
+    assert rel_err(out, ref_out) < TOL
+    assert (lse - ref_lse.to(lse.device)).abs().max().item() < 1e-2
+
+
+def test_full_prefix_and_trimmed_prefix_agree():
+    """A block table covering the whole prefix and one with -1 (and NaN pages) below the
+    window give the same bits: the bounds alone do the trimming."""
+    case = ExtendCase([50], [9], window_left=None, page_size=4, seed=12)
+    q, k, v, k_cache, v_cache, block_table, cu, prefix = build_extend(case, DEVICE)
+    whole = ops_extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
+                                        window_left=8, block_m=16, block_n=16)
+    k_cache, v_cache, block_table = k_cache.clone(), v_cache.clone(), block_table.clone()
+    for i in range((50 - 8) // 4):  # pages wholly below position 42, the lowest visible
+        k_cache[block_table[0, i]] = float("nan")
+        v_cache[block_table[0, i]] = float("nan")
+        block_table[0, i] = -1
+    trimmed = ops_extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
+                                          window_left=8, block_m=16, block_n=16)
+    assert torch.equal(trimmed, whole)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_gpu_real_sizes(dtype):
+    case = ExtendCase([0, 128, 1000, 4096], [700, 513, 64, 1100], num_q_heads=16, num_kv_heads=2,
+                      head_dim=64, head_dim_v=64, page_size=16, window_left=127, dtype=dtype)
+    check_case(case, sinks=torch.randn(16, device=DEVICE))

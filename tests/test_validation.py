@@ -1,0 +1,80 @@
+"""Bad input raises ValueError/TypeError naming the argument, before any launch."""
+
+import pytest
+import torch
+
+import swattn
+
+from cases import ExtendCase, build_extend
+
+
+def _args():
+    case = ExtendCase([9, 4], [5, 3], window_left=4, page_size=4)
+    return list(build_extend(case))
+
+
+NAMES = ["q", "k", "v", "k_cache", "v_cache", "block_table", "cu_seqlens", "prefix_lens"]
+
+
+def _call(args, **kwargs):
+    return swattn.extend_attention(*args, **kwargs)
+
+
+def _replace(name, value):
+    args = _args()
+    args[NAMES.index(name)] = value(args[NAMES.index(name)])
+    return args
+
+
+BAD_TENSORS = [
+    ("q", lambda t: t.float().numpy(), TypeError, "q must be a torch.Tensor"),
+    ("q", lambda t: t.to(torch.int32), TypeError, "q must be one of"),
+    ("k", lambda t: t.to(torch.float32), TypeError, "k must be torch.float16"),
+    ("k", lambda t: t[:, :, :8].contiguous(), ValueError, "k must have shape"),
+    ("v", lambda t: t[:-1], ValueError, "v must have shape"),
+    ("k_cache", lambda t: t[..., :8].contiguous(), ValueError, "k_cache must have shape"),
+    ("v_cache", lambda t: t[:-1], ValueError, "v_cache must have shape"),
+    ("block_table", lambda t: t.to(torch.int64), TypeError, "block_table must be torch.int32"),
+    ("block_table", lambda t: t[:, :1].contiguous(), ValueError, "block_table has 1 pages per sequence"),
+    ("cu_seqlens", lambda t: t[:-1], ValueError, "cu_seqlens must have shape"),
+    ("cu_seqlens", lambda t: torch.tensor([0, 6, 7], dtype=torch.int32), ValueError, "must end at the number of tokens"),
+    ("cu_seqlens", lambda t: torch.tensor([0, 9, 8], dtype=torch.int32), ValueError, "non-decreasing"),
+    ("prefix_lens", lambda t: torch.tensor([-1, 4], dtype=torch.int32), ValueError, "prefix_lens must be >= 0"),
+    ("prefix_lens", lambda t: t.to(torch.int64), TypeError, "prefix_lens must be torch.int32"),
+]
+
+
+@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS, ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
+def test_bad_tensor(name, bad, error, message):
+    with pytest.raises(error, match=message):
+        _call(_replace(name, bad))
+
+
+BAD_KWARGS = [
+    ({"window_left": -1}, ValueError, "window_left must be >= 0"),
+    ({"window_left": 3.0}, TypeError, "window_left must be an int"),
+    ({"window_right": 2}, ValueError, "window_right applies only with causal=False"),
+    ({"causal": 1}, TypeError, "causal must be a bool"),
+    ({"softcap": -1.0}, ValueError, "softcap must be"),
+    ({"scale": 0.0}, ValueError, "scale must be"),
+    ({"keys": "old"}, ValueError, "keys must be one of"),
+    ({"sinks": torch.zeros(3)}, ValueError, "sinks must have shape"),
+    ({"sinks": torch.zeros(4, dtype=torch.float16)}, TypeError, "sinks must be torch.float32"),
+    ({"mask": torch.ones(5, dtype=torch.bool)}, ValueError, "mask and mask_indptr must be given together"),
+    ({"mask": torch.ones(5, dtype=torch.bool), "mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)},
+     ValueError, "mask_indptr gives sequence 0"),
+    ({"out": torch.empty(8, 4, 15, dtype=torch.float16)}, ValueError, "out must have shape"),
+]
+
+
+@pytest.mark.parametrize("kwargs,error,message", BAD_KWARGS, ids=[b[2] for b in BAD_KWARGS])
+def test_bad_keyword(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        _call(_args(), **kwargs)
+
+
+def test_heads_not_a_multiple():
+    args = _args()
+    args[0] = torch.randn(8, 3, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"q heads \(3\) must be a multiple of k/v heads \(2\)"):
+        _call(args)
