@@ -11,7 +11,7 @@ from swattn import reference
 from swattn.ops import extend as ops_extend
 from swattn.ops.config import EXTEND_TILINGS
 
-from cases import ExtendCase, build_extend, random_mask, rel_err
+from swattn.verify.cases import ExtendCase, build_extend, random_mask, rel_err
 from conftest import DEVICE
 
 TOL = 5e-3  # fp16 inputs, fp32 accumulation, against float64

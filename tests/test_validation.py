@@ -5,7 +5,7 @@ import torch
 
 import swattn
 
-from cases import ExtendCase, build_extend
+from swattn.verify.cases import ExtendCase, build_extend
 
 
 def _args():

@@ -1,0 +1,287 @@
+"""The float reference every kernel is checked against: dense masks, float64 by default.
+
+``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} [+ e^{sink - m}])`` over the keys ``j``
+that query ``i`` sees, with ``s_ij = scale * q_i . k_j`` (soft-capped when ``softcap > 0``).
+
+This module imports only torch. It builds its masks from the convention of DESIGN.md
+section 2 written out here once more (never from ``swattn.window`` or the kernels), so a
+wrong bound in the kernels shows up as a difference instead of being shared:
+
+* a query at absolute position ``p`` sees the key at ``j`` iff ``p - window_left <= j``
+  (``window_left`` not None) and ``j <= p`` (causal) or ``j <= p + window_right``
+  (not causal, ``window_right`` not None): a causal window keeps ``window_left + 1`` keys;
+* a custom mask replaces causality; the window still applies on top of it;
+* sinks join the softmax denominator and carry no value; the LSE excludes them;
+* a query that sees no key gets output 0 and LSE ``-inf``.
+
+It reads the paged cache only at positions some query can see: from the lowest
+position in any query's window up to the sequence end. Block-table entries below that
+(or past the end) and cache rows outside it are never touched, so they may hold -1 or NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+KEYS = ("all", "prefix", "new")
+
+# Scores held at once per query chunk (elements); keeps long-prefix checks in memory.
+_SCORE_BUDGET = 1 << 24
+
+
+def visible_mask(q_pos, k_pos, window_left, window_right, causal):
+    """``visible[i, j] = (k_j >= q_i - window_left) & (k_j <= q_i if causal) & (k_j <= q_i + window_right)``.
+
+    ``q_pos`` [n] and ``k_pos`` [m] are absolute positions (integer tensors); the result is
+    a dense bool [n, m]. ``None`` leaves a side unbounded. ``window_right`` bounds the
+    future also when ``causal`` (where, being >= 0, it changes nothing).
+    """
+    q = q_pos.reshape(-1, 1).to(torch.int64)
+    j = k_pos.reshape(1, -1).to(torch.int64)
+    visible = torch.ones(q.shape[0], j.shape[1], dtype=torch.bool, device=q_pos.device)
+    if window_left is not None:
+        visible &= j >= q - window_left
+    if causal:
+        visible &= j <= q
+    if window_right is not None:
+        visible &= j <= q + window_right
+    return visible
+
+
+def gather_keys(k_cache, v_cache, block_table_row, positions):
+    """``K[i] = k_cache[block_table_row[p_i // page_size], p_i % page_size]`` (same for V).
+
+    ``positions`` [m] are absolute positions of one sequence. Only the block-table entries
+    of those positions' pages are read, and only those cache rows.
+    """
+    page_size = k_cache.shape[1]
+    positions = positions.to(torch.int64)
+    pages = block_table_row.to(torch.int64)[positions // page_size]
+    # A negative id would wrap around to the last page and be read silently.
+    if pages.numel() and int(pages.min()) < 0:
+        first = int(positions[pages < 0][0])
+        raise ValueError(f"block_table holds a negative page id for visible position {first} "
+                         f"(logical page {first // page_size})")
+    offsets = positions % page_size
+    return k_cache[pages, offsets], v_cache[pages, offsets]
+
+
+def attend(q, k, v, visible, *, scale, softcap=0.0, sinks=None, dtype=torch.float64):
+    """``o = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})``, ``lse = log sum_j e^{s_j}``.
+
+    Dense attention of queries ``q`` [n, Hq, D] to keys ``k`` [m, Hkv, D] / values ``v``
+    [m, Hkv, Dv] where ``visible`` [n, m] (bool) or [n, Hq, m] holds; query head ``h``
+    reads kv head ``h // (Hq // Hkv)``. Returns ``(out [n, Hq, Dv], lse [n, Hq])`` in
+    ``dtype``. Masked scores never reach the output through arithmetic (``torch.where``
+    selects), and keys no query sees are zeroed first, so NaN in them cannot leak.
+    """
+    n, num_q_heads, _ = q.shape
+    m, num_kv_heads, dv = v.shape
+    group = num_q_heads // num_kv_heads
+    if visible.dim() == 2:
+        visible = visible[:, None, :].expand(n, num_q_heads, m)
+    seen = visible.any(dim=1).any(dim=0)
+    k = torch.where(seen[:, None, None], k.to(dtype), 0.0)
+    v = torch.where(seen[:, None, None], v.to(dtype), 0.0)
+    q = q.to(dtype).reshape(n, num_kv_heads, group, -1)
+    # scores [n, Hkv, G, m] -> [n, Hq, m]
+    s = torch.einsum("nhgd,mhd->nhgm", q, k).reshape(n, num_q_heads, m) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    s = torch.where(visible, s, -math.inf)
+    lse = torch.logsumexp(s, dim=-1) if m > 0 else torch.full((n, num_q_heads), -math.inf,
+                                                              dtype=dtype, device=q.device)
+    denominator = lse
+    if sinks is not None:
+        denominator = torch.logaddexp(lse, sinks.to(dtype).reshape(1, num_q_heads))
+    finite = torch.isfinite(denominator)
+    safe = torch.where(finite, denominator, 0.0)
+    p = torch.where(visible & finite[..., None], torch.exp(s - safe[..., None]), 0.0)
+    out = torch.einsum("nhgm,mhe->nhge", p.reshape(n, num_kv_heads, group, m), v)
+    return out.reshape(n, num_q_heads, dv), lse
+
+
+def _chunks(count, keys, heads):
+    """Query ranges whose scores [rows, heads, keys] fit in the budget."""
+    step = max(1, _SCORE_BUDGET // max(1, keys * heads))
+    return [(i, min(i + step, count)) for i in range(0, count, step)]
+
+
+def _finish(result, lse, q_dtype, out, return_lse):
+    if out is not None:
+        out.copy_(result)
+        result = out
+    else:
+        result = result.to(q_dtype)
+    return (result, lse.to(torch.float32)) if return_lse else result
+
+
+def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
+                     window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
+                     scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
+                     deterministic=False, out=None, dtype=torch.float64):
+    """``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} + e^{sink - m})`` for every new token.
+
+    Sequence ``b`` has ``P = prefix_lens[b]`` cached tokens (positions ``0..P-1``, position
+    ``j`` at ``k_cache[block_table[b, j // page_size], j % page_size]``) and
+    ``E = cu_seqlens[b+1] - cu_seqlens[b]`` new tokens at positions ``P..P+E-1`` whose rows
+    are ``q/k/v[cu_seqlens[b]:cu_seqlens[b+1]]``. A new token sees the prefix keys and the
+    new keys under the window (and causality, or ``mask`` instead of it).
+
+    Args:
+        q: [T, Hq, D]; k: [T, Hkv, D]; v: [T, Hkv, Dv] (the new tokens).
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv].
+        block_table: [B, max_pages] int; cu_seqlens: [B+1] int; prefix_lens: [B] int.
+        window_left, window_right, causal: the window (DESIGN.md section 2). With ``mask``,
+            causality is replaced and ``window_right`` applies only when ``causal=False``.
+        sinks: [Hq] float32 logits in the denominator, or None.
+        softcap: ``s = softcap * tanh(s / softcap)`` when > 0. scale: default ``D ** -0.5``.
+        mask, mask_indptr: flat bool mask; sequence ``b`` owns ``E * (P + E)`` entries from
+            ``mask_indptr[b]``, row-major (new token, absolute key position).
+        keys: "all", "prefix" (cached keys only) or "new" (new keys only). Sinks, if given,
+            join this call's softmax whatever ``keys`` is; partials meant for
+            :func:`merge_states` are computed with ``sinks=None``.
+        return_lse: also return ``lse`` [T, Hq] float32 (sinks excluded).
+        deterministic: accepted and ignored (the reference is one dense pass).
+        out: [T, Hq, Dv] written and returned, else a new tensor of ``q.dtype``.
+        dtype: compute precision, float64 (default) or float32.
+
+    Returns:
+        ``out`` or ``(out, lse)``; a token that sees no key gets 0 and lse ``-inf``.
+    """
+    del deterministic
+    if keys not in KEYS:
+        raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
+    if window_left is not None and window_left < 0:
+        raise ValueError(f"window_left must be >= 0 or None, got {window_left}")
+    if window_right is not None and window_right < 0:
+        raise ValueError(f"window_right must be >= 0 or None, got {window_right}")
+    if (mask is None) != (mask_indptr is None):
+        raise ValueError("mask and mask_indptr must be given together")
+    num_tokens, num_q_heads, head_dim = q.shape
+    if num_q_heads % k.shape[1] != 0:
+        raise ValueError(f"Hq={num_q_heads} must be a multiple of Hkv={k.shape[1]}")
+    scale = head_dim ** -0.5 if scale is None else scale
+    right = None if causal else window_right
+    device = q.device
+    result = torch.zeros(num_tokens, num_q_heads, v.shape[-1], dtype=dtype, device=device)
+    lse = torch.full((num_tokens, num_q_heads), -math.inf, dtype=dtype, device=device)
+    starts = cu_seqlens.tolist()
+    prefixes = prefix_lens.tolist()
+    mask_starts = mask_indptr.tolist() if mask is not None else None
+
+    for b, prefix in enumerate(prefixes):
+        start, end = starts[b], starts[b + 1]
+        new = end - start
+        if new <= 0:
+            continue
+        q_pos = torch.arange(prefix, prefix + new, device=device)
+        # Lowest key position any query of this sequence can see (the first query's window).
+        lowest = 0 if window_left is None else max(0, prefix - window_left)
+        key_parts, value_parts, pos_parts = [], [], []
+        if keys in ("all", "prefix") and lowest < prefix:
+            prefix_pos = torch.arange(lowest, prefix, device=device)
+            prefix_k, prefix_v = gather_keys(k_cache, v_cache, block_table[b], prefix_pos)
+            key_parts.append(prefix_k)
+            value_parts.append(prefix_v)
+            pos_parts.append(prefix_pos)
+        if keys in ("all", "new"):
+            key_parts.append(k[start:end])
+            value_parts.append(v[start:end])
+            pos_parts.append(q_pos)
+        if not pos_parts:
+            continue
+        k_pos = torch.cat(pos_parts)
+        seq_k, seq_v = torch.cat(key_parts), torch.cat(value_parts)
+        if mask is None:
+            visible = visible_mask(q_pos, k_pos, window_left, right, causal)
+        else:
+            # Row-major [new token, absolute key position] bits of this sequence.
+            bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(new, prefix + new)
+            visible = bits.to(device)[:, k_pos] & visible_mask(q_pos, k_pos, window_left, right, False)
+        for lo, hi in _chunks(new, k_pos.numel(), num_q_heads):
+            part_out, part_lse = attend(q[start + lo: start + hi], seq_k, seq_v, visible[lo:hi],
+                                        scale=scale, softcap=softcap, sinks=sinks, dtype=dtype)
+            result[start + lo: start + hi] = part_out
+            lse[start + lo: start + hi] = part_lse
+    return _finish(result, lse, q.dtype, out, return_lse)
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
+                     softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
+                     out=None, dtype=torch.float64):
+    """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per sequence.
+
+    The query of sequence ``b`` is at position ``S - 1`` (``S = seq_lens[b]``; it is already
+    in the cache) and sees the cached keys at ``max(0, S - 1 - window_left) .. S - 1``
+    (all ``S`` when ``window_left`` is None): ``window_left + 1`` keys once ``S`` is long
+    enough. Nothing below or past that range is read.
+
+    Args:
+        q: [B, Hq, D]; k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv].
+        block_table: [B, max_pages] int; seq_lens: [B] int.
+        window_left, sinks, softcap, scale: as in :func:`extend_attention`.
+        sparse: ``(k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int)``: the pool rows
+            ``idx[b, i] >= 0`` (-1 = none) join sequence ``b``'s window keys in one softmax;
+            a row named twice counts twice.
+        num_splits: accepted and ignored.
+        return_lse, out, dtype: as in :func:`extend_attention`.
+
+    Returns:
+        ``out`` [B, Hq, Dv] or ``(out, lse [B, Hq] float32)``; no key gives 0 and ``-inf``.
+    """
+    del num_splits
+    if window_left is not None and window_left < 0:
+        raise ValueError(f"window_left must be >= 0 or None, got {window_left}")
+    batch, num_q_heads, head_dim = q.shape
+    if num_q_heads % k_cache.shape[2] != 0:
+        raise ValueError(f"Hq={num_q_heads} must be a multiple of Hkv={k_cache.shape[2]}")
+    scale = head_dim ** -0.5 if scale is None else scale
+    device = q.device
+    result = torch.zeros(batch, num_q_heads, v_cache.shape[-1], dtype=dtype, device=device)
+    lse = torch.full((batch, num_q_heads), -math.inf, dtype=dtype, device=device)
+
+    for b, seq_len in enumerate(seq_lens.tolist()):
+        query_pos = seq_len - 1
+        lowest = 0 if window_left is None else max(0, query_pos - window_left)
+        k_pos = torch.arange(lowest, max(lowest, seq_len), device=device)
+        seq_k, seq_v = gather_keys(k_cache, v_cache, block_table[b], k_pos)
+        visible = visible_mask(torch.tensor([query_pos], device=device), k_pos, window_left, None, True)
+        if sparse is not None:
+            k_pool, v_pool, idx = sparse
+            chosen = idx[b][idx[b] >= 0].to(torch.int64)
+            seq_k = torch.cat([seq_k, k_pool[chosen]])
+            seq_v = torch.cat([seq_v, v_pool[chosen]])
+            visible = torch.cat([visible, torch.ones(1, chosen.numel(), dtype=torch.bool, device=device)], 1)
+        part_out, part_lse = attend(q[b: b + 1], seq_k, seq_v, visible, scale=scale,
+                                    softcap=softcap, sinks=sinks, dtype=dtype)
+        result[b] = part_out[0]
+        lse[b] = part_lse[0]
+    return _finish(result, lse, q.dtype, out, return_lse)
+
+
+def merge_states(outs, lses, sinks=None, *, dtype=torch.float64):
+    """``lse = log sum_i e^{lse_i}``, ``o = sum_i e^{lse_i} o_i / (sum_i e^{lse_i} [+ e^{sink}])``.
+
+    Combines partial attention states over disjoint key sets (each partial carries no
+    sink). ``outs``: list of [N, H, Dv]; ``lses``: list of [N, H] (natural log, float32);
+    ``sinks``: [H] or None, applied once here. A part with lse ``-inf`` contributes nothing
+    (its output is not read); all parts ``-inf`` give output 0 and lse ``-inf``.
+
+    Returns ``(out, lse)``: ``out`` in ``outs[0].dtype``, ``lse`` float32 without the sink.
+    """
+    if len(outs) == 0 or len(outs) != len(lses):
+        raise ValueError(f"need as many outs as lses (at least one), got {len(outs)} and {len(lses)}")
+    part_out = torch.stack([o.to(dtype) for o in outs])
+    part_lse = torch.stack([s.to(dtype) for s in lses])
+    lse = torch.logsumexp(part_lse, dim=0)
+    denominator = lse
+    if sinks is not None:
+        denominator = torch.logaddexp(lse, sinks.to(dtype).reshape(1, -1))
+    safe = torch.where(torch.isfinite(denominator), denominator, 0.0)
+    present = torch.isfinite(part_lse) & torch.isfinite(denominator)
+    weight = torch.where(present, torch.exp(part_lse - safe), 0.0)
+    terms = torch.where(present[..., None], weight[..., None] * part_out, 0.0)
+    return terms.sum(dim=0).to(outs[0].dtype), lse.to(torch.float32)
