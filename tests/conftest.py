@@ -17,7 +17,8 @@ _empty = torch.empty
 def _nan_empty(*args, **kwargs):
     t = _empty(*args, **kwargs)
     if t.is_floating_point():
-        t.fill_(float("nan"))
+        with torch.no_grad():
+            t.fill_(float("nan"))
     return t
 
 

@@ -1,9 +1,18 @@
 """swattn: sliding-window attention kernels in Triton with a PyTorch front.
 
-Public API only; see DESIGN.md section 3 for the contract of each function.
+Public API only; see DESIGN.md section 3 for the contract of each function. The kernels
+(and torch) load on first use, so ``swattn.window`` and the ``swattn tiles``/``prove``
+commands start without them.
 """
 
 from . import window
-from .api import extend_attention
 
-__all__ = ["extend_attention", "window"]
+_API = ("extend_attention",)
+__all__ = [*_API, "window"]
+
+
+def __getattr__(name):
+    if name in _API:
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'swattn' has no attribute {name!r}")

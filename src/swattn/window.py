@@ -132,6 +132,14 @@ def first_key_tile(first_query_pos, window_left, block_n):
     return max(first_query_pos - window_left, 0) // block_n * block_n
 
 
+def visible_key_end(first_query_pos, window_left, first_tile, key_end):
+    """The loop end once the first tile is known: ``key_end`` (causal or right end), or
+    the first tile itself when the block's lowest visible key ``p0 - L`` lies at or past
+    ``key_end``, so a block that sees nothing in the range walks no tile (the floor of an
+    unaligned range end would otherwise leave one dead tile to walk)."""
+    return key_end if first_query_pos - window_left < key_end else first_tile
+
+
 def causal_key_end(last_query_pos, range_end):
     """End (exclusive) of the keys a causal query block can see: the last row's
     position plus one, never past the range end."""
@@ -165,7 +173,7 @@ class Window:
     causal: bool = True
 
     def __post_init__(self):
-        check_window(self.left, None if self.causal else self.right, self.causal)
+        check_window(self.left, self.right, self.causal)
 
 
 def _loop_range(loop, prefix_len, extend_len, block_start, block_m):
@@ -187,7 +195,8 @@ def key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, wind
 
     ``bounds="tight"`` starts at the first tile that can hold a visible key and ends at
     the last key any row can see; ``"all"`` starts at the range start and keeps only
-    the causal end (SGLang's loops); ``"none"`` walks the whole range.
+    the causal end (SGLang's loops; the launchers' ``bounds="skip"`` walks this range);
+    ``"none"`` walks the whole range.
     """
     range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
     if bounds == "none":
@@ -197,11 +206,12 @@ def key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, wind
         end = causal_key_end(last_q, range_end)
     elif window.right is not None and bounds == "tight":
         end = right_key_end(last_q, window.right, range_end)
+    if bounds not in ("tight", "all"):
+        raise ValueError(f"bounds must be 'tight', 'all' or 'none', got {bounds!r}")
     lo = 0
     if bounds == "tight" and window.left is not None:
         lo = first_key_tile(first_q, window.left, block_n)
-    if bounds not in ("tight", "all"):
-        raise ValueError(f"bounds must be 'tight', 'all' or 'none', got {bounds!r}")
+        end = visible_key_end(first_q, window.left, lo, end)
     return lo, max(end, lo)
 
 

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ._common import (LOG2E, causal_key_end, finish, first_key_tile, right_key_end,
-                      scores_log2, softmax_step)
+                      scores_log2, softmax_step, visible_key_end)
 from ._validate import ExtendArgs, check_extend
 from .config import extend_config
 
@@ -30,12 +30,13 @@ def _stage_bounds(first_q, last_q, range_end, window_left, window_right,
     lo = 0
     hi = range_end
     if TIGHT:
-        if USE_WINDOW:
-            lo = first_key_tile(first_q, window_left, BLOCK_N)
         if IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
         elif USE_RIGHT:
             hi = right_key_end(last_q, window_right, range_end)
+        if USE_WINDOW:
+            lo = first_key_tile(first_q, window_left, BLOCK_N)
+            hi = visible_key_end(first_q, window_left, lo, hi)
     elif SKIP:
         if IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
@@ -216,6 +217,11 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     return (out, lse) if return_lse else out
 
 
+def _dot_width(dim):
+    """Head dims padded to a power of two, and to 16 at least (tl.dot's smallest side)."""
+    return max(triton.next_power_of_2(dim), 16)
+
+
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
             return_lse, bounds, block_m, block_n, cfg):
@@ -245,8 +251,8 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         stride_lt=lse.stride(0),
         num_seqs=a.num_seqs, page_size=k_cache.shape[1], qk_scale=qk_scale,
         softcap=float(softcap), window_left=window_left or 0, window_right=window_right or 0,
-        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=triton.next_power_of_2(a.head_dim),
-        BLOCK_DV=triton.next_power_of_2(a.head_dim_v), GROUP=a.group,
+        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
+        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group,
         BLOCK_M=block_m, BLOCK_N=block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
         USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Everything the GPU shows, in one call of the device tool: the test suite on the GPU (real
+# compiles, bf16, torch.compile), the bit-identity matrix, and the benchmarks against the
+# peers. Tables and logs go under $OUT. STEPS picks a subset: STEPS=tests,verify,tune,bench.
+#   device run: bash scripts/gpu_check.sh        (carry .peers/py for the peers)
+set -uo pipefail
+OUT=${OUT:-/tmp/swattn-gpu}
+mkdir -p "$OUT"
+STEPS=${STEPS:-tests,verify,bench}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+status=0
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)"
+} | tee "$OUT/env.txt"
+
+if [[ ,$STEPS, == *,tests,* ]]; then
+  echo "== tests"
+  python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
+  tail -n 15 "$OUT/pytest.log"
+fi
+if [[ ,$STEPS, == *,verify,* ]]; then
+  echo "== verify"
+  python3 -m swattn.verify.cli --device cuda --out "$OUT" ${VERIFY_ARGS:-} 2> "$OUT/verify.log" | tail -n 3 || status=1
+  grep -c '^BAD' "$OUT/verify.log" | sed 's/^/BAD rows: /'
+fi
+if [[ ,$STEPS, == *,tune,* ]]; then
+  echo "== tune"
+  python3 scripts/tune_extend.py 2>&1 | tee "$OUT/tune.log" | grep -v '^$' || status=1
+fi
+if [[ ,$STEPS, == *,bench,* ]]; then
+  echo "== bench"
+  SWATTN_COMMIT=${SWATTN_COMMIT:-} PYTHONPATH="$PWD/.peers/py:$PYTHONPATH" python3 -m swattn.bench --out "$OUT" ${BENCH_ARGS:-} 2> "$OUT/bench.log" || status=1
+  tail -n 5 "$OUT/bench.log"
+fi
+exit $status

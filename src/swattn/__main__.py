@@ -1,0 +1,5 @@
+"""``python -m swattn`` is the ``swattn`` command."""
+
+from swattn.cli import main
+
+raise SystemExit(main())

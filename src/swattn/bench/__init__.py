@@ -1,0 +1,11 @@
+"""Benchmarks: named workloads, the peers as their engines call them, interleaved timing
+with a same-variant control, and reports against the measured roofline (DESIGN.md section 7).
+
+``python -m swattn.bench --workload A,B --out DIR`` runs the extend benchmark
+(:func:`swattn.bench.cli.main`). Nothing here is imported by the kernels.
+"""
+
+from . import workloads
+from .workloads import WORKLOADS, Case, Workload, extend_cases
+
+__all__ = ["WORKLOADS", "Case", "Workload", "extend_cases", "workloads"]

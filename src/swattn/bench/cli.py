@@ -1,0 +1,120 @@
+"""``swattn bench`` (extend): one run on one GPU, every variant of every case interleaved.
+
+    python -m swattn.bench --workload A,B --out benchmarks/results/DIR [--peers .peers/py]
+
+Progress goes to stderr, one line per measurement; the markdown table is printed last on
+stdout and written with a CSV and a JSON into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shlex
+import sys
+
+from . import workloads as wl
+
+METHOD = ("median of repetitions, each one CUDA-graph replay after a 256 MB write that "
+          "flushes L2; variants interleaved over rounds (order rotated each round); a "
+          "same-variant control (the tight kernel's module loaded and compiled a second time) "
+          "gives the noise floor, and a ratio within it reads 'no change'; every output "
+          "checked against the float64 reference on the first sequence (poisoned with NaN "
+          "first) before timing; FLOPs count visible (query, key) pairs only")
+
+QUICK_CASES = ((4096, 4096), (7168, 1024))
+
+
+def parse_args(argv=None, prog=None):
+    p = argparse.ArgumentParser(prog=prog or "python -m swattn.bench",
+                                description="Time swattn's extend kernel against its peers on one GPU.")
+    p.add_argument("--workload", default="A,B",
+                   help="comma-separated extend workloads (A, B, F, M; default A,B)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default benchmarks/results/extend-<UTC date>)")
+    p.add_argument("--peers", default=None,
+                   help="folder with the peers' sources (default $SWATTN_PEERS or .peers/py)")
+    p.add_argument("--reps", type=int, default=30, help="repetitions per variant per round (default 30)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--batch", type=int, default=None, help="override every workload's batch size")
+    p.add_argument("--cases", default=None,
+                   help="override the (prefix, new) cases: 'P:E,P:E' (every sequence the same)")
+    p.add_argument("--skip", default="",
+                   help="variants to leave out, by key: tight-full, skip, sglang, sglang-full, "
+                        "sglang-unified, vllm, flex, flashinfer")
+    p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
+    p.add_argument("--max-tokens", type=int, default=16384,
+                   help="drop cases with more than this many tokens (prefix + new) per sequence")
+    p.add_argument("--budget-ms", type=float, default=1500.0,
+                   help="per variant per round: fewer reps for slow variants to stay near this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: workload A, cases 4096:4096 and 7168:1024, 10 reps x 2 rounds")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.workload = "A"
+        args.cases = args.cases or ",".join(f"{a}:{b}" for a, b in QUICK_CASES)
+        args.reps, args.rounds = min(args.reps, 10), min(args.rounds, 2)
+    if args.reps < 1 or args.rounds < 1:
+        p.error("--reps and --rounds must be >= 1")
+    return args
+
+
+def build_cases(args):
+    """Every case of the selected workloads, with the command line's overrides."""
+    cases = []
+    pairs = wl.parse_cases(args.cases) if args.cases else None
+    for name in args.workload.split(","):
+        if not name.strip():
+            continue
+        cases += wl.extend_cases(name, batch=args.batch, cases=pairs, page_size=args.page_size,
+                                 max_tokens_per_seq=args.max_tokens)
+    if not cases:
+        raise ValueError("no case to run (check --workload, --cases and --max-tokens)")
+    return cases
+
+
+def main(argv=None, prog=None):
+    """Run the benchmark; returns the exit status (0 ok, 2 bad arguments or no GPU)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv, prog)
+    try:
+        cases = build_cases(args)
+        from .peers import select, use_peers
+        variants = select([k.strip() for k in args.skip.split(",") if k.strip()])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import torch
+    if not torch.cuda.is_available():
+        print("error: swattn bench needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from . import harness, report
+    out_dir = args.out or os.path.join(
+        "benchmarks", "results", "extend-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
+    meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), METHOD)
+    meta["peers"] = use_peers(args.peers)
+    harness.log(f"{len(cases)} cases x {len(variants)} variants, {args.rounds} rounds x <= "
+                f"{args.reps} reps; {meta['gpu']}; output in {out_dir}")
+    flush = harness.Flush()
+    ceilings = harness.measure_ceilings(flush)
+    harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "
+                f"copy {ceilings['copy_gbps']:.0f} GB/s")
+    results = []
+    for case in cases:
+        try:
+            results.append(harness.run_case(case, variants, reps=args.reps, rounds=args.rounds,
+                                            flush=flush, seed=args.seed, budget_ms=args.budget_ms))
+        except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is reported
+            harness.log(f"{case.name}: failed: {type(exc).__name__}: {exc}")
+            results.append(harness.CaseResult(case, [harness.VariantResult(
+                "(case)", "case", "case", "error", f"{type(exc).__name__}: {exc}")]))
+        # Written after every case, so a crash later leaves what was measured.
+        text = report.write(out_dir, meta, ceilings, results)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

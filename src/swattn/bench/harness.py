@@ -1,0 +1,422 @@
+"""Inputs, checks and timing of one extend case: the method of ``../shared/ANCHORS.md``.
+
+* Inputs are built once per case: random bf16 (never zeros), one paged K/V pool holding
+  every sequence's prefix and new tokens in randomly permuted pages, NaN in every cache row
+  nobody wrote, -1 in every block-table entry no query may read.
+* Each variant is checked against the float64 reference on the first sequence (output
+  poisoned with NaN first; NaN anywhere in the output fails), then captured in a CUDA
+  graph (plain launches if capture fails, and the table says so).
+* Variants are timed interleaved, A/B/C/A/B/C over rounds, each repetition one graph
+  replay after a 256 MB write that flushes L2; median and 20th/80th percentiles.
+* The ceilings (bf16 matmul 8192^3, device-to-device copy) are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .peers import Skip
+
+L2_FLUSH_BYTES = 256 << 20
+CHECK_TOLERANCE = 1e-2  # ||out - ref|| / ||ref|| for bf16 (DESIGN.md section 6)
+
+
+def log(message):
+    """One progress line on stderr."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# Inputs.
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class ExtendInputs:
+    """One case's tensors. ``k_pool``/``v_pool`` ``[num_pages, page_size, Hkv, D|Dv]`` hold
+    every sequence's prefix and new tokens; page ``null_page`` (0) holds finite data and
+    belongs to nobody; rows nobody wrote are NaN. ``seq_pages[b, n]`` is the physical page
+    of sequence b's logical page n over its P + E tokens (-1 past the end).
+    ``block_table_full`` maps the prefix pages (-1 past the prefix);
+    ``block_table_window`` also holds -1 for pages wholly below the first new token's
+    window."""
+
+    case: object
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    k_pool: torch.Tensor
+    v_pool: torch.Tensor
+    seq_pages: torch.Tensor
+    block_table_full: torch.Tensor
+    block_table_window: torch.Tensor
+    cu_seqlens: torch.Tensor
+    prefix_lens: torch.Tensor
+    sinks: torch.Tensor | None
+    null_page: int = 0
+
+    def slots(self, b, start, stop):
+        """Flat token-pool slots (``page * page_size + offset``) of positions
+        ``[start, stop)`` of sequence ``b``, int64 on the pool's device."""
+        size = self.case.page_size
+        pos = torch.arange(start, stop, device=self.seq_pages.device, dtype=torch.int64)
+        return self.seq_pages[b].to(torch.int64)[pos // size] * size + pos % size
+
+
+def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
+    """The tensors of ``case`` on ``device`` (see :class:`ExtendInputs`)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape, dt=dtype):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dt)
+
+    size, hkv, d, dv = case.page_size, case.num_kv_heads, case.head_dim, case.head_dim_v
+    pages = [-(-(p + e) // size) for p, e in case.seqs]
+    order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)) + 1
+    seq_pages = torch.full((case.batch, max(1, max(pages))), -1, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(pages):
+        seq_pages[b, :n] = order[start:start + n].to(torch.int32)
+        start += n
+    seq_pages = seq_pages.to(device)
+    num_pages = 1 + sum(pages)
+    k_pool = torch.full((num_pages, size, hkv, d), float("nan"), dtype=dtype, device=device)
+    v_pool = torch.full((num_pages, size, hkv, dv), float("nan"), dtype=dtype, device=device)
+    k_pool[0] = randn(size, hkv, d)
+    v_pool[0] = randn(size, hkv, dv)
+
+    tokens = case.num_tokens
+    q = randn(tokens, case.num_q_heads, d)
+    k = randn(tokens, hkv, d)
+    v = randn(tokens, hkv, dv)
+    cu = [0]
+    for _, e in case.seqs:
+        cu.append(cu[-1] + e)
+    inputs = ExtendInputs(
+        case, q, k, v, k_pool, v_pool, seq_pages, None, None,
+        torch.tensor(cu, dtype=torch.int32, device=device),
+        torch.tensor([p for p, _ in case.seqs], dtype=torch.int32, device=device),
+        randn(case.num_q_heads, dt=torch.float32) if case.sinks else None)
+
+    k_flat, v_flat = k_pool.view(-1, hkv, d), v_pool.view(-1, hkv, dv)
+    for b, (prefix, new) in enumerate(case.seqs):
+        prefix_slots = inputs.slots(b, 0, prefix)
+        k_flat[prefix_slots] = randn(prefix, hkv, d)
+        v_flat[prefix_slots] = randn(prefix, hkv, dv)
+        # The engine writes the new tokens' K/V into their pages before attention.
+        new_slots = inputs.slots(b, prefix, prefix + new)
+        k_flat[new_slots] = k[cu[b]:cu[b + 1]]
+        v_flat[new_slots] = v[cu[b]:cu[b + 1]]
+
+    prefix_pages = max(1, max(-(-p // size) for p, _ in case.seqs))
+    full = torch.full((case.batch, prefix_pages), -1, dtype=torch.int32, device=device)
+    window = full.clone()
+    for b, (prefix, _) in enumerate(case.seqs):
+        n = -(-prefix // size)
+        full[b, :n] = seq_pages[b, :n]
+        below = case.lowest_key(prefix) // size  # pages wholly below the window
+        window[b, below:n] = seq_pages[b, below:n]
+    inputs.block_table_full, inputs.block_table_window = full, window
+    return inputs
+
+
+# --------------------------------------------------------------------------------------
+# Checks against the reference.
+# --------------------------------------------------------------------------------------
+
+def reference_first(inputs, sinks=True):
+    """The float64 reference output ``[E0, Hq, Dv]`` of the first sequence."""
+    from .. import reference
+    case = inputs.case
+    new = case.seqs[0][1]
+    out = torch.empty(new, case.num_q_heads, case.head_dim_v, dtype=torch.float64,
+                      device=inputs.q.device)
+    cu = inputs.cu_seqlens[:2]
+    reference.extend_attention(
+        inputs.q[:new], inputs.k[:new], inputs.v[:new], inputs.k_pool, inputs.v_pool,
+        inputs.block_table_window[:1], cu, inputs.prefix_lens[:1],
+        window_left=case.window_left, sinks=inputs.sinks if sinks else None, out=out)
+    return out
+
+
+def relative_error(out, ref):
+    """``||out - ref|| / ||ref||`` in float64; NaN if ``out`` holds any NaN/Inf."""
+    out = out.to(torch.float64)
+    if not torch.isfinite(out).all():
+        return float("nan")
+    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+
+
+# --------------------------------------------------------------------------------------
+# Timing.
+# --------------------------------------------------------------------------------------
+
+class Flush:
+    """Writes a 256 MB buffer: whatever a variant left in L2 is gone before the next."""
+
+    def __init__(self, device="cuda", nbytes=L2_FLUSH_BYTES):
+        self.buffer = torch.empty(nbytes, dtype=torch.int8, device=device)
+
+    def __call__(self):
+        self.buffer.zero_()
+
+
+def capture(fn, warmup=2):
+    """``(replay, graphed, note)``: ``fn`` captured in a CUDA graph after ``warmup`` eager
+    calls on a side stream, or ``fn`` itself when capture fails."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any capture failure: time plain launches
+        reason = f"{type(exc).__name__}: {str(exc)[:80]}"
+        try:
+            torch.cuda.synchronize()
+        except Exception as sync_exc:  # noqa: BLE001 - reported with the capture failure
+            reason += f"; then {type(sync_exc).__name__}: {str(sync_exc)[:60]}"
+        return fn, False, f"graph capture failed ({reason}): plain launches"
+
+    def replay():
+        graph.replay()
+
+    return replay, True, ""
+
+
+def measure(replay, reps, flush):
+    """Microseconds of ``reps`` repetitions, each after an L2 flush, timed with events."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends):
+        flush()
+        start.record()
+        replay()
+        end.record()
+    torch.cuda.synchronize()
+    return [1000.0 * s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def reps_for(estimate_us, reps, budget_ms, min_reps=5):
+    """Repetitions per round: ``reps``, fewer for a slow variant so one round of it stays
+    near ``budget_ms``, never under ``min_reps``."""
+    if estimate_us <= 0 or not math.isfinite(estimate_us):
+        return reps
+    return int(max(min(min_reps, reps), min(reps, budget_ms * 1000.0 / estimate_us)))
+
+
+def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
+    """``({name: [[us, ...] per round]}, {name: error})``: every variant timed once per
+    round, the order rotated each round (A/B/C, B/C/A, ...) so no variant always follows
+    the same one. A variant that raises is dropped from the later rounds."""
+    names = list(replays)
+    counts, errors = {}, {}
+    times = {name: [] for name in names}
+
+    def attempt(name, what):
+        try:
+            return what()
+        except Exception as exc:  # noqa: BLE001 - recorded; the others go on
+            errors[name] = _short(exc)
+            log(f"{label} | {name}: timing failed: {errors[name]}")
+            return None
+
+    for name in names:
+        first = attempt(name, lambda replay=replays[name]: (replay(), measure(replay, 1, flush))[1])
+        if first is not None:
+            counts[name] = reps_for(first[0], reps, budget_ms)
+    for r in range(rounds):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            if name in errors:
+                continue
+            sample = attempt(name, lambda replay=replays[name], n=counts[name]: (replay(), measure(replay, n, flush))[1])
+            if sample is None:
+                continue
+            times[name].append(sample)
+            log(f"{label} | {name} | round {r + 1}/{rounds}: median {np.median(sample):.1f} us "
+                f"over {len(sample)} reps")
+    return times, errors
+
+
+def summarize(rounds_times):
+    """Median, 20th and 80th percentiles over all repetitions, and each round's median."""
+    flat = [t for sample in rounds_times for t in sample]
+    if not flat:
+        return {"median_us": None, "p20_us": None, "p80_us": None, "round_medians_us": []}
+    return {"median_us": float(np.median(flat)), "p20_us": float(np.percentile(flat, 20)),
+            "p80_us": float(np.percentile(flat, 80)),
+            "round_medians_us": [float(np.median(s)) for s in rounds_times], "reps": len(flat)}
+
+
+def noise_floor(tight_rounds, control_rounds):
+    """Relative spread between the tight kernel and its control: the largest of the
+    difference of their overall medians and of their per-round medians, over tight."""
+    tight, control = summarize(tight_rounds), summarize(control_rounds)
+    if not tight["median_us"] or not control["median_us"]:
+        return None
+    spreads = [abs(tight["median_us"] - control["median_us"]) / tight["median_us"]]
+    for a, b in zip(tight["round_medians_us"], control["round_medians_us"]):
+        spreads.append(abs(a - b) / a)
+    return max(spreads)
+
+
+def _median_us(fn, flush, reps):
+    replay, _, _ = capture(fn)
+    return float(np.median(measure(replay, reps, flush)))
+
+
+def _matmul_us(flush, reps, n):
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    return _median_us(lambda: torch.matmul(a, b, out=c), flush, reps)
+
+
+def _copy_us(flush, reps, numel):
+    src = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    return _median_us(lambda: dst.copy_(src), flush, reps)
+
+
+def measure_ceilings(flush, reps=20):
+    """``{"matmul_tflops", "copy_gbps"}``: bf16 matmul 8192^3 on random data and a 1 GiB
+    device-to-device copy counting bytes read and written, medians over graph replays."""
+    n, numel = 8192, 1 << 29
+    matmul_us = _matmul_us(flush, reps, n)
+    copy_us = _copy_us(flush, reps, numel)
+    torch.cuda.empty_cache()
+    return {"matmul_tflops": 2.0 * n ** 3 / matmul_us / 1e6, "copy_gbps": 2 * 2 * numel / copy_us / 1e3,
+            "matmul_us": matmul_us, "copy_us": copy_us}
+
+
+# --------------------------------------------------------------------------------------
+# One case, every variant.
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class VariantResult:
+    name: str
+    key: str
+    role: str
+    status: str = "ok"  # ok | WRONG | skipped | error
+    note: str = ""
+    rel_err: float | None = None
+    applies_sinks: bool = True
+    graphed: bool = False
+    rounds_us: list = field(default_factory=list)
+
+
+@dataclass
+class CaseResult:
+    case: object
+    variants: list
+    noise: float | None = None
+    seconds: float = 0.0
+
+
+def _sync():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _short(exc):
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+
+
+def _prepare(variant, inputs, refs, label):
+    """Build, check and capture one variant; returns (result, replay or None, prepared)."""
+    res = VariantResult(variant.name, variant.key, variant.role)
+    try:
+        prepared = variant.build(inputs)
+    except Skip as skip:
+        res.status, res.note = "skipped", str(skip)
+        log(f"{label} | {variant.name}: skipped ({skip})")
+        return res, None, None
+    except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+        res.status, res.note = "error", "build: " + _short(exc)
+        log(f"{label} | {variant.name}: build failed: {_short(exc)}")
+        return res, None, None
+    res.note, res.applies_sinks = prepared.note, prepared.applies_sinks
+    try:
+        if prepared.poison is not None:
+            prepared.poison()
+        prepared.fn()
+        _sync()
+        out = prepared.result()
+        same = prepared.applies_sinks or not inputs.case.sinks
+        key = "sinks" if same else "no sinks"
+        if key not in refs:
+            refs[key] = reference_first(inputs, sinks=same)
+        ref = refs[key]
+        eager = out.clone()
+        res.rel_err = relative_error(out[:ref.shape[0]], ref)
+        if not torch.isfinite(out).all():
+            res.rel_err = float("nan")
+        if not (res.rel_err <= CHECK_TOLERANCE):
+            res.status = "WRONG"
+        if not same:
+            res.note += "; no sinks: a different function (checked against a sink-less reference)"
+        log(f"{label} | {variant.name}: rel err {res.rel_err:.2e} ({res.status})")
+    except Exception as exc:  # noqa: BLE001
+        res.status, res.note = "error", "run/check: " + _short(exc)
+        log(f"{label} | {variant.name}: run/check failed: {_short(exc)}")
+        return res, None, None
+    try:
+        replay, res.graphed, note = capture(prepared.fn)
+        if note:
+            res.note += "; " + note
+        if res.graphed and prepared.poison is not None:
+            # The replay must write what the eager launch wrote, into the same buffer.
+            prepared.poison()
+            replay()
+            _sync()
+            if not torch.equal(prepared.result(), eager):
+                res.status = "WRONG"
+                res.note += "; graph replay output differs from the eager launch"
+    except Exception as exc:  # noqa: BLE001
+        res.status, res.note = "error", "warm-up: " + _short(exc)
+        return res, None, None
+    return res, replay, prepared
+
+
+def run_case(case, variants, *, reps, rounds, flush, seed=0, budget_ms=1500.0, device="cuda"):
+    """Build the inputs of ``case``, check and capture every variant, time them
+    interleaved, and return a :class:`CaseResult` (errors recorded, never raised)."""
+    started = time.time()
+    label = case.name
+    log(f"{label}: building inputs ({case.batch} x {case.seqs[0]})")
+    inputs = build_inputs(case, device, seed)
+    refs, results, replays, held = {}, [], {}, []
+    for variant in variants:
+        res, replay, prepared = _prepare(variant, inputs, refs, label)
+        results.append(res)
+        if replay is not None:
+            replays[variant.name] = replay
+            held.append(prepared)
+    times, errors = interleave(replays, reps, rounds, flush, budget_ms, label)
+    for res in results:
+        res.rounds_us = times.get(res.name, [])
+        if res.name in errors:
+            res.status, res.note = "error", res.note + "; timing: " + errors[res.name]
+    by_role = {r.role: r for r in results if r.rounds_us}
+    noise = None
+    if "tight" in by_role and "control" in by_role:
+        noise = noise_floor(by_role["tight"].rounds_us, by_role["control"].rounds_us)
+    replay = prepared = None
+    del replays, held, refs, inputs
+    _sync()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return CaseResult(case, results, noise, time.time() - started)

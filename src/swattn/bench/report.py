@@ -1,0 +1,307 @@
+"""From timings to the tables: window-aware FLOPs and bytes, the floor, the roofline
+fraction, ratios to the fastest peer that computes the same function, the tile model's
+prediction beside the measurement; written as markdown, CSV and JSON.
+
+The arithmetic here is plain Python (tested without a GPU); only :func:`collect_meta`
+asks torch about the device.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import math
+import os
+import shlex
+import subprocess
+
+from .harness import summarize
+
+CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
+              "graphed", "rel_err", "same_function", "tflops", "gbps", "floor_us", "roofline",
+              "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight", "note")
+
+
+# --------------------------------------------------------------------------------------
+# Arithmetic.
+# --------------------------------------------------------------------------------------
+
+def floor_us(flops, nbytes, ceilings):
+    """``max(FLOPs / matmul ceiling, bytes / copy ceiling)`` in microseconds."""
+    compute = flops / (ceilings["matmul_tflops"] * 1e12)
+    memory = nbytes / (ceilings["copy_gbps"] * 1e9)
+    return 1e6 * max(compute, memory)
+
+
+def roofline(floor, time_us):
+    """Fraction of the roofline reached: floor / time (1.0 = at the floor)."""
+    return None if not time_us else floor / time_us
+
+
+def verdict(ratio, noise):
+    """"no change" when ``ratio`` is within the noise floor of 1, else faster/slower."""
+    if ratio is None:
+        return ""
+    if noise is not None and abs(ratio - 1.0) <= noise:
+        return "no change"
+    return "faster" if ratio < 1.0 else "slower"
+
+
+def tile_prediction(case, block_m=None, block_n=None):
+    """Key tiles the two-stage kernel walks, tight vs skip (stage 1 + stage 2, summed over
+    query blocks, sequences and heads), and their ratio: the predicted tight/skip time.
+
+    Uses :mod:`swattn.tiles` when it offers ``count_workload``, else the bounds of
+    :mod:`swattn.window` directly. The tiling defaults to the kernel's H200 config.
+    """
+    if block_m is None or block_n is None:
+        from ..ops.config import extend_config
+        cfg = extend_config(case.head_dim, case.head_dim_v, "bfloat16", "cuda")
+        block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
+    counts = None
+    try:
+        from .. import tiles
+        counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, block_m,
+                                      block_n, heads=case.num_q_heads)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        counts = None
+    if counts is not None:
+        tight = counts["stage1"]["tight"] + counts["stage2"]["tight"]
+        skip = counts["stage1"]["all"] + counts["stage2"]["all"]
+    else:
+        tight, skip = _count_tiles(case, block_m, block_n)
+    return {"tight": tight, "skip": skip, "ratio": tight / skip if skip else None,
+            "block_m": block_m, "block_n": block_n}
+
+
+def _count_tiles(case, block_m, block_n):
+    from ..window import Window, key_bounds, num_tiles
+    window = Window(case.window_left)
+    totals = {"tight": 0, "all": 0}
+    for prefix, new in case.seqs:
+        for bounds in totals:
+            for start in range(0, new, block_m):
+                for loop in ("stage1", "stage2"):
+                    lo, hi = key_bounds(loop, prefix, new, start, block_m, block_n, window, bounds)
+                    totals[bounds] += num_tiles(lo, hi, block_n) * case.num_q_heads
+    return totals["tight"], totals["all"]
+
+
+# --------------------------------------------------------------------------------------
+# Rows.
+# --------------------------------------------------------------------------------------
+
+def _same_function(result, case):
+    return result.applies_sinks or not case.sinks
+
+
+def case_report(case_result, ceilings):
+    """``(summary, rows)`` of one case: a dict of the case's work and verdicts, and one
+    dict per variant (the CSV fields plus the per-round medians)."""
+    case = case_result.case
+    flops, nbytes = case.flops(), case.bytes_moved()
+    floor = floor_us(flops, nbytes, ceilings)
+    stats = {r.name: summarize(r.rounds_us) for r in case_result.variants}
+    peers = [r for r in case_result.variants if r.role == "peer" and r.status == "ok"
+             and _same_function(r, case) and stats[r.name]["median_us"]]
+    best = min(peers, key=lambda r: stats[r.name]["median_us"], default=None)
+    best_us = stats[best.name]["median_us"] if best else None
+    noise = case_result.noise
+    rows = []
+    for r in case_result.variants:
+        s = stats[r.name]
+        median = s["median_us"]
+        ratio = median / best_us if (median and best_us) else None
+        rows.append({
+            "case": case.name, "variant": r.name, "key": r.key, "role": r.role, "status": r.status,
+            "median_us": median, "p20_us": s["p20_us"], "p80_us": s["p80_us"],
+            "reps": s.get("reps", 0), "round_medians_us": s["round_medians_us"],
+            "graphed": r.graphed, "rel_err": r.rel_err, "same_function": _same_function(r, case),
+            "tflops": flops / median / 1e6 if median else None,
+            "gbps": nbytes / median / 1e3 if median else None,
+            "floor_us": floor, "roofline": roofline(floor, median), "ratio_best_peer": ratio,
+            "verdict": "fastest peer" if (best is not None and r is best) else verdict(ratio, noise),
+            "note": r.note,
+        })
+    tight_us = next((row["median_us"] for row in rows if row["role"] == "tight"), None)
+    for row in rows:
+        row["ratio_tight"] = row["median_us"] / tight_us if (row["median_us"] and tight_us) else None
+        row["verdict_tight"] = verdict(row["ratio_tight"], noise) if row["role"] != "tight" else ""
+    by_role = {row["role"]: row for row in rows if row["median_us"]}
+    by_key = {row["key"]: row for row in rows if row["median_us"]}
+    prediction = tile_prediction(case)
+    tight, skip = by_role.get("tight"), by_key.get("skip")
+    measured = tight["median_us"] / skip["median_us"] if (tight and skip) else None
+    summary = {
+        "case": case.name, "batch": case.batch, "seqs": [list(s) for s in case.seqs],
+        "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
+        "head_dim": case.head_dim, "head_dim_v": case.head_dim_v,
+        "window_left": case.window_left, "sinks": case.sinks, "page_size": case.page_size,
+        "visible_pairs": case.visible_pairs() * case.num_q_heads, "flops": flops, "bytes": nbytes,
+        "floor_us": floor, "noise": noise, "best_peer": best.name if best else None,
+        "best_peer_us": best_us,
+        "tight_vs_best_peer": tight["median_us"] / best_us if (tight and best_us) else None,
+        "tiles_tight": prediction["tight"], "tiles_skip": prediction["skip"],
+        "predicted_tight_over_skip": prediction["ratio"], "measured_tight_over_skip": measured,
+        "tiling": f"{prediction['block_m']}x{prediction['block_n']}", "seconds": case_result.seconds,
+    }
+    summary["verdict_tight_vs_skip"] = verdict(measured, noise)
+    return summary, rows
+
+
+# --------------------------------------------------------------------------------------
+# Formatting.
+# --------------------------------------------------------------------------------------
+
+def _num(x, fmt="{:.1f}", none="-"):
+    return none if x is None else fmt.format(x)
+
+
+def _err(x):
+    if x is None:
+        return "-"
+    return "NaN" if math.isnan(x) else f"{x:.1e}"
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ratio(x, verdict_text=""):
+    if x is None:
+        return "-"
+    return f"{x:.2f}x" + (f" ({verdict_text})" if verdict_text in ("no change", "fastest peer") else "")
+
+
+def _cell(text):
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
+def _short_note(row):
+    """The measurement table's note: why a row has no time, or what is unusual about it;
+    each variant's full description is in the legend, the whole note in the CSV."""
+    if row["status"] in ("skipped", "error"):
+        return row["note"][:100]
+    flags = []
+    if row["median_us"] is not None and not row["graphed"]:
+        flags.append("NOT graphed")
+    if "differs" in row["note"]:
+        flags.append("graph replay differs from eager")
+    return "; ".join(flags)
+
+
+def markdown(meta, ceilings, summaries, rows):
+    """The report: header (GPU, versions, commit, command, date, ceilings, method), a legend
+    of the variants, one line per measurement, and last one line per case (work, floor,
+    noise, fastest peer, tile prediction vs measurement)."""
+    out = io.StringIO()
+    w = out.write
+    w("# swattn extend attention benchmark\n\n")
+    w(f"- date: {meta.get('date')}\n- GPU: {meta.get('gpu')} (driver {meta.get('driver')}, "
+      f"CUDA {meta.get('cuda')})\n- torch {meta.get('torch')}, triton {meta.get('triton')}\n"
+      f"- commit: {meta.get('commit')}\n- command: `{meta.get('command')}`\n")
+    if meta.get("peers"):
+        w(f"- {meta['peers']}\n")
+    if ceilings:
+        w(f"- ceilings, measured in this run: bf16 matmul 8192^3 "
+          f"{ceilings['matmul_tflops']:.0f} TFLOP/s; device-to-device copy "
+          f"{ceilings['copy_gbps']:.0f} GB/s (read + written)\n")
+    w(f"- method: {meta.get('method', '')}\n\n")
+    legend = {}
+    for r in rows:
+        if r["status"] in ("ok", "WRONG") and r["variant"] not in legend:
+            legend[r["variant"]] = r["note"]
+    if legend:
+        w("Variants: " + "; ".join(f"**{_cell(k)}**: {_cell(v)}" for k, v in legend.items()) + "\n\n")
+    w("## Measurements\n\n")
+    w("| case | variant | status | median us | p20-p80 us | TFLOP/s | roofline | rel err | "
+      "vs fastest peer | vs swattn tight | notes |\n")
+    w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        spread = "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"
+        status = r["status"] if r["same_function"] else r["status"] + ", other fn (no sinks)"
+        w(f"| {r['case']} | {r['variant']} | {status} | {_num(r['median_us'])} | {spread} | "
+          f"{_num(r['tflops'])} | {_pct(r['roofline'])} | {_err(r['rel_err'])} | "
+          f"{_ratio(r['ratio_best_peer'], r['verdict'])} | {_ratio(r['ratio_tight'], r['verdict_tight'])} | "
+          f"{_cell(_short_note(r))} |\n")
+    w("\n## Cases\n\n")
+    w("| case | visible pairs | GFLOP | MB | floor us | noise floor | fastest peer (same function) | "
+      "swattn tight / it | roofline, tight | tiles tight/skip, predicted | measured |\n")
+    w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for s in summaries:
+        best = f"{s['best_peer']} {s['best_peer_us']:.1f} us" if s["best_peer"] else "-"
+        tight = next((r for r in rows if r["case"] == s["case"] and r["role"] == "tight"), None)
+        w(f"| {s['case']} | {s['visible_pairs'] / 1e6:.1f}M | {s['flops'] / 1e9:.1f} | "
+          f"{s['bytes'] / 1e6:.1f} | {_num(s['floor_us'])} | {_pct(s['noise'])} | {_cell(best)} | "
+          f"{_ratio(s['tight_vs_best_peer'])} | {_pct(tight['roofline'] if tight else None)} | "
+          f"{_num(s['predicted_tight_over_skip'], '{:.3f}')} "
+          f"({s['tiles_tight']:,}/{s['tiles_skip']:,}, {s['tiling']}) | "
+          f"{_num(s['measured_tight_over_skip'], '{:.3f}')} {s['verdict_tight_vs_skip']} |\n")
+    return out.getvalue()
+
+
+def to_csv(rows):
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def write(out_dir, meta, ceilings, case_results):
+    """Write ``extend.md``, ``extend.csv`` and ``extend.json`` into ``out_dir``; returns the
+    markdown."""
+    summaries, rows = [], []
+    for result in case_results:
+        summary, case_rows = case_report(result, ceilings)
+        summaries.append(summary)
+        rows.extend(case_rows)
+    text = markdown(meta, ceilings, summaries, rows)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "extend.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out_dir, "extend.csv"), "w") as f:
+        f.write(to_csv(rows))
+    raw = {r.case.name: {v.name: v.rounds_us for v in r.variants} for r in case_results}
+    with open(os.path.join(out_dir, "extend.json"), "w") as f:
+        json.dump({"meta": meta, "ceilings": ceilings, "cases": summaries, "rows": rows,
+                   "raw_us": raw}, f, indent=1, default=str)
+    return text
+
+
+# --------------------------------------------------------------------------------------
+# Where and with what it ran.
+# --------------------------------------------------------------------------------------
+
+def _run(cmd):
+    try:
+        return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_commit():
+    """``$SWATTN_COMMIT`` if set (a copy of the tree without ``.git``), else ``HEAD``
+    (``+dirty`` with uncommitted changes), else "none"."""
+    if os.environ.get("SWATTN_COMMIT"):
+        return os.environ["SWATTN_COMMIT"]
+    head = _run(["git", "rev-parse", "--short=12", "HEAD"])
+    if not head:
+        return "none (not a git checkout, or no commit yet)"
+    return head + ("+dirty" if _run(["git", "status", "--porcelain", "--untracked-files=no"]) else "")
+
+
+def collect_meta(command, method=""):
+    """GPU, driver, versions, commit, the exact command and the date (UTC)."""
+    import torch
+    import triton
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).split("\n")[0]
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "gpu": gpu, "driver": driver or "unknown", "cuda": torch.version.cuda,
+            "torch": torch.__version__, "triton": triton.__version__, "commit": git_commit(),
+            "command": command if isinstance(command, str) else shlex.join(command),
+            "method": method}

@@ -1,0 +1,220 @@
+"""The named workloads of ``../shared/ANCHORS.md``, in one place, and the work each case does.
+
+A :class:`Workload` is the row of the anchors table (model shape, window, sinks, batch and
+its (prefix, new) cases or decode context). :func:`extend_cases` turns an extend workload
+into :class:`Case` objects, one per (prefix, new) pair, with the sizes overridable from the
+command line (``--batch``, ``--cases``). A case knows the work it asks for: the visible
+(query, key) pairs, counted exactly from the window per query, the FLOPs over them and the
+bytes a kernel cannot avoid (Q, O, and the K, V within reach, each once).
+
+Windows here are Hugging Face ``sliding_window`` values W (as in the anchors table); the
+kernels take ``window_left = W - 1`` (:func:`swattn.window.from_hf`).
+
+Plain Python: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..window import from_hf
+
+EXTEND_KINDS = ("extend", "mix")
+LAYOUTS = ("window", "full")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One row of the anchors table.
+
+    ``cases`` are (prefix, new tokens) per sequence for extend workloads; ``context`` is
+    the decode context (tokens in cache, the new one included). ``full_layers`` and
+    ``window_layers`` split a prefill mix (M) into the layers that run each kind.
+    """
+
+    name: str
+    title: str
+    kind: str  # "extend" | "decode" | "mix" | "sparse_decode"
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    sliding_window: int | None  # Hugging Face W; None = full attention
+    sinks: bool
+    batch: int
+    cases: tuple[tuple[int, int], ...] = ()
+    context: int | None = None
+    sparse_keys: int = 0
+    window_layers: int = 0
+    full_layers: int = 0
+    note: str = ""
+
+    @property
+    def window_left(self):
+        return from_hf(self.sliding_window)
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("A", "gpt-oss-120b at TP4, extend", "extend", 16, 2, 64, 64, 128, True, 8,
+                 cases=((0, 8192), (128, 8192), (4096, 4096), (8192, 8192), (7168, 1024))),
+        Workload("B", "Mistral-style, extend", "extend", 32, 8, 128, 128, 4096, False, 4,
+                 cases=((0, 8192), (8192, 8192))),
+        Workload("F", "gpt-oss-120b at TP4, full-attention layer, extend", "extend", 16, 2, 64, 64,
+                 None, True, 8, cases=((0, 4096), (4096, 4096)),
+                 note="the full layers of M as their own row: window_left=None"),
+        Workload("C-A", "gpt-oss decode", "decode", 16, 2, 64, 64, 128, True, 64, context=32768),
+        Workload("C-B", "Mistral-style decode", "decode", 32, 8, 128, 128, 4096, False, 64,
+                 context=32768),
+        Workload("M", "gpt-oss-120b TP4 prefill mix", "mix", 16, 2, 64, 64, 128, True, 8,
+                 cases=((0, 4096), (4096, 4096)), window_layers=18, full_layers=18,
+                 note="input 8192 in chunks of 4096; window 128 on 18 layers, full on 18"),
+        Workload("S", "DeepSeek-style sparse + window decode", "sparse_decode", 64, 1, 576, 512,
+                 128, True, 64, context=32768, sparse_keys=512,
+                 note="MQA over a latent cache; 512 sparse keys from a separate pool"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One extend measurement: every sequence's (prefix, new) and the model shape.
+
+    ``window_left`` is the kernels' convention (None = full attention); ``page_size`` is
+    the paged cache's (the token pool of SGLang is a page-size-1 view of the same memory).
+    """
+
+    workload: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    window_left: int | None
+    sinks: bool
+    seqs: tuple[tuple[int, int], ...]
+    page_size: int = 16
+    layer: str = ""  # "window" / "full" for the layers of a mix, else ""
+
+    @property
+    def batch(self):
+        return len(self.seqs)
+
+    @property
+    def uniform(self):
+        return len(set(self.seqs)) == 1
+
+    @property
+    def name(self):
+        """``A P128 E8192`` (uniform batch) or ``A P0:E8192,P128:E64`` (ragged)."""
+        head = self.workload + (f"/{self.layer}" if self.layer else "")
+        if self.uniform:
+            prefix, new = self.seqs[0]
+            return f"{head} P{prefix} E{new}"
+        return head + " " + ",".join(f"P{p}:E{e}" for p, e in self.seqs)
+
+    @property
+    def num_tokens(self):
+        return sum(new for _, new in self.seqs)
+
+    def lowest_key(self, prefix):
+        """Lowest key position any new token of a sequence with this prefix can see."""
+        return 0 if self.window_left is None else max(0, prefix - self.window_left)
+
+    def visible_pairs(self):
+        """(query, key) pairs inside the window, over all sequences (one head)."""
+        return sum(visible_pairs(p, e, self.window_left) for p, e in self.seqs)
+
+    def keys_in_reach(self):
+        """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each."""
+        return sum(p + e - self.lowest_key(p) for p, e in self.seqs if e > 0)
+
+    def flops(self):
+        """``2 * pairs * Hq * (D + Dv)``: QK^T and PV over the visible pairs only
+        (``4 * pairs * D * Hq`` when ``D == Dv``)."""
+        return 2 * self.visible_pairs() * self.num_q_heads * (self.head_dim + self.head_dim_v)
+
+    def bytes_moved(self, element_size=2):
+        """Q and O of the new tokens and K, V within reach, each once."""
+        q_o = self.num_tokens * self.num_q_heads * (self.head_dim + self.head_dim_v)
+        k_v = self.keys_in_reach() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
+        return (q_o + k_v) * element_size
+
+
+def visible_pairs(prefix_len, extend_len, window_left):
+    """Exact count of (query, key) pairs a causal window keeps for one sequence.
+
+    The query at position ``p`` sees ``min(p, L) + 1`` keys (``p + 1`` with no window):
+    summed over ``p = P .. P + E - 1`` in closed form.
+    """
+    def upto(n):
+        # Keys seen by the queries at positions 0 .. n-1.
+        if window_left is None or n <= window_left + 1:
+            return n * (n + 1) // 2
+        width = window_left + 1
+        return width * (width + 1) // 2 + (n - width) * width
+
+    return upto(prefix_len + extend_len) - upto(prefix_len)
+
+
+def parse_cases(text):
+    """``"P:E,P:E"`` (or ``"PxE"``) to ``((P, E), ...)``; ValueError naming a bad item."""
+    cases = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        parts = item.replace("x", ":").split(":")
+        try:
+            prefix, new = (int(part) for part in parts)
+        except ValueError:
+            raise ValueError(f"cases must be PREFIX:NEW pairs of ints >= 0, got {item!r}") from None
+        if prefix < 0 or new < 1:
+            raise ValueError(f"cases need PREFIX >= 0 and NEW >= 1, got {item!r}")
+        cases.append((prefix, new))
+    if not cases:
+        raise ValueError(f"no PREFIX:NEW pair in {text!r}")
+    return tuple(cases)
+
+
+def get(name):
+    """The workload called ``name`` (case-insensitive); ValueError listing the known ones."""
+    for key, workload in WORKLOADS.items():
+        if key.lower() == name.strip().lower():
+            return workload
+    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+
+
+def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_per_seq=None):
+    """The :class:`Case` list of an extend (or mix) workload, sizes overridable.
+
+    ``batch`` replaces the batch size, ``cases`` the (prefix, new) pairs; every sequence of
+    a case has the same (prefix, new). A mix (M) gives each case twice: its window layers'
+    and its full layers'. ``max_tokens_per_seq`` drops cases longer than that (prefix +
+    new), to keep GPU memory modest.
+    """
+    if isinstance(workload, str):
+        workload = get(workload)
+    if workload.kind not in EXTEND_KINDS:
+        raise ValueError(f"workload {workload.name} is a {workload.kind} workload, not extend")
+    batch = workload.batch if batch is None else batch
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    pairs = workload.cases if cases is None else tuple(cases)
+    layers = [("", workload.window_left)]
+    if workload.kind == "mix":
+        layers = [("window", workload.window_left), ("full", None)]
+    out = []
+    for prefix, new in pairs:
+        if max_tokens_per_seq is not None and prefix + new > max_tokens_per_seq:
+            continue
+        for layer, window_left in layers:
+            out.append(Case(workload.name, workload.num_q_heads, workload.num_kv_heads,
+                            workload.head_dim, workload.head_dim_v, window_left, workload.sinks,
+                            ((prefix, new),) * batch, page_size, layer))
+    return out
+
+
+def with_seqs(case, seqs):
+    """A copy of ``case`` over other sequences (e.g. the first one alone, for a check)."""
+    return replace(case, seqs=tuple(seqs))

@@ -1,0 +1,342 @@
+"""The exhaustive bound prover: every key tile a loop skips holds no visible element.
+
+For each loop, tiling, window, prefix and extend length of a grid, the mask is built as
+the kernels write it, element by element: row ``i`` of the query block at
+``block_start`` (rows below ``extend_len`` only) against key column ``j`` (keys below the
+loop's range end only) is kept iff ``visible(q, k, L, R, causal)`` with, in the loop's
+coordinates,
+
+- stage1:  ``q = P + block_start + i``, ``k = j`` over ``[0, P)``;
+- stage2:  ``q = block_start + i``,     ``k = j`` over ``[0, E)``;
+- unified: ``q = ws + P + block_start + i``, ``k = ws + j`` over ``[0, P + E)``, for every
+  window start ``ws`` of the grid, so that ``ws`` cancelling out is checked, not assumed;
+- decode:  ``q = ws + seq_len - 1``, ``k = ws + j`` over ``[0, seq_len)``.
+
+The bound under test comes from ``bounds_fn`` (``key_bounds`` unless a test plants a
+bug) and is computed from the unshifted positions. Every tile of the whole range from 0
+is then classed: below the floor ``lo``, at or past the end ``hi``, or walked. A skipped
+tile (below or past) that holds a visible element is a violation. A query block that
+sees anything must also see something in its floor tile: that tile is a tightness
+witness, and a block without one has a loose floor. Decode reads keys ``[lo, hi)`` with
+no tiling: no visible key may lie outside, and it must read exactly ``min(L + 1, seq_len)``.
+
+The per-tile counts are sums of the element mask over rectangles: the predicate is
+evaluated on every element once per (loop, window, prefix, window start) for the longest
+extend length, summed per row between tile edges in one pass, then prefix-summed over
+edges and rows, so every (query block, key tile) pair of every shorter extend length and
+every tiling is four lookups (a shorter extend's mask is the top-left corner of the
+longest's). Nothing here re-derives an interval from the window.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..window import Window, decode_bounds, key_bounds, visible
+
+EXTEND_LOOPS = ("stage1", "stage2", "unified")
+# Counts that must be zero: a skipped visible key, a floor below the first visible tile
+# (decode: a read of more keys than the window holds), a bound off the tile grid or range.
+FAILURES = ("violations", "loose_floors", "loose", "bad_bounds")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The configurations to prove. Every ``window_left``, and ``None`` (full attention),
+    is proved causal and, paired with every ``window_right`` (``None``: unbounded),
+    non-causal; window starts apply to the unified and decode loops, whose masks
+    compare absolute positions."""
+
+    tilings: tuple
+    window_lefts: tuple
+    window_rights: tuple
+    prefix_lens: tuple
+    extend_lens: tuple
+    window_starts: tuple = (0, 7777)
+
+    def windows(self):
+        lefts = tuple(self.window_lefts) + (None,)
+        causal = [Window(left, None, True) for left in lefts]
+        return causal + [Window(left, right, False) for right in self.window_rights for left in lefts]
+
+    def decode_seq_lens(self):
+        """Every length up to the largest block, and every prefix + extend of the grid."""
+        longest_block = max(block_m for block_m, _ in self.tilings)
+        lens = set(range(1, 2 * longest_block + 2))
+        lens.update(p + e for p in self.prefix_lens for e in self.extend_lens)
+        return tuple(sorted(lens))
+
+    def describe(self):
+        return {
+            "tilings": [list(t) for t in self.tilings],
+            "window_lefts": list(self.window_lefts),
+            "window_rights": list(self.window_rights),
+            "prefix_lens": list(self.prefix_lens),
+            "extend_lens": list(self.extend_lens),
+            "window_starts": list(self.window_starts),
+            "decode_seq_lens": len(self.decode_seq_lens()),
+        }
+
+
+DEFAULT_GRID = Grid(
+    tilings=((16, 16), (16, 64), (32, 32), (32, 64), (64, 64), (64, 128), (128, 64), (128, 128)),
+    window_lefts=(0, 1, 14, 15, 16, 31, 62, 63, 64, 65, 126, 127, 128, 129, 190, 191, 255, 256,
+                  1023, 4095),
+    window_rights=(0, 1, 63, 64, 200, None),
+    prefix_lens=(0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 8193),
+    extend_lens=(1, 2, 15, 16, 17, 63, 64, 65, 128, 300),
+)
+
+QUICK_GRID = Grid(
+    tilings=((16, 16), (16, 32), (32, 16), (32, 64)),
+    window_lefts=(0, 1, 15, 16, 17, 31, 32, 63, 100),
+    window_rights=(0, 17, None),
+    prefix_lens=(0, 1, 16, 17, 31, 64, 65, 200),
+    extend_lens=(1, 15, 16, 17, 33, 70),
+    window_starts=(0, 7777),
+)
+
+
+def _range_end(loop, prefix_len, extend_len):
+    if loop == "stage1":
+        return prefix_len
+    if loop == "stage2":
+        return extend_len
+    return prefix_len + extend_len
+
+
+def _positions(loop, prefix_len, extend_len, window_start):
+    """Query positions of the new rows and key positions of the range, as the kernel
+    writes them in the loop's coordinates (int32, as in the kernels: half the memory
+    traffic of int64 in the element-wise mask)."""
+    rows = np.arange(extend_len, dtype=np.int32)
+    keys = np.arange(_range_end(loop, prefix_len, extend_len), dtype=np.int32)
+    if loop == "stage1":
+        return prefix_len + rows, keys
+    if loop == "stage2":
+        return rows, keys
+    return window_start + prefix_len + rows, window_start + keys
+
+
+@dataclass
+class _Layout:
+    """Every (query block, key tile) pair of one loop and prefix, over the grid's extend
+    lengths and tilings. Blocks: the bounds call and its row span; tiles: 0-aligned
+    starts over the whole range, each with its block. ``cuts`` are the key positions
+    where some tile starts or ends; ``tile_start_col``/``tile_end_col`` index a tile's
+    start and end in ``cuts`` followed by the longest range end."""
+
+    calls: list          # per block: (extend_len, block_start, block_m, block_n)
+    row_start: np.ndarray
+    row_end: np.ndarray
+    block_n: np.ndarray
+    range_end: np.ndarray
+    tile_block: np.ndarray
+    tile_start: np.ndarray
+    tile_start_col: np.ndarray
+    tile_end_col: np.ndarray
+    cuts: np.ndarray
+
+
+def _layout(loop, prefix_len, grid):
+    calls, row_start, row_end, block_ns, range_ends = [], [], [], [], []
+    tile_block, tile_start, tile_end = [], [], []
+    for extend_len in grid.extend_lens:
+        range_end = _range_end(loop, prefix_len, extend_len)
+        for block_m, block_n in grid.tilings:
+            starts = np.arange(0, range_end, block_n, dtype=np.int64)
+            ends = np.minimum(starts + block_n, range_end)
+            for block_start in range(0, extend_len, block_m):
+                tile_block.append(np.full(len(starts), len(calls), dtype=np.int64))
+                tile_start.append(starts)
+                tile_end.append(ends)
+                calls.append((extend_len, block_start, block_m, block_n))
+                row_start.append(block_start)
+                row_end.append(min(block_start + block_m, extend_len))
+                block_ns.append(block_n)
+                range_ends.append(range_end)
+    tile_start, tile_end = np.concatenate(tile_start), np.concatenate(tile_end)
+    longest_range = _range_end(loop, prefix_len, max(grid.extend_lens))
+    edges = np.unique(np.concatenate([tile_start, tile_end, [0, longest_range]]))
+    as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+    return _Layout(calls, as_array(row_start), as_array(row_end), as_array(block_ns),
+                   as_array(range_ends), np.concatenate(tile_block), tile_start,
+                   np.searchsorted(edges, tile_start), np.searchsorted(edges, tile_end),
+                   edges[:-1])
+
+
+def _rectangle_sums(mask, rows, cols, cuts):
+    """``sums[r, c]``: visible elements in rows ``< r`` and keys ``< [*cuts, cols][c]``.
+
+    The element mask is summed per row between consecutive cuts (one pass over the
+    elements), then prefix-summed over cuts and rows, so the count of any (row span,
+    key span between cuts) rectangle is four lookups."""
+    sums = np.zeros((rows + 1, len(cuts) + 1), dtype=np.int64)
+    if rows and cols:
+        elements = np.broadcast_to(np.asarray(mask, dtype=bool), (rows, cols))
+        per_row = np.add.reduceat(np.ascontiguousarray(elements).view(np.uint8), cuts, axis=1,
+                                  dtype=np.int32)
+        np.cumsum(per_row, axis=1, out=sums[1:, 1:])
+        np.cumsum(sums[1:, 1:], axis=0, out=sums[1:, 1:])
+    return sums
+
+
+def _new_stats():
+    return {"configs": 0, "query_blocks": 0, "tiles_below_floor": 0, "violations": 0,
+            "witnesses": 0, "loose_floors": 0, "tiles_past_end": 0, "empty_tiles_walked": 0,
+            "bad_bounds": 0, "seconds": 0.0}
+
+
+def _check_blocks(layout, sums, lo, hi, stats):
+    """Class every tile of every block against ``(lo, hi)`` and add up the counts."""
+    first_row = layout.row_start[layout.tile_block]
+    end_row = layout.row_end[layout.tile_block]
+    tiles_vis = (sums[end_row, layout.tile_end_col] - sums[first_row, layout.tile_end_col]
+                 - sums[end_row, layout.tile_start_col]
+                 + sums[first_row, layout.tile_start_col]) > 0
+    tile_lo, tile_hi = lo[layout.tile_block], hi[layout.tile_block]
+    below = layout.tile_start < tile_lo
+    past = layout.tile_start >= tile_hi
+    walked = ~below & ~past
+    n_blocks = len(layout.calls)
+    block_sees = np.bincount(layout.tile_block[tiles_vis], minlength=n_blocks) > 0
+    witnesses = int(np.count_nonzero(tiles_vis & (layout.tile_start == tile_lo)))
+    stats["tiles_below_floor"] += int(np.count_nonzero(below))
+    stats["tiles_past_end"] += int(np.count_nonzero(past & ~below))
+    stats["violations"] += int(np.count_nonzero(tiles_vis & ~walked))
+    stats["witnesses"] += witnesses
+    stats["loose_floors"] += int(np.count_nonzero(block_sees)) - witnesses
+    stats["empty_tiles_walked"] += int(np.count_nonzero(walked & ~tiles_vis))
+    # A floor off the 0-aligned tile grid, or a loop leaving [0, range_end), is wrong
+    # whatever the mask holds: the kernel's tiles must be aligned and in range.
+    stats["bad_bounds"] += int(np.count_nonzero((lo % layout.block_n != 0) | (lo < 0)
+                                                | ((hi > layout.range_end) & (hi > lo))))
+
+
+def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds):
+    """Counts of one extend loop (``stage1``, ``stage2`` or ``unified``) over the grid."""
+    if loop not in EXTEND_LOOPS:
+        raise ValueError(f"loop must be one of {EXTEND_LOOPS}, got {loop!r}")
+    stats = _new_stats()
+    started = time.perf_counter()
+    window_starts = grid.window_starts if loop == "unified" else (0,)
+    longest = max(grid.extend_lens)
+    for prefix_len in grid.prefix_lens:
+        layout = _layout(loop, prefix_len, grid)
+        for window in grid.windows():
+            bounds = [bounds_fn(loop, prefix_len, extend_len, block_start, block_m, block_n,
+                                window, "tight")
+                      for extend_len, block_start, block_m, block_n in layout.calls]
+            lo, hi = np.asarray(bounds, dtype=np.int64).reshape(-1, 2).T
+            for window_start in window_starts:
+                q_pos, k_pos = _positions(loop, prefix_len, longest, window_start)
+                mask = visible(q_pos[:, None], k_pos[None, :], window.left, window.right,
+                               window.causal)
+                sums = _rectangle_sums(mask, len(q_pos), len(k_pos), layout.cuts)
+                _check_blocks(layout, sums, lo, hi, stats)
+                stats["query_blocks"] += len(layout.calls)
+    stats["configs"] = (len(grid.tilings) * len(grid.windows()) * len(grid.prefix_lens)
+                        * len(grid.extend_lens) * len(window_starts))
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
+def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds):
+    """Counts of the decode loop: for every seq_len and window_left of the grid (and no
+    window), keys ``[lo, hi)`` must hold every visible key and exactly ``min(L+1, seq_len)``."""
+    started = time.perf_counter()
+    seq_lens = np.asarray(grid.decode_seq_lens(), dtype=np.int32)
+    key_index = np.arange(int(seq_lens.max()), dtype=np.int32)
+    exists = key_index[None, :] < seq_lens[:, None]
+    stats = {"configs": 0, "keys_below_floor": 0, "violations": 0, "witnesses": 0,
+             "loose": 0, "bad_bounds": 0, "seconds": 0.0}
+    for window_left in tuple(grid.window_lefts) + (None,):
+        bounds = [decode_bounds_fn(int(s), window_left) for s in seq_lens]
+        lo, hi = np.asarray(bounds, dtype=np.int64).reshape(-1, 2).T
+        bad = (lo < 0) | (hi > seq_lens) | (hi < lo)
+        lo_c, hi_c = np.clip(lo, 0, seq_lens), np.clip(hi, 0, seq_lens)
+        keep = seq_lens if window_left is None else np.minimum(window_left + 1, seq_lens)
+        rows = np.arange(len(seq_lens))
+        for window_start in grid.window_starts:
+            q_pos = window_start + seq_lens - 1
+            mask = visible(q_pos[:, None], window_start + key_index[None, :], window_left,
+                           None, True) & exists
+            sums = np.zeros((len(seq_lens), len(key_index) + 1), dtype=np.int64)
+            np.cumsum(mask, axis=1, out=sums[:, 1:])
+            inside = sums[rows, hi_c] - sums[rows, lo_c]
+            outside = sums[rows, -1] - inside
+            floor_key = sums[rows, np.minimum(lo_c + 1, seq_lens)] - sums[rows, lo_c]
+            stats["configs"] += len(seq_lens)
+            stats["keys_below_floor"] += int(lo_c.sum())
+            stats["violations"] += int(np.count_nonzero((outside > 0) | (inside != keep)))
+            stats["witnesses"] += int(np.count_nonzero(floor_key > 0))
+            stats["loose"] += int(np.count_nonzero(hi - lo != keep))
+            stats["bad_bounds"] += int(np.count_nonzero(bad))
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
+def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds):
+    """Prove every loop's bounds over ``grid``. Returns ``{"grid", "loops", "violations",
+    "ok", "seconds"}``; ``ok`` is False on any violation, loose floor or bad bound."""
+    started = time.perf_counter()
+    loops = {loop: prove_loop(loop, grid, bounds_fn) for loop in EXTEND_LOOPS}
+    loops["decode"] = prove_decode(grid, decode_bounds_fn)
+    violations = sum(stats["violations"] for stats in loops.values())
+    failures = sum(stats.get(key, 0) for stats in loops.values() for key in FAILURES)
+    return {"grid": grid.describe(), "loops": loops, "violations": violations,
+            "ok": failures == 0, "seconds": time.perf_counter() - started}
+
+
+_EXTEND_COLUMNS = (("configs", "configs"), ("query_blocks", "blocks"),
+                   ("tiles_below_floor", "below floor"), ("violations", "violations"),
+                   ("witnesses", "witnesses"), ("loose_floors", "loose"),
+                   ("tiles_past_end", "past end"), ("empty_tiles_walked", "empty walked"),
+                   ("bad_bounds", "bad bounds"))
+_DECODE_COLUMNS = (("configs", "configs"), ("keys_below_floor", "keys below floor"),
+                   ("violations", "violations"), ("witnesses", "witnesses"),
+                   ("loose", "loose"), ("bad_bounds", "bad bounds"))
+
+
+def _table(rows, columns):
+    widths = [max(len(title), *(len(f"{row[key]:,}") for _, row in rows)) for key, title in columns]
+    lines = ["loop     " + "  ".join(f"{title:>{w}}" for (_, title), w in zip(columns, widths))
+             + "  seconds"]
+    for name, row in rows:
+        cells = "  ".join(f"{row[key]:>{w},}" for (key, _), w in zip(columns, widths))
+        lines.append(f"{name:<8} {cells}  {row['seconds']:7.2f}")
+    return lines
+
+
+def format_report(result):
+    """The readable report of :func:`prove`."""
+    grid = result["grid"]
+    rights = ", ".join("None" if r is None else str(r) for r in grid["window_rights"])
+    lines = [
+        "swattn prove: the key-tile bounds of swattn.window against the mask, element by element",
+        f"grid: {len(grid['tilings'])} tilings x ({len(grid['window_lefts'])} window_left + None) x "
+        f"(causal + non-causal window_right in {{{rights}}}) x {len(grid['prefix_lens'])} prefixes "
+        f"x {len(grid['extend_lens'])} extends; unified and decode at window starts "
+        f"{grid['window_starts']}; decode over {grid['decode_seq_lens']} seq_lens",
+    ]
+    loops = result["loops"]
+    lines += _table([(loop, loops[loop]) for loop in EXTEND_LOOPS], _EXTEND_COLUMNS)
+    lines += _table([("decode", loops["decode"])], _DECODE_COLUMNS)
+    verdict = "PROVED" if result["ok"] else "FAILED"
+    lines.append(f"{verdict}: {result['violations']:,} violations "
+                 f"(skipped tiles holding a visible element) in {result['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def run(args, *, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds):
+    """The ``swattn prove`` command (arguments ``json``, ``quick``; see :mod:`swattn.cli`):
+    print the report, return the exit status (0 proved; 1 on any violation, loose floor
+    or bad bound)."""
+    grid = QUICK_GRID if args.quick else DEFAULT_GRID
+    result = prove(grid, bounds_fn, decode_bounds_fn)
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0 if result["ok"] else 1

@@ -1,0 +1,186 @@
+"""The exhaustive bound prover (swattn.verify.prove): the true bounds prove on the quick
+grid, and an off-by-one planted in a copy of a bound is caught."""
+
+import argparse
+import json
+
+import pytest
+
+from swattn import window
+from swattn.verify import prove
+from swattn.window import causal_key_end, first_key_tile, key_bounds, right_key_end, visible_key_end
+
+EXTEND_LOOPS = ("stage1", "stage2", "unified")
+
+
+def copy_of_key_bounds(first_tile=first_key_tile, causal_end=causal_key_end, right_end=right_key_end):
+    """``key_bounds`` (tight) rebuilt from swappable primitives, so a test can plant a bug
+    in one of them."""
+
+    def bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, win, variant="tight"):
+        assert variant == "tight"
+        last_row = min(block_start + block_m, extend_len) - 1
+        range_end, first_q, last_q = {
+            "stage1": (prefix_len, prefix_len + block_start, prefix_len + last_row),
+            "stage2": (extend_len, block_start, last_row),
+            "unified": (prefix_len + extend_len, prefix_len + block_start, prefix_len + last_row),
+        }[loop]
+        end = range_end
+        if win.causal:
+            end = causal_end(last_q, range_end)
+        elif win.right is not None:
+            end = right_end(last_q, win.right, range_end)
+        lo = 0
+        if win.left is not None:
+            lo = first_tile(first_q, win.left, block_n)
+            end = visible_key_end(first_q, win.left, lo, end)
+        return lo, max(end, lo)
+
+    return bounds
+
+
+def _quick(**kwargs):
+    return prove.prove(prove.QUICK_GRID, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def true_result():
+    return _quick()
+
+
+def test_copy_matches_key_bounds():
+    """The planted bugs below are planted in a faithful copy: unchanged, it agrees with
+    window.key_bounds everywhere on the quick grid."""
+    copy = copy_of_key_bounds()
+    grid = prove.QUICK_GRID
+    for loop in EXTEND_LOOPS:
+        for win in grid.windows():
+            for prefix_len in grid.prefix_lens:
+                for extend_len in grid.extend_lens:
+                    for block_m, block_n in grid.tilings:
+                        for m0 in range(0, extend_len, block_m):
+                            args = (loop, prefix_len, extend_len, m0, block_m, block_n, win)
+                            assert copy(*args) == key_bounds(*args, "tight")
+
+
+def test_true_bounds_prove_with_witnesses(true_result):
+    assert true_result["ok"] is True
+    assert true_result["violations"] == 0
+    for loop in EXTEND_LOOPS:
+        stats = true_result["loops"][loop]
+        assert stats["violations"] == 0 and stats["loose_floors"] == 0 and stats["bad_bounds"] == 0
+        assert stats["witnesses"] > 0
+        assert stats["tiles_below_floor"] > 0, "the check below the floor must not be vacuous"
+    assert true_result["loops"]["stage2"]["tiles_past_end"] > 0
+    assert true_result["loops"]["unified"]["configs"] == 2 * true_result["loops"]["stage1"]["configs"]
+    decode = true_result["loops"]["decode"]
+    assert decode["violations"] == 0 and decode["loose"] == 0 and decode["witnesses"] == decode["configs"]
+
+
+def test_counts_are_deterministic(true_result):
+    again = _quick()
+    for loop in true_result["loops"]:
+        a = {k: v for k, v in true_result["loops"][loop].items() if k != "seconds"}
+        b = {k: v for k, v in again["loops"][loop].items() if k != "seconds"}
+        assert a == b
+
+
+def _floor_plus_one(first_q, window_left, block_n):
+    """Bug: the lowest key row 0 sees taken as p0 - L + 1."""
+    return first_key_tile(first_q + 1, window_left, block_n)
+
+
+def _floor_ceil(first_q, window_left, block_n):
+    """Bug: ceil instead of floor."""
+    return -(-max(first_q - window_left, 0) // block_n) * block_n
+
+
+def _causal_end_one_short(last_q, range_end):
+    """Bug: the causal end excludes the last row's own key."""
+    return min(last_q, range_end)
+
+
+def _right_end_one_short(last_q, window_right, range_end):
+    """Bug: the right end excludes key p + R."""
+    return min(last_q + window_right, range_end)
+
+
+@pytest.mark.parametrize("bug,loops", [
+    (dict(first_tile=_floor_plus_one), EXTEND_LOOPS),
+    (dict(first_tile=_floor_ceil), EXTEND_LOOPS),
+    (dict(causal_end=_causal_end_one_short), ("stage2", "unified")),
+    (dict(right_end=_right_end_one_short), ("stage2", "unified")),
+], ids=["floor-p0-minus-L-plus-1", "floor-ceil", "causal-end-one-short", "right-end-one-short"])
+def test_planted_off_by_one_is_a_violation(bug, loops):
+    result = _quick(bounds_fn=copy_of_key_bounds(**bug))
+    assert result["ok"] is False
+    for loop in loops:
+        assert result["loops"][loop]["violations"] > 0, loop
+
+
+def test_floor_one_tile_low_is_loose_not_violating():
+    """A floor one tile too low skips nothing visible but walks a dead tile: a loose
+    floor, which the prover also fails."""
+    low = lambda q, L, n: max(first_key_tile(q, L, n) - n, 0)  # noqa: E731
+    result = _quick(bounds_fn=copy_of_key_bounds(first_tile=low))
+    assert result["violations"] == 0
+    assert all(result["loops"][loop]["loose_floors"] > 0 for loop in EXTEND_LOOPS)
+    assert result["ok"] is False
+
+
+def test_unaligned_floor_is_a_bad_bound():
+    """A floor at the first visible key itself is conservative but leaves the 0-aligned
+    tile grid the kernels (and deterministic mode) rely on."""
+    unaligned = lambda q, L, n: max(q - L, 0)  # noqa: E731
+    result = _quick(bounds_fn=copy_of_key_bounds(first_tile=unaligned))
+    assert sum(result["loops"][loop]["bad_bounds"] for loop in EXTEND_LOOPS) > 0
+    assert result["ok"] is False
+
+
+@pytest.mark.parametrize("shift,field", [(1, "violations"), (-1, "loose")],
+                         ids=["decode-floor-one-high", "decode-floor-one-low"])
+def test_planted_decode_bug(shift, field):
+    def buggy(seq_len, window_left):
+        lo, hi = window.decode_bounds(seq_len, window_left)
+        return min(max(lo + shift, 0), hi), hi
+
+    result = _quick(decode_bounds_fn=buggy)
+    assert result["loops"]["decode"][field] > 0
+    assert result["ok"] is False
+
+
+def test_prover_evaluates_the_mask_predicate(monkeypatch):
+    """The prover brute-forces ``visible`` rather than re-deriving intervals: a predicate
+    that keeps one key too many (L + 1 back) makes the true bounds fail."""
+    true_visible = prove.visible
+    monkeypatch.setattr(prove, "visible", lambda q, k, left, right, causal: true_visible(
+        q, k, None if left is None else left + 1, right, causal))
+    result = prove.prove_loop("unified", prove.QUICK_GRID)
+    assert result["violations"] > 0
+
+
+def test_cli_path_exits_one_on_a_planted_bug(capsys):
+    args = argparse.Namespace(quick=True, json=True)
+    assert prove.run(args, bounds_fn=copy_of_key_bounds(first_tile=_floor_ceil)) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["ok"] is False and printed["violations"] > 0
+    assert prove.run(args) == 0
+    assert json.loads(capsys.readouterr().out)["violations"] == 0
+
+
+def test_report_lists_every_loop(true_result):
+    text = prove.format_report(true_result)
+    for loop in ("stage1", "stage2", "unified", "decode"):
+        assert any(line.startswith(loop) for line in text.splitlines())
+    assert text.splitlines()[-1].startswith("PROVED: 0 violations")
+
+
+def test_default_grid_is_the_documented_one():
+    grid = prove.DEFAULT_GRID
+    assert len(grid.tilings) >= 8
+    assert {(16, 16), (16, 64), (32, 32), (32, 64), (64, 64), (64, 128), (128, 64),
+            (128, 128)} <= set(grid.tilings)
+    assert len(grid.window_lefts) == 20 and len(grid.prefix_lens) == 17
+    assert len(grid.extend_lens) == 10
+    assert set(grid.window_starts) == {0, 7777}
+    assert None in grid.window_rights and 0 in grid.window_rights
