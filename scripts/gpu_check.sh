@@ -18,12 +18,12 @@ status=0
 
 if [[ ,$STEPS, == *,tests,* ]]; then
   echo "== tests"
-  python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
+  python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
   tail -n 15 "$OUT/pytest.log"
 fi
 if [[ ,$STEPS, == *,verify,* ]]; then
   echo "== verify"
-  python3 -m swattn.verify.cli --device cuda --out "$OUT" ${VERIFY_ARGS:-} 2> "$OUT/verify.log" | tail -n 3 || status=1
+  python3 -m swattn verify --device cuda --jobs ${JOBS:-8} --out "$OUT" ${VERIFY_ARGS:-} 2> "$OUT/verify.log" | tail -n 3 || status=1
   grep -c '^BAD' "$OUT/verify.log" | sed 's/^/BAD rows: /'
 fi
 if [[ ,$STEPS, == *,tune,* ]]; then

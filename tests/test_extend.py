@@ -35,7 +35,7 @@ def check_case(case, block_m=None, block_n=None, **kwargs):
     tensors = build_extend(case, DEVICE)
     kw = dict(case.kwargs, **kwargs)
     got = run_all_bounds(case, tensors, block_m=block_m, block_n=block_n, **kw)
-    kw.pop("bounds", None)
+    kw.pop("pack_gqa", None)
     want = reference.extend_attention(*tensors, window_left=case.window_left, **kw)
     for g, w in zip(_tuple(got), _tuple(want)):
         assert not torch.isnan(g).any()
@@ -79,7 +79,8 @@ MATRIX = _matrix(24, seed=1234)
 
 @pytest.mark.parametrize("case", MATRIX, ids=[c.id() + f"-{sorted(c.kwargs)}" for c in MATRIX])
 def test_random_matrix(case):
-    check_case(case, block_m=16, block_n=16)
+    """Half the matrix packs the query heads of a KV group into the rows of a block."""
+    check_case(case, block_m=16, block_n=16, pack_gqa=case.seed % 2 == 0)
 
 
 @pytest.mark.parametrize("tiling", EXTEND_TILINGS, ids=lambda t: f"BM{t[0]}-BN{t[1]}")
@@ -96,9 +97,10 @@ def test_window_around_tile_boundaries(window_left, prefix):
                block_m=16, block_n=16)
 
 
-def test_page_size_1_and_gqa_4():
+@pytest.mark.parametrize("pack_gqa", [False, True], ids=["per-head", "packed"])
+def test_page_size_1_and_gqa_4(pack_gqa):
     check_case(ExtendCase([33, 7], [13, 20], num_q_heads=8, num_kv_heads=2, page_size=1,
-                          window_left=9), block_m=16, block_n=16)
+                          window_left=9), block_m=16, block_n=16, pack_gqa=pack_gqa)
 
 
 @pytest.mark.parametrize("head_dims", [(80, 96), (24, 40)], ids=["d80-dv96", "d24-dv40"])

@@ -140,6 +140,21 @@ def visible_key_end(first_query_pos, window_left, first_tile, key_end):
     return key_end if first_query_pos - window_left < key_end else first_tile
 
 
+def full_tiles_start(last_query_pos, window_left, lo, block_n):
+    """First tile of the loop's grid (``lo + i * BN``) whose every key every row sees from
+    the left: its first key is at least the LAST row's lowest key ``p_last - L``, so
+    ``lo + ceil((p_last - L - lo) / BN) * BN``, never below ``lo``. Tiles from here up to
+    :func:`full_tiles_end` need no mask."""
+    return lo + (max(last_query_pos - window_left - lo, 0) + block_n - 1) // block_n * block_n
+
+
+def full_tiles_end(first_row_key_end, lo, block_n):
+    """End of the last tile of the grid whose every key every row sees on the right: all
+    its keys lie below the FIRST row's key end (its causal or right end, or the range end),
+    so ``lo + floor((end - lo) / BN) * BN``."""
+    return lo + max(first_row_key_end - lo, 0) // block_n * block_n
+
+
 def causal_key_end(last_query_pos, range_end):
     """End (exclusive) of the keys a causal query block can see: the last row's
     position plus one, never past the range end."""
@@ -213,6 +228,21 @@ def key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, wind
         lo = first_key_tile(first_q, window.left, block_n)
         end = visible_key_end(first_q, window.left, lo, end)
     return lo, max(end, lo)
+
+
+def full_tile_range(loop, prefix_len, extend_len, block_start, block_m, block_n, window, lo, hi):
+    """``(mid_lo, mid_hi)``: the tiles of ``range(lo, hi, BN)`` in which every row of the
+    block sees every key, so the kernels skip the mask there (``lo <= mid_lo <= mid_hi <=
+    hi``, both on the grid of ``lo``). Bit-identical to masking them: the mask is all true."""
+    range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
+    end = range_end
+    if window.causal:
+        end = causal_key_end(first_q, range_end)
+    elif window.right is not None:
+        end = right_key_end(first_q, window.right, range_end)
+    mid_lo = lo if window.left is None else full_tiles_start(last_q, window.left, lo, block_n)
+    mid_lo = min(mid_lo, hi)
+    return mid_lo, max(min(full_tiles_end(end, lo, block_n), hi), mid_lo)
 
 
 def decode_bounds(seq_len, window_left):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -115,34 +114,6 @@ def control_module():
     return _CONTROL["module"]
 
 
-def _prevalidated(module, args, kwargs):
-    """The launcher minus its validation: ``check_extend`` (which reads the lengths back to
-    the host, and so cannot be captured in a CUDA graph) runs once here, and the returned
-    callable only launches. Returns None where the module's private names differ."""
-    launch = getattr(module, "_launch", None)
-    check = getattr(module, "check_extend", None)
-    config = getattr(module, "extend_config", None)
-    if launch is None or check is None or config is None:
-        return None
-    q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens = args
-    a = check(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
-              window_left=kwargs["window_left"], window_right=None, causal=True,
-              sinks=kwargs["sinks"], softcap=0.0, scale=None, mask=None, mask_indptr=None,
-              keys="all", out=kwargs["out"])
-    cfg = config(a.head_dim, a.head_dim_v, q.dtype, q.device)
-    known = {"a": a, "q": q, "k": k, "v": v, "k_cache": k_cache, "v_cache": v_cache,
-             "block_table": block_table, "cu_seqlens": cu_seqlens, "prefix_lens": prefix_lens,
-             "sinks": kwargs["sinks"], "mask": None, "mask_indptr": None, "out": kwargs["out"],
-             "lse": kwargs["out"], "window_left": kwargs["window_left"], "window_right": None,
-             "causal": True, "softcap": 0.0, "keys": "all", "return_lse": False,
-             "bounds": kwargs["bounds"], "block_m": cfg.block_m, "block_n": cfg.block_n, "cfg": cfg}
-    params = inspect.signature(launch).parameters
-    if any(name not in known and p.default is inspect.Parameter.empty for name, p in params.items()):
-        return None
-    call = {name: known[name] for name in params if name in known}
-    return lambda: launch(**call)
-
-
 def ours(inputs, *, bounds="tight", layout="window", control=False):
     """swattn's two-stage kernel over the paged pool (page size ``case.page_size``).
 
@@ -165,27 +136,10 @@ def ours(inputs, *, bounds="tight", layout="window", control=False):
             inputs.cu_seqlens, inputs.prefix_lens)
     kwargs = {"window_left": case.window_left, "sinks": inputs.sinks, "out": out, "bounds": bounds}
 
-    def public():
-        module.extend_attention(*args, **kwargs)
-
+    # prepare() validates once (that reads lengths back to the host, which a CUDA graph
+    # cannot hold); the launch it returns only launches, so it is what gets captured.
+    fn, _, _ = module.prepare(*args, **kwargs)
     note = f"{layout} layout"
-    fn = public
-    try:
-        launch = _prevalidated(module, args, kwargs)
-    except Exception as exc:  # noqa: BLE001
-        launch, note = None, note + f"; pre-validation failed ({exc})"
-    if launch is not None:
-        # The launch-only path must give what the public launcher gives, bit for bit.
-        public()
-        expected = out.clone()
-        out.fill_(float("nan"))
-        launch()
-        if torch.equal(out, expected):
-            fn = launch
-        else:
-            note += "; launch-only path differs from the launcher: timing the launcher (no graph)"
-    else:
-        note += "; launcher timed as is (its validation syncs: no graph)"
     return Prepared(fn, lambda: out, note, True, _poisoner(out))
 
 

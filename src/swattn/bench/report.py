@@ -58,7 +58,8 @@ def tile_prediction(case, block_m=None, block_n=None):
     """
     if block_m is None or block_n is None:
         from ..ops.config import extend_config
-        cfg = extend_config(case.head_dim, case.head_dim_v, "bfloat16", "cuda")
+        cfg = extend_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
+                            "bfloat16", "cuda")
         block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
     counts = None
     try:

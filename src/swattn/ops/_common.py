@@ -26,6 +26,8 @@ first_key_tile = _compile_bound(window.first_key_tile)
 causal_key_end = _compile_bound(window.causal_key_end)
 right_key_end = _compile_bound(window.right_key_end)
 visible_key_end = _compile_bound(window.visible_key_end)
+full_tiles_start = _compile_bound(window.full_tiles_start)
+full_tiles_end = _compile_bound(window.full_tiles_end)
 decode_first_key = _compile_bound(window.decode_first_key)
 
 

@@ -9,13 +9,22 @@ class Config:
     block_n: int
     num_warps: int
     num_stages: int
+    pack_gqa: bool = False
 
 
 # Every tiling extend_config can return; tests and `swattn verify` walk all of them.
 EXTEND_TILINGS = ((128, 64), (64, 64), (32, 64), (16, 16))
 
 
-def extend_config(head_dim, head_dim_v, dtype, device):
+def packs_gqa(config, group):
+    """Whether a launch packs the query heads of a KV group into the rows of a block: asked
+    for, a group of 2 or more, a power of two, and at most BLOCK_M / 2 so a block still
+    holds two tokens."""
+    return (config.pack_gqa and group > 1 and group & (group - 1) == 0
+            and 2 * group <= config.block_m)
+
+
+def extend_config(head_dim, head_dim_v, group, dtype, device):
     """(BLOCK_M, BLOCK_N, warps, stages) of the two-stage kernel.
 
     On the GPU the tile shrinks as the head grows so q, the accumulator and one K/V tile

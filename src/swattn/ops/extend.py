@@ -10,14 +10,17 @@ SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so 
 claim that the bounds change nothing is checked bit for bit.
 """
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
-from ._common import (LOG2E, causal_key_end, finish, first_key_tile, right_key_end,
-                      scores_log2, softmax_step, visible_key_end)
+from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_end,
+                      full_tiles_start, right_key_end, scores_log2, softmax_step,
+                      visible_key_end)
 from ._validate import ExtendArgs, check_extend
-from .config import extend_config
+from .config import extend_config, packs_gqa
 
 BOUNDS = ("tight", "skip", "none")
 
@@ -58,21 +61,118 @@ def _visible(q_pos, k_pos, k_end, window_left, window_right,
 
 
 @triton.jit
+def _load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
+    """A [rows, cols] tile, rows masked; the column mask only where the head dim is not a
+    power of two, so full-width rows keep their 16-byte vector loads."""
+    if EVEN_COLS:
+        return tl.load(p, mask=m_rows[:, None], other=0.0)
+    else:
+        return tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
+
+
+@triton.jit
 def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr):
-    """Load one key tile (p_k: [BD, BN] pointers, p_v: [BN, BDV]) where m_load allows and
+                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+    """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
     fold the visible logits into the state. SKIP leaves a fully masked tile's matrix work
-    out (the state would come out bit-unchanged anyway)."""
-    if SKIP:
+    out (the state would come out bit-unchanged anyway); MASKED=False is for tiles every
+    row sees whole (window.full_tile_range), where ``keep`` is all true and not applied."""
+    if SKIP and MASKED:
         needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
     else:
         needed = True
     if needed:
-        b_k = tl.load(p_k, mask=m_load[None, :] & m_d[:, None], other=0.0)  # [BD, BN]
-        b_v = tl.load(p_v, mask=m_load[:, None] & m_dv[None, :], other=0.0)  # [BN, BDV]
-        s = scores_log2(tl.dot(b_q, b_k), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
-        s = tl.where(keep, s, float("-inf"))
+        b_k = _load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
+        b_v = _load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
+        s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+        if MASKED:
+            s = tl.where(keep, s, float("-inf"))
         m_i, l_i, acc = softmax_step(s, b_v, m_i, l_i, acc)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
+                BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr):
+    """(mid_lo, mid_hi) of window.full_tile_range: the tiles that need no mask. A custom
+    mask leaves none."""
+    if USE_MASK:
+        mid_lo = hi
+        mid_hi = hi
+    else:
+        end = range_end
+        if IS_CAUSAL:
+            end = causal_key_end(first_q, range_end)
+        elif USE_RIGHT:
+            end = right_key_end(first_q, window_right, range_end)
+        mid_lo = lo
+        if USE_WINDOW:
+            mid_lo = full_tiles_start(last_q, window_left, lo, BLOCK_N)
+        mid_lo = tl.minimum(mid_lo, hi)
+        mid_hi = tl.maximum(tl.minimum(full_tiles_end(end, lo, BLOCK_N), hi), mid_lo)
+    return mid_lo, mid_hi
+
+
+@triton.jit
+def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                  block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                  stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale,
+                  softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                  BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                  USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+                  SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+                  EVEN_DV: tl.constexpr):
+    """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
+    table. No key below ``lowest_key`` is read: its page may be freed (-1)."""
+    for start_n in range(start, stop, BLOCK_N):
+        k_pos = start_n + o_n
+        m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
+        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
+        page = page.to(tl.int64)
+        slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
+        slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
+        keep = m_load[None, :]
+        if MASKED:
+            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
+                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+                keep = keep & (bits != 0)
+        m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
+                                     V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
+                                     m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
+                                     SKIP, MASKED, EVEN_D, EVEN_DV)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len, extend_len,
+               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row,
+               qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+               BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+               SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+               EVEN_DV: tl.constexpr):
+    """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
+    first new token."""
+    for start_n in range(start, stop, BLOCK_N):
+        k_pos = start_n + o_n
+        m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
+        keep = m_load[None, :]
+        if MASKED:
+            keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
+                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
+                               mask=keep, other=0)
+                keep = keep & (bits != 0)
+        tok = (seq_start + k_pos).to(tl.int64)
+        m_i, l_i, acc = _attend_tile(b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
+                                     V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :],
+                                     m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+                                     USE_SOFTCAP, SKIP, MASKED, EVEN_D, EVEN_DV)
     return m_i, l_i, acc
 
 
@@ -85,117 +185,136 @@ def _extend_kernel(
     stride_bt, stride_ot, stride_oh, stride_lt,
     num_seqs, page_size, qk_scale, softcap, window_left, window_right,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SEQS_POW2: tl.constexpr,
-    USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr, USE_MASK: tl.constexpr,
-    DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr, RETURN_LSE: tl.constexpr,
-    TIGHT: tl.constexpr, SKIP: tl.constexpr,
+    GROUP: tl.constexpr, PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SEQS_POW2: tl.constexpr, USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
+    RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr,
 ):
+    # With PACK_GQA a program owns one KV head and BLOCK_M // GROUP tokens: row r is token
+    # r // GROUP of the block under query head r % GROUP of the group, so each K/V tile is
+    # loaded once for the whole group. Without it, one query head and BLOCK_M tokens.
+    TOKENS: tl.constexpr = BLOCK_M // GROUP if PACK_GQA else BLOCK_M
+    EVEN_D: tl.constexpr = D == BLOCK_D
+    EVEN_DV: tl.constexpr = DV == BLOCK_DV
     i_block = tl.program_id(0)
-    i_h = tl.program_id(1).to(tl.int64)
-    i_kvh = i_h // GROUP
+    o_m = tl.arange(0, BLOCK_M)
+    if PACK_GQA:
+        i_kvh = tl.program_id(1).to(tl.int64)
+        head = i_kvh * GROUP + o_m % GROUP  # [BM]
+        row_token = o_m // GROUP
+    else:
+        i_kvh = tl.program_id(1).to(tl.int64) // GROUP
+        head = tl.zeros([BLOCK_M], tl.int64) + tl.program_id(1)  # [BM], one head
+        row_token = o_m
     # Which sequence this block belongs to: block_offsets[b] is the first block of b.
     o_seq = tl.arange(0, SEQS_POW2)
     seq_block_ends = tl.load(block_offsets + 1 + o_seq, mask=o_seq < num_seqs, other=2147483647)
     i_seq = tl.sum((seq_block_ends <= i_block).to(tl.int32), 0)
     if i_seq >= num_seqs:
         return
-    block_start = (i_block - tl.load(block_offsets + i_seq)) * BLOCK_M
+    block_start = (i_block - tl.load(block_offsets + i_seq)) * TOKENS
     seq_start = tl.load(cu_seqlens + i_seq)
     extend_len = tl.load(cu_seqlens + i_seq + 1) - seq_start
     prefix_len = tl.load(prefix_lens + i_seq)
-    last_row = tl.minimum(block_start + BLOCK_M, extend_len) - 1
+    last_row = tl.minimum(block_start + TOKENS, extend_len) - 1
 
-    o_m = tl.arange(0, BLOCK_M)
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
     o_dv = tl.arange(0, BLOCK_DV)
     m_d = o_d < D
     m_dv = o_dv < DV
-    rows = block_start + o_m
+    rows = block_start + row_token
     m_rows = rows < extend_len
     # Rows past the sequence get position -1: they see nothing and are not stored.
     q_local = tl.where(m_rows, rows, -1)
+    tok_q = (seq_start + rows).to(tl.int64)
 
-    p_q = Q + (seq_start + rows).to(tl.int64)[:, None] * stride_qt + i_h * stride_qh + o_d[None, :]
-    b_q = tl.load(p_q, mask=m_rows[:, None] & m_d[None, :], other=0.0)  # [BM, BD]
-
-    if USE_MASK:
-        mask_row = tl.load(mask_indptr + i_seq).to(tl.int64) + rows.to(tl.int64) * (prefix_len + extend_len)
+    b_q = _load_rows(Q + tok_q[:, None] * stride_qt + head[:, None] * stride_qh + o_d[None, :],
+                     m_rows, m_d, EVEN_D)  # [BM, BD]
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
+    if USE_MASK:
+        mask_row = tl.load(mask_indptr + i_seq).to(tl.int64) + rows.to(tl.int64) * (prefix_len + extend_len)
+    else:
+        mask_row = rows
+
     if DO_PREFIX:
-        # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table.
+        # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
+        # masked edge tiles, then the tiles every row sees whole, then masked again.
         q_pos = tl.where(m_rows, prefix_len + rows, -1)
-        lo, hi = _stage_bounds(prefix_len + block_start, prefix_len + last_row, prefix_len,
-                               window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
-                               USE_RIGHT, TIGHT, SKIP)
-        # No key below the first row's window may be read: its page may be freed (-1).
-        lowest_key = 0
-        if USE_WINDOW:
-            lowest_key = prefix_len + block_start - window_left
-        for start_n in range(lo, hi, BLOCK_N):
-            k_pos = start_n + o_n
-            m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
-            page = page.to(tl.int64)
-            slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
-            slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
-            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
-                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :],
-                               mask=keep, other=0)
-                keep = keep & (bits != 0)
-            m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[None, :] + o_d[:, None],
-                                         V_cache + slot_v[:, None] + o_dv[None, :], m_load,
-                                         keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                                         USE_SOFTCAP, SKIP)
+        first_q = prefix_len + block_start
+        lo, hi = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
+                               window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi,
+                                     window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
+                                     USE_RIGHT, USE_MASK)
+        lowest_key = first_q - window_left if USE_WINDOW else 0
+        for part in tl.static_range(3):
+            start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+            stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            m_i, l_i, acc = _prefix_tiles(
+                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale, softcap,
+                window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
+                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
 
     if DO_NEW:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
         lo, hi = _stage_bounds(block_start, last_row, extend_len, window_left, window_right,
                                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-        lowest_key = 0
-        if USE_WINDOW:
-            lowest_key = block_start - window_left
-        for start_n in range(lo, hi, BLOCK_N):
-            k_pos = start_n + o_n
-            m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
-            keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
-                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
-                               mask=keep, other=0)
-                keep = keep & (bits != 0)
-            tok = (seq_start + k_pos).to(tl.int64)
-            m_i, l_i, acc = _attend_tile(b_q, K + tok[None, :] * stride_kt + i_kvh * stride_kh + o_d[:, None],
-                                         V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :],
-                                         m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                                         USE_SOFTCAP, SKIP)
+        mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, window_left,
+                                     window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT,
+                                     USE_MASK)
+        lowest_key = block_start - window_left if USE_WINDOW else 0
+        for part in tl.static_range(3):
+            start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+            stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            m_i, l_i, acc = _new_tiles(
+                start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len,
+                extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask,
+                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
+                EVEN_D, EVEN_DV)
 
     sink_log2 = 0.0
     if HAS_SINKS:
-        sink_log2 = tl.load(sinks + i_h) * 1.4426950408889634
+        sink_log2 = tl.load(sinks + head) * 1.4426950408889634
     o, lse = finish(acc, m_i, l_i, sink_log2, HAS_SINKS)
-    tok_q = (seq_start + rows).to(tl.int64)
-    p_o = Out + tok_q[:, None] * stride_ot + i_h * stride_oh + o_dv[None, :]
-    tl.store(p_o, o.to(Out.dtype.element_ty), mask=m_rows[:, None] & m_dv[None, :])
+    p_o = Out + tok_q[:, None] * stride_ot + head[:, None] * stride_oh + o_dv[None, :]
+    if EVEN_DV:
+        tl.store(p_o, o.to(Out.dtype.element_ty), mask=m_rows[:, None])
+    else:
+        tl.store(p_o, o.to(Out.dtype.element_ty), mask=m_rows[:, None] & m_dv[None, :])
     if RETURN_LSE:
-        tl.store(Lse + tok_q * stride_lt + i_h, lse, mask=m_rows)
+        tl.store(Lse + tok_q * stride_lt + head, lse, mask=m_rows)
 
 
-def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
-                     window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
-                     scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
-                     deterministic=False, out=None, bounds="tight", block_m=None, block_n=None):
-    """Launcher of the two-stage kernel (see swattn.extend_attention for the arguments).
+def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, **kwargs):
+    """Launcher of the two-stage kernel (see swattn.extend_attention for the arguments, and
+    :func:`prepare` for the launcher-only ones)."""
+    launch, out, lse = prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                               **kwargs)
+    launch()
+    return (out, lse) if kwargs.get("return_lse") else out
 
-    ``bounds`` picks the loop-bound variant; ``block_m``/``block_n`` override the tiling
-    (tests walk every tiling the config function can return).
+
+def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
+            window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
+            scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
+            deterministic=False, out=None, bounds="tight", block_m=None, block_n=None,
+            pack_gqa=None, config=None):
+    """Validate once (one small host sync) and return ``(launch, out, lse)``: ``launch()``
+    runs the kernel on these tensors with no host sync and no allocation but the block
+    offsets, so an engine (or a benchmark) can call it many times or capture it in a CUDA
+    graph, as long as the lengths it was validated with still hold.
+
+    ``bounds`` picks the loop-bound variant; ``block_m``/``block_n``/``pack_gqa`` or a whole
+    ``config`` override the config function (tests walk every tiling, packed or not).
     """
     if deterministic:
         raise NotImplementedError("deterministic=True (the single-pass kernel) is not built yet")
@@ -205,16 +324,19 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                      window_left=window_left, window_right=window_right, causal=causal,
                      sinks=sinks, softcap=softcap, scale=scale, mask=mask,
                      mask_indptr=mask_indptr, keys=keys, out=out)
-    cfg = extend_config(a.head_dim, a.head_dim_v, q.dtype, q.device)
-    block_m = block_m or cfg.block_m
-    block_n = block_n or cfg.block_n
+    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
+    cfg = replace(cfg, block_m=block_m or cfg.block_m, block_n=block_n or cfg.block_n,
+                  pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
     if out is None:
         out = torch.empty(a.num_tokens, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
-    lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else out
-    _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
-            mask_indptr, out, lse, window_left, window_right, causal, softcap, keys, return_lse,
-            bounds, block_m, block_n, cfg)
-    return (out, lse) if return_lse else out
+    lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
+
+    def launch():
+        _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
+                mask_indptr, out, lse if return_lse else out, window_left, window_right, causal,
+                softcap, keys, return_lse, bounds, cfg)
+
+    return launch, out, lse
 
 
 def _dot_width(dim):
@@ -224,15 +346,18 @@ def _dot_width(dim):
 
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
-            return_lse, bounds, block_m, block_n, cfg):
+            return_lse, bounds, cfg):
+    """Launch on validated arguments: no host sync, no allocation but the block offsets."""
     if a.num_tokens == 0:
         return
+    pack = packs_gqa(cfg, a.group)
+    tokens = cfg.block_m // a.group if pack else cfg.block_m
     extend_lens = cu_seqlens[1:] - cu_seqlens[:-1]
-    blocks = (extend_lens + block_m - 1) // block_m
+    blocks = (extend_lens + tokens - 1) // tokens
     block_offsets = torch.zeros(a.num_seqs + 1, dtype=torch.int32, device=q.device)
     torch.cumsum(blocks, 0, out=block_offsets[1:])
-    # Upper bound of sum(ceil(E_b / BM)) without reading the lengths back to the host.
-    grid = (triton.cdiv(a.num_tokens, block_m) + a.num_seqs, a.num_q_heads)
+    # Upper bound of sum(ceil(E_b / tokens)) without reading the lengths back to the host.
+    grid = (triton.cdiv(a.num_tokens, tokens) + a.num_seqs, a.num_kv_heads if pack else a.num_q_heads)
     use_softcap = softcap > 0
     qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
     use_mask = mask is not None
@@ -252,8 +377,8 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         num_seqs=a.num_seqs, page_size=k_cache.shape[1], qk_scale=qk_scale,
         softcap=float(softcap), window_left=window_left or 0, window_right=window_right or 0,
         D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
-        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group,
-        BLOCK_M=block_m, BLOCK_N=block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
+        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, PACK_GQA=pack,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
         USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),

@@ -12,6 +12,8 @@ def add_arguments(parser):
     parser.add_argument("--out", default=None, help="folder for the markdown tables")
     parser.add_argument("--limit", type=int, default=None, help="first N configurations only")
     parser.add_argument("--asm", action="store_true", help="compare the SASS of tight and baseline (GPU)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes sharing the matrix (compiles run in parallel; GPU only)")
 
 
 def run(args):
@@ -34,7 +36,18 @@ def run(args):
               f"tight-none {row.max_abs_tight_none:.1e} err {row.err_tight:.1e} ({row.seconds:.1f}s)",
               file=sys.stderr, flush=True)
 
-    rows = identity.run_extend(device, limit=args.limit, progress=progress)
+    if args.jobs > 1 and device == "cuda":
+        import concurrent.futures
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            parts = list(pool.map(_shard, [(device, args.limit, i, args.jobs) for i in range(args.jobs)]))
+        order = {name: i for i, (name, *_rest) in enumerate(identity.extend_matrix(True))}
+        rows = sorted((r for part in parts for r in part), key=lambda r: order[r.name])
+        for row in rows:
+            progress(row)
+    else:
+        rows = identity.run_extend(device, limit=args.limit, progress=progress)
     table = identity.format_rows(rows, f"two-stage extend: {scope}, {time.perf_counter() - t0:.0f} s")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -42,6 +55,12 @@ def run(args):
             f.write(table + "\n")
     print(table)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def _shard(job):
+    from . import identity
+    device, limit, index, count = job
+    return identity.run_extend(device, limit=limit, shard=(index, count))
 
 
 def main(argv=None):

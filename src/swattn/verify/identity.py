@@ -62,7 +62,8 @@ def _shape(window, block_m, block_n, gpu):
 
 
 def extend_matrix(gpu=True):
-    """(name, case, kwargs, tiling) for every configuration of the two-stage matrix."""
+    """(name, case, kwargs, (BLOCK_M, BLOCK_N, pack_gqa)) for every configuration of the
+    two-stage matrix."""
     windows, groups = (GPU_WINDOWS, GPU_GROUPS) if gpu else (CPU_WINDOWS, CPU_GROUPS)
     page_sizes = (16, 1, 64) if gpu else (4, 1, 16)
     rows = []
@@ -77,9 +78,10 @@ def extend_matrix(gpu=True):
             kwargs = _feature_kwargs(feature, case, w)
             if feature == "full-attention-bounds":
                 case.window_left = None
+            pack = j % 2 == 1
             name = (f"W{w} {feature} d{head_dim}/{head_dim_v} {str(dtype)[6:]} "
-                    f"BM{tiling[0]}xBN{tiling[1]} ps{case.page_size}")
-            rows.append((name, case, kwargs, tiling))
+                    f"BM{tiling[0]}xBN{tiling[1]}{' gqa-packed' if pack else ''} ps{case.page_size}")
+            rows.append((name, case, kwargs, tiling + (pack,)))
     return rows
 
 
@@ -118,18 +120,20 @@ def _max_abs(a, b):
     return worst
 
 
-def run_extend(device, gpu=None, limit=None, progress=None):
-    """Run the two-stage matrix on ``device``; one Row per configuration."""
+def run_extend(device, gpu=None, limit=None, progress=None, shard=(0, 1)):
+    """Run the two-stage matrix on ``device``; one Row per configuration. ``shard=(i, n)``
+    runs every n-th configuration from the i-th (parallel compiles across processes)."""
     gpu = (torch.device(device).type == "cuda") if gpu is None else gpu
     out = []
-    for name, case, kwargs, tiling in extend_matrix(gpu)[:limit]:
+    for name, case, kwargs, tiling in extend_matrix(gpu)[:limit][shard[0]::shard[1]]:
         t0 = time.perf_counter()
         tensors = build_extend(case, device)
         kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
         window = case.window_left if case.window_left is not None else None
         # The full-attention row keeps the window off in the kernel too.
         results = {b: ops_extend.extend_attention(*tensors, window_left=window, bounds=b,
-                                                  block_m=tiling[0], block_n=tiling[1], **kwargs)
+                                                  block_m=tiling[0], block_n=tiling[1],
+                                                  pack_gqa=tiling[2], **kwargs)
                    for b in ops_extend.BOUNDS}
         want = reference.extend_attention(*tensors, window_left=window, **kwargs)
         row = Row(name, 1, _max_abs(results["tight"], results["skip"]),
