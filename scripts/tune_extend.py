@@ -14,14 +14,12 @@ from swattn.bench import harness, workloads
 from swattn.ops import extend
 from swattn.ops.config import Config
 
-# (BLOCK_M, BLOCK_N, warps, stages, pack_gqa)
+# (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full)
 SWEEP = {
-    "A": [(128, 64, 4, 2, False), (64, 32, 4, 2, False), (64, 32, 4, 3, False),
-          (128, 32, 4, 2, True), (128, 64, 4, 2, True), (64, 32, 4, 2, True), (128, 32, 8, 2, True),
-          (64, 64, 4, 2, True), (256, 32, 8, 2, True), (128, 32, 4, 3, True)],
-    "B": [(128, 128, 8, 3, False), (64, 64, 4, 3, False), (128, 64, 8, 3, False),
-          (128, 128, 8, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 3, True), (128, 128, 8, 2, True),
-          (64, 128, 4, 3, False), (128, 128, 4, 3, False)],
+    "A": [(128, 32, 4, 2, True, False), (128, 32, 4, 2, True, True), (64, 32, 4, 2, True, False),
+          (128, 64, 4, 2, True, False), (64, 32, 4, 2, False, False), (256, 32, 8, 2, True, False)],
+    "B": [(128, 64, 8, 3, True, True), (128, 64, 8, 3, True, False), (128, 128, 8, 3, True, True),
+          (128, 64, 8, 4, True, True)],
 }
 
 
@@ -33,11 +31,12 @@ def main():
         args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
                 inputs.cu_seqlens, inputs.prefix_lens)
         base = None
-        for bm, bn, warps, stages, pack in configs:
-            label = f"tune {name} P8192E8192 BM{bm} BN{bn} warps{warps} stages{stages} pack{int(pack)}"
+        for bm, bn, warps, stages, pack, split in configs:
+            label = (f"tune {name} P8192E8192 BM{bm} BN{bn} warps{warps} stages{stages} pack{int(pack)} "
+                     f"split{int(split)}")
             try:
                 fn, out, _ = extend.prepare(*args, window_left=case.window_left, sinks=sinks,
-                                            config=Config(bm, bn, warps, stages, pack))
+                                            config=Config(bm, bn, warps, stages, pack, split))
                 fn()
                 torch.cuda.synchronize()
                 if base is None:

@@ -184,3 +184,15 @@ def test_gpu_real_sizes(dtype):
     case = ExtendCase([0, 128, 1000, 4096], [700, 513, 64, 1100], num_q_heads=16, num_kv_heads=2,
                       head_dim=64, head_dim_v=64, page_size=16, window_left=127, dtype=dtype)
     check_case(case, sinks=torch.randn(16, device=DEVICE))
+
+
+def test_split_and_single_loop_agree():
+    """The mask-free middle loop (window.full_tile_range) gives the bits one masked loop
+    gives: its tiles' mask is all true."""
+    from swattn.ops.config import Config
+    case = ExtendCase([70, 3], [40, 35], window_left=37, seed=21)
+    tensors = build_extend(case, DEVICE)
+    split, single = (ops_extend.extend_attention(*tensors, window_left=37, config=Config(16, 16, 4, 1, True, s))
+                     for s in (True, False))
+    assert torch.equal(split, single)
+    assert rel_err(split, reference.extend_attention(*tensors, window_left=37)) < TOL

@@ -51,43 +51,26 @@ def verdict(ratio, noise):
 
 def tile_prediction(case, block_m=None, block_n=None):
     """Key tiles the two-stage kernel walks, tight vs skip (stage 1 + stage 2, summed over
-    query blocks, sequences and heads), and their ratio: the predicted tight/skip time.
-
-    Uses :mod:`swattn.tiles` when it offers ``count_workload``, else the bounds of
-    :mod:`swattn.window` directly. The tiling defaults to the kernel's H200 config.
+    query blocks, sequences and heads; swattn.tiles), and their ratio: the predicted
+    tight/skip time. The tiling defaults to the kernel's H200 config; where it packs a GQA
+    group into a block's rows, a block holds BLOCK_M / group tokens and serves the group.
     """
+    from .. import tiles
+    group = case.num_q_heads // case.num_kv_heads
+    tokens, heads = block_m, case.num_q_heads
     if block_m is None or block_n is None:
-        from ..ops.config import extend_config
-        cfg = extend_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
-                            "bfloat16", "cuda")
+        from ..ops.config import extend_config, packs_gqa
+        cfg = extend_config(case.head_dim, case.head_dim_v, group, case.window_left, "bfloat16", "cuda")
         block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
-    counts = None
-    try:
-        from .. import tiles
-        counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, block_m,
-                                      block_n, heads=case.num_q_heads)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        counts = None
-    if counts is not None:
-        tight = counts["stage1"]["tight"] + counts["stage2"]["tight"]
-        skip = counts["stage1"]["all"] + counts["stage2"]["all"]
-    else:
-        tight, skip = _count_tiles(case, block_m, block_n)
+        tokens, heads = block_m, case.num_q_heads
+        if packs_gqa(cfg, group):
+            tokens, heads = block_m // group, case.num_kv_heads
+    counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, tokens,
+                                  block_n, heads=heads)
+    tight = counts["stage1"]["tight"] + counts["stage2"]["tight"]
+    skip = counts["stage1"]["all"] + counts["stage2"]["all"]
     return {"tight": tight, "skip": skip, "ratio": tight / skip if skip else None,
-            "block_m": block_m, "block_n": block_n}
-
-
-def _count_tiles(case, block_m, block_n):
-    from ..window import Window, key_bounds, num_tiles
-    window = Window(case.window_left)
-    totals = {"tight": 0, "all": 0}
-    for prefix, new in case.seqs:
-        for bounds in totals:
-            for start in range(0, new, block_m):
-                for loop in ("stage1", "stage2"):
-                    lo, hi = key_bounds(loop, prefix, new, start, block_m, block_n, window, bounds)
-                    totals[bounds] += num_tiles(lo, hi, block_n) * case.num_q_heads
-    return totals["tight"], totals["all"]
+            "block_m": block_m, "block_n": block_n, "tokens_per_block": tokens}
 
 
 # --------------------------------------------------------------------------------------

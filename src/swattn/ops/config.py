@@ -10,10 +10,11 @@ class Config:
     num_warps: int
     num_stages: int
     pack_gqa: bool = False
+    split_full: bool = True
 
 
 # Every tiling extend_config can return; tests and `swattn verify` walk all of them.
-EXTEND_TILINGS = ((128, 64), (64, 64), (32, 64), (16, 16))
+EXTEND_TILINGS = ((128, 32), (128, 64), (64, 64), (32, 64), (16, 16))
 
 
 def packs_gqa(config, group):
@@ -24,20 +25,25 @@ def packs_gqa(config, group):
             and 2 * group <= config.block_m)
 
 
-def extend_config(head_dim, head_dim_v, group, dtype, device):
-    """(BLOCK_M, BLOCK_N, warps, stages) of the two-stage kernel.
+def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
+    """(BLOCK_M, BLOCK_N, warps, stages, pack GQA, split off mask-free tiles) of the
+    two-stage kernel.
 
     On the GPU the tile shrinks as the head grows so q, the accumulator and one K/V tile
-    stay in registers (H200 choice; see benchmarks/results for the measurements). The
+    stay in registers. H200 sweeps (scripts/tune_extend.py, benchmarks/results/): gpt-oss
+    (d64, group 8, window 128) is fastest with 16 tokens x 8 heads a block and 32-key
+    tiles; Mistral (d128, group 4, window 4096) with 128 x 64 tiles, 8 warps, 3 stages.
+    Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
     """
+    split = window_left is None or window_left >= 4 * 64
     if getattr(device, "type", device) != "cuda":
-        return Config(16, 16, 4, 1)
+        return Config(16, 16, 4, 1, False, True)
     width = max(head_dim, head_dim_v)
     if width <= 64:
-        return Config(128, 64, 4, 2)
+        return Config(128, 32, 4, 2, True, split)
     if width <= 128:
-        return Config(128, 64, 8, 2)
+        return Config(128, 64, 8, 3, True, split)
     if width <= 256:
-        return Config(64, 64, 8, 2)
-    return Config(32, 64, 8, 1)
+        return Config(64, 64, 8, 2, False, split)
+    return Config(32, 64, 8, 1, False, split)

@@ -189,8 +189,11 @@ def _extend_kernel(
     SEQS_POW2: tl.constexpr, USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr,
     IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
-    RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr,
+    RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
 ):
+    # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
+    # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
+    # and three pipelined loops cost more than they save there).
     # With PACK_GQA a program owns one KV head and BLOCK_M // GROUP tokens: row r is token
     # r // GROUP of the block under query head r % GROUP of the group, so each K/V tile is
     # loaded once for the whole group. Without it, one query head and BLOCK_M tokens.
@@ -251,9 +254,9 @@ def _extend_kernel(
                                window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
         mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi,
                                      window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
-                                     USE_RIGHT, USE_MASK)
+                                     USE_RIGHT, USE_MASK or not SPLIT_FULL)
         lowest_key = first_q - window_left if USE_WINDOW else 0
-        for part in tl.static_range(3):
+        for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _prefix_tiles(
@@ -269,9 +272,9 @@ def _extend_kernel(
                                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
         mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, window_left,
                                      window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT,
-                                     USE_MASK)
+                                     USE_MASK or not SPLIT_FULL)
         lowest_key = block_start - window_left if USE_WINDOW else 0
-        for part in tl.static_range(3):
+        for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _new_tiles(
@@ -324,7 +327,7 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                      window_left=window_left, window_right=window_right, causal=causal,
                      sinks=sinks, softcap=softcap, scale=scale, mask=mask,
                      mask_indptr=mask_indptr, keys=keys, out=out)
-    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
+    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, window_left, q.dtype, q.device)
     cfg = replace(cfg, block_m=block_m or cfg.block_m, block_n=block_n or cfg.block_n,
                   pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
     if out is None:
@@ -383,5 +386,6 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+        SPLIT_FULL=cfg.split_full,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
