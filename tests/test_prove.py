@@ -184,3 +184,23 @@ def test_default_grid_is_the_documented_one():
     assert len(grid.extend_lens) == 10
     assert set(grid.window_starts) == {0, 7777}
     assert None in grid.window_rights and 0 in grid.window_rights
+
+
+def test_mask_free_tiles_are_whole_on_the_true_bounds(true_result):
+    for loop in EXTEND_LOOPS:
+        assert true_result["loops"][loop]["full_tiles"] > 0, loop
+        assert true_result["loops"][loop]["partial_full_tiles"] == 0, loop
+
+
+def _full_range_from_first_row(loop, prefix_len, extend_len, block_start, block_m, block_n, win, lo, hi):
+    """Bug: the mask-free run starts at the loop's first tile (the first row's floor), not
+    at the last row's lowest key, so it takes in tiles the later rows only partly see."""
+    mid_lo, mid_hi = window.full_tile_range(loop, prefix_len, extend_len, block_start, block_m,
+                                            block_n, win, lo, hi)
+    return min(lo, mid_lo), mid_hi
+
+
+def test_planted_mask_free_bug_is_caught():
+    result = _quick(full_fn=_full_range_from_first_row)
+    assert result["ok"] is False
+    assert sum(result["loops"][loop]["partial_full_tiles"] for loop in EXTEND_LOOPS) > 0

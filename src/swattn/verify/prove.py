@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..window import Window, decode_bounds, key_bounds, visible
+from ..window import Window, decode_bounds, full_tile_range, key_bounds, visible
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 # Counts that must be zero: a skipped visible key, a floor below the first visible tile
 # (decode: a read of more keys than the window holds), a bound off the tile grid or range.
-FAILURES = ("violations", "loose_floors", "loose", "bad_bounds")
+FAILURES = ("violations", "loose_floors", "loose", "bad_bounds", "partial_full_tiles")
 
 
 @dataclass(frozen=True)
@@ -188,16 +188,27 @@ def _rectangle_sums(mask, rows, cols, cuts):
 def _new_stats():
     return {"configs": 0, "query_blocks": 0, "tiles_below_floor": 0, "violations": 0,
             "witnesses": 0, "loose_floors": 0, "tiles_past_end": 0, "empty_tiles_walked": 0,
-            "bad_bounds": 0, "seconds": 0.0}
+            "bad_bounds": 0, "full_tiles": 0, "partial_full_tiles": 0, "seconds": 0.0}
 
 
-def _check_blocks(layout, sums, lo, hi, stats):
-    """Class every tile of every block against ``(lo, hi)`` and add up the counts."""
+def _check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats):
+    """Class every tile of every block against ``(lo, hi)`` and the mask-free tiles
+    ``[mid_lo, mid_hi)`` (every element of those must be visible, and the tile whole)
+    and add up the counts."""
     first_row = layout.row_start[layout.tile_block]
     end_row = layout.row_end[layout.tile_block]
-    tiles_vis = (sums[end_row, layout.tile_end_col] - sums[first_row, layout.tile_end_col]
-                 - sums[end_row, layout.tile_start_col]
-                 + sums[first_row, layout.tile_start_col]) > 0
+    tile_count = (sums[end_row, layout.tile_end_col] - sums[first_row, layout.tile_end_col]
+                  - sums[end_row, layout.tile_start_col] + sums[first_row, layout.tile_start_col])
+    tiles_vis = tile_count > 0
+    block_n = layout.block_n[layout.tile_block]
+    full = (layout.tile_start >= mid_lo[layout.tile_block]) & (layout.tile_start < mid_hi[layout.tile_block])
+    whole = (tile_count == (end_row - first_row) * block_n) & (
+        layout.tile_start + block_n <= layout.range_end[layout.tile_block])
+    stats["full_tiles"] += int(np.count_nonzero(full))
+    stats["partial_full_tiles"] += int(np.count_nonzero(full & ~whole))
+    # A non-empty mask-free run must sit on the loop's grid, inside the loop.
+    stats["bad_bounds"] += int(np.count_nonzero((mid_hi > mid_lo) & (
+        (mid_lo < lo) | (mid_hi > hi) | ((mid_lo - lo) % layout.block_n != 0))))
     tile_lo, tile_hi = lo[layout.tile_block], hi[layout.tile_block]
     below = layout.tile_start < tile_lo
     past = layout.tile_start >= tile_hi
@@ -217,7 +228,7 @@ def _check_blocks(layout, sums, lo, hi, stats):
                                                 | ((hi > layout.range_end) & (hi > lo))))
 
 
-def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds):
+def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds, full_fn=full_tile_range):
     """Counts of one extend loop (``stage1``, ``stage2`` or ``unified``) over the grid."""
     if loop not in EXTEND_LOOPS:
         raise ValueError(f"loop must be one of {EXTEND_LOOPS}, got {loop!r}")
@@ -232,12 +243,16 @@ def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds):
                                 window, "tight")
                       for extend_len, block_start, block_m, block_n in layout.calls]
             lo, hi = np.asarray(bounds, dtype=np.int64).reshape(-1, 2).T
+            mids = [full_fn(loop, prefix_len, extend_len, block_start, block_m, block_n, window,
+                            int(a), int(b))
+                    for (extend_len, block_start, block_m, block_n), a, b in zip(layout.calls, lo, hi)]
+            mid_lo, mid_hi = np.asarray(mids, dtype=np.int64).reshape(-1, 2).T
             for window_start in window_starts:
                 q_pos, k_pos = _positions(loop, prefix_len, longest, window_start)
                 mask = visible(q_pos[:, None], k_pos[None, :], window.left, window.right,
                                window.causal)
                 sums = _rectangle_sums(mask, len(q_pos), len(k_pos), layout.cuts)
-                _check_blocks(layout, sums, lo, hi, stats)
+                _check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats)
                 stats["query_blocks"] += len(layout.calls)
     stats["configs"] = (len(grid.tilings) * len(grid.windows()) * len(grid.prefix_lens)
                         * len(grid.extend_lens) * len(window_starts))
@@ -280,11 +295,12 @@ def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds):
     return stats
 
 
-def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds):
+def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds,
+          full_fn=full_tile_range):
     """Prove every loop's bounds over ``grid``. Returns ``{"grid", "loops", "violations",
     "ok", "seconds"}``; ``ok`` is False on any violation, loose floor or bad bound."""
     started = time.perf_counter()
-    loops = {loop: prove_loop(loop, grid, bounds_fn) for loop in EXTEND_LOOPS}
+    loops = {loop: prove_loop(loop, grid, bounds_fn, full_fn) for loop in EXTEND_LOOPS}
     loops["decode"] = prove_decode(grid, decode_bounds_fn)
     violations = sum(stats["violations"] for stats in loops.values())
     failures = sum(stats.get(key, 0) for stats in loops.values() for key in FAILURES)
@@ -296,7 +312,8 @@ _EXTEND_COLUMNS = (("configs", "configs"), ("query_blocks", "blocks"),
                    ("tiles_below_floor", "below floor"), ("violations", "violations"),
                    ("witnesses", "witnesses"), ("loose_floors", "loose"),
                    ("tiles_past_end", "past end"), ("empty_tiles_walked", "empty walked"),
-                   ("bad_bounds", "bad bounds"))
+                   ("bad_bounds", "bad bounds"), ("full_tiles", "mask-free"),
+                   ("partial_full_tiles", "mask-free not whole"))
 _DECODE_COLUMNS = (("configs", "configs"), ("keys_below_floor", "keys below floor"),
                    ("violations", "violations"), ("witnesses", "witnesses"),
                    ("loose", "loose"), ("bad_bounds", "bad bounds"))
