@@ -13,7 +13,7 @@ status=0
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)"
+  echo "commit ${SWATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 } | tee "$OUT/env.txt"
 
 if [[ ,$STEPS, == *,tests,* ]]; then
