@@ -158,23 +158,14 @@ def visible_pairs(prefix_len, extend_len, window_left):
 
 
 def parse_cases(text):
-    """``"P:E,P:E"`` (or ``"PxE"``) to ``((P, E), ...)``; ValueError naming a bad item."""
-    cases = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        parts = item.replace("x", ":").split(":")
-        try:
-            prefix, new = (int(part) for part in parts)
-        except ValueError:
-            raise ValueError(f"cases must be PREFIX:NEW pairs of ints >= 0, got {item!r}") from None
-        if prefix < 0 or new < 1:
-            raise ValueError(f"cases need PREFIX >= 0 and NEW >= 1, got {item!r}")
-        cases.append((prefix, new))
-    if not cases:
-        raise ValueError(f"no PREFIX:NEW pair in {text!r}")
-    return tuple(cases)
+    """``"P:E,P:E"`` (or ``"PxE"``) to ``((P, E), ...)`` (swattn.tiles.parse_workload), every
+    case with at least one new token; ValueError naming a bad item."""
+    from ..tiles import parse_workload
+    cases = tuple(parse_workload(text.replace("x", ":")))
+    for prefix, new in cases:
+        if new < 1:
+            raise ValueError(f"cases need PREFIX >= 0 and NEW >= 1, got {prefix}:{new}")
+    return cases
 
 
 def get(name):
