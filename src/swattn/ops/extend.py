@@ -1,11 +1,13 @@
 """Two-stage extend attention over a paged prefix.
 
-For every query block of BLOCK_M new tokens and one query head, one program walks
-stage 1, the cached prefix through the block table, then stage 2, the new tokens' own
-keys, into one online-softmax state. Both loops start at the first key tile that can
-hold a visible key (``window.first_key_tile``) and end at the last one any row sees, so
-a chunk over a long prefix costs what its window costs, whatever prefix the block table
-covers. ``bounds="skip"`` (every tile, matrix work skipped where fully masked: SGLang's
+For every query block (BLOCK_M new tokens under one query head, or, packed, BLOCK_M /
+group tokens under every head of a KV group so each K/V tile is read once for the group),
+one program walks stage 1, the cached prefix through the block table, then stage 2, the
+new tokens' own keys, into one online-softmax state. Both loops start at the first key
+tile that can hold a visible key (``window.first_key_tile``) and end at the last one any
+row sees, so a chunk over a long prefix costs what its window costs, whatever prefix the
+block table covers; inside, the tiles every row sees whole (``window.full_tile_range``)
+run without the mask. ``bounds="skip"`` (every tile, matrix work skipped where fully masked: SGLang's
 SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so the
 claim that the bounds change nothing is checked bit for bit.
 """
