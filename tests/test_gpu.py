@@ -35,3 +35,38 @@ def test_extend_under_torch_compile():
     eager_out, eager_lse = layer(*tensors)
     assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
     assert rel_err(out / 2.0, reference.extend_attention(*tensors, window_left=63)) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_deterministic_chunking_and_repeats(dtype):
+    """deterministic=True at gpt-oss size: one chunk, three chunk plans, and 100 repeats of
+    the same launch all give the same bits."""
+    length, page_size, hkv, d = 3000, 16, 2, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(length, 16, d, device="cuda", generator=g).to(dtype)
+    k = torch.randn(length, hkv, d, device="cuda", generator=g).to(dtype)
+    v = torch.randn(length, hkv, d, device="cuda", generator=g).to(dtype)
+    sinks = torch.randn(16, device="cuda")
+    pages = torch.randperm(400)[: -(-length // page_size)].to(torch.int32)
+    block_table = pages[None].cuda()
+
+    def prefill(plan):
+        k_cache = torch.full((400, page_size, hkv, d), float("nan"), dtype=dtype, device="cuda")
+        v_cache = torch.full_like(k_cache, float("nan"))
+        outs = []
+        for start, stop in zip(plan, plan[1:]):
+            cu = torch.tensor([0, stop - start], dtype=torch.int32, device="cuda")
+            prefix = torch.tensor([start], dtype=torch.int32, device="cuda")
+            outs.append(swattn.extend_attention(q[start:stop], k[start:stop], v[start:stop], k_cache,
+                                                v_cache, block_table, cu, prefix, window_left=127,
+                                                sinks=sinks, deterministic=True))
+            pos = torch.arange(start, stop, device="cuda")
+            slots = pages.cuda().long()[pos // page_size] * page_size + pos % page_size
+            swattn.write_kv(k[start:stop], v[start:stop], k_cache, v_cache, slots)
+        return torch.cat(outs)
+
+    whole = prefill([0, length])
+    for plan in ([0, 1024, length], [0, 7, 1000, 1001, 2500, length], [0, 2048, 2049, length]):
+        assert torch.equal(prefill(plan), whole), plan
+    for _ in range(100):
+        assert torch.equal(prefill([0, length]), whole)

@@ -7,7 +7,7 @@ commands start without them.
 
 from . import window
 
-_API = ("extend_attention",)
+_API = ("extend_attention", "write_kv")
 __all__ = [*_API, "window"]
 
 

@@ -3,6 +3,7 @@ torch.compile. Each validates in its launcher, before any launch."""
 
 import torch
 
+from .ops import cache as _cache
 from .ops import extend as _extend
 from .ops._validate import FLOAT_DTYPES, check_scalars, check_tensor
 from .window import check_window
@@ -14,21 +15,21 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
                prefix_lens: torch.Tensor, sinks: torch.Tensor | None, mask: torch.Tensor | None,
                mask_indptr: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
                window_left: int, window_right: int, causal: bool, softcap: float,
-               scale: float, keys: str) -> None:
+               scale: float, keys: str, deterministic: bool) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded, scale 0 = default.
     result = _extend.extend_attention(
         q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
         window_left=None if window_left < 0 else window_left,
         window_right=None if window_right < 0 else window_right, causal=causal, sinks=sinks,
         softcap=softcap, scale=None if scale == 0 else scale, mask=mask, mask_indptr=mask_indptr,
-        keys=keys, return_lse=lse is not None, out=out)
+        keys=keys, return_lse=lse is not None, deterministic=deterministic, out=out)
     if lse is not None:
         lse.copy_(result[1])
 
 
 @_extend_op.register_fake
 def _(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask, mask_indptr,
-      out, lse, window_left, window_right, causal, softcap, scale, keys):
+      out, lse, window_left, window_right, causal, softcap, scale, keys, deterministic):
     return None
 
 
@@ -57,15 +58,17 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             mask_indptr[b], row-major); replaces causality, the window still applies.
         keys: "all", "prefix" or "new" (partial results for context parallelism).
         return_lse: also return lse [T, Hq] float32 (natural log, sinks excluded).
-        deterministic: the single-pass kernel (not built yet).
+        deterministic: the single-pass kernel: one loop over the prefix and the new keys in
+            tiles aligned to absolute positions, fixed configs, no split reductions, so a
+            request's outputs are bit-identical whatever else is in the batch and however
+            its prefill is chunked (given the cache holds the bits write_kv stored).
         out: [T, Hq, Dv] output buffer.
 
     Returns:
         out, or (out, lse) with return_lse.
     """
-    if deterministic:
-        return _extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens,
-                                        prefix_lens, deterministic=True)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     # What the op boundary would blur (None encoded as -1) is checked here; the launcher
     # inside the op checks everything else before its launch.
     if not isinstance(causal, bool):
@@ -80,5 +83,28 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     _extend_op(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
                mask_indptr, out, lse, -1 if window_left is None else window_left,
                -1 if window_right is None else window_right, causal, float(softcap),
-               0.0 if scale is None else float(scale), keys)
+               0.0 if scale is None else float(scale), keys, deterministic)
     return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("swattn::write_kv", mutates_args=("k_cache", "v_cache"))
+def _write_kv_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor) -> None:
+    _cache.write_kv(k, v, k_cache, v_cache, slot_mapping)
+
+
+@_write_kv_op.register_fake
+def _(k, v, k_cache, v_cache, slot_mapping):
+    return None
+
+
+def write_kv(k, v, k_cache, v_cache, slot_mapping):
+    """Store the new tokens' keys and values into their pages: ``k_cache[s // P, s % P] = k[t]``
+    (and v) for ``s = slot_mapping[t] >= 0``; -1 skips the token.
+
+    Args:
+        k, v: [T, Hkv, D], [T, Hkv, Dv].
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv], written in place.
+        slot_mapping: [T] int64 flat slots ``page * page_size + offset``, or -1.
+    """
+    _write_kv_op(k, v, k_cache, v_cache, slot_mapping)

@@ -179,6 +179,60 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
 
 
 @triton.jit
+def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start, prefix_len,
+                   key_start, key_end, lowest_key, block_table, stride_bt, page_size, K_cache,
+                   V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
+                   K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row, qk_scale,
+                   softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                   BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+                   SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+                   EVEN_DV: tl.constexpr):
+    """Deterministic tiles [start, stop) of the single pass: absolute key positions in
+    tiles aligned to position 0, whatever the chunking. A position below prefix_len comes
+    from the paged cache, one at or above it from the new tokens' k/v (the same bits once
+    write_kv has stored them), so each tile holds the same keys however the request's
+    prefill was cut into chunks."""
+    for start_n in range(start, stop, BLOCK_N):
+        k_pos = start_n + o_n
+        m_load = (k_pos < key_end) & (k_pos >= lowest_key)
+        in_prefix = k_pos < prefix_len
+        m_cached = m_load & in_prefix
+        m_new = m_load & (k_pos >= prefix_len)
+        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_cached, other=0)
+        page = page.to(tl.int64)
+        offset = k_pos % page_size
+        tok = (seq_start + k_pos - prefix_len).to(tl.int64)
+        keep = m_load[None, :]
+        if MASKED:
+            keep = _visible(q_pos, k_pos, key_end, window_left, window_right,
+                            USE_WINDOW, IS_CAUSAL, USE_RIGHT) & (k_pos >= key_start)[None, :]
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+                keep = keep & (bits != 0)
+        if SKIP and MASKED:
+            needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
+        else:
+            needed = True
+        if needed:
+            slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
+            slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
+            b_k = tl.where(in_prefix[:, None],
+                           _load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
+                           _load_rows(K + (tok * stride_kt + i_kvh * stride_kh)[:, None] + o_d[None, :],
+                                      m_new, m_d, EVEN_D))  # [BN, BD]
+            b_v = tl.where(in_prefix[:, None],
+                           _load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
+                           _load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
+                                      m_new, m_dv, EVEN_DV))  # [BN, BDV]
+            s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+            if MASKED:
+                s = tl.where(keep, s, float("-inf"))
+            m_i, l_i, acc = softmax_step(s, b_v, m_i, l_i, acc)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens, block_offsets,
     sinks, mask, mask_indptr, Out, Lse,
@@ -192,6 +246,7 @@ def _extend_kernel(
     IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
+    UNIFIED: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -247,7 +302,35 @@ def _extend_kernel(
     else:
         mask_row = rows
 
-    if DO_PREFIX:
+    if UNIFIED:
+        # deterministic=True: one pass over the prefix and the new keys together, in tiles
+        # aligned to absolute position 0 (window.key_bounds "unified"); keys="prefix"/"new"
+        # keep the alignment and mask the other part out.
+        q_pos = tl.where(m_rows, prefix_len + rows, -1)
+        first_q = prefix_len + block_start
+        key_start = 0 if DO_PREFIX else prefix_len
+        key_end = prefix_len + extend_len if DO_NEW else prefix_len
+        lo, hi = _stage_bounds(first_q, prefix_len + last_row, key_end, window_left,
+                               window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        if not DO_PREFIX:
+            lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
+        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, key_end, lo, hi,
+                                     window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
+                                     USE_RIGHT, USE_MASK or not SPLIT_FULL or not DO_PREFIX)
+        lowest_key = tl.maximum(first_q - window_left, key_start) if USE_WINDOW else key_start
+        for part in tl.static_range(3 if SPLIT_FULL else 1):
+            start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+            stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            m_i, l_i, acc = _unified_tiles(
+                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start, prefix_len,
+                key_start, key_end, lowest_key, block_table, stride_bt, page_size, K_cache,
+                V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
+                K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row, qk_scale,
+                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
+                USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
+                EVEN_DV)
+
+    if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
         # masked edge tiles, then the tiles every row sees whole, then masked again.
         q_pos = tl.where(m_rows, prefix_len + rows, -1)
@@ -268,7 +351,7 @@ def _extend_kernel(
                 window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
                 IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
 
-    if DO_NEW:
+    if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
         lo, hi = _stage_bounds(block_start, last_row, extend_len, window_left, window_right,
                                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
@@ -321,8 +404,8 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     ``bounds`` picks the loop-bound variant; ``block_m``/``block_n``/``pack_gqa`` or a whole
     ``config`` override the config function (tests walk every tiling, packed or not).
     """
-    if deterministic:
-        raise NotImplementedError("deterministic=True (the single-pass kernel) is not built yet")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if bounds not in BOUNDS:
         raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
     a = check_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
@@ -339,7 +422,7 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     def launch():
         _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
                 mask_indptr, out, lse if return_lse else out, window_left, window_right, causal,
-                softcap, keys, return_lse, bounds, cfg)
+                softcap, keys, return_lse, bounds, cfg, deterministic)
 
     return launch, out, lse
 
@@ -351,7 +434,7 @@ def _dot_width(dim):
 
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
-            return_lse, bounds, cfg):
+            return_lse, bounds, cfg, deterministic=False):
     """Launch on validated arguments: no host sync, no allocation but the block offsets."""
     if a.num_tokens == 0:
         return
@@ -388,6 +471,6 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        SPLIT_FULL=cfg.split_full,
+        SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

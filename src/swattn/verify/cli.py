@@ -29,38 +29,48 @@ def run(args):
         return 2
     from . import identity
     scope = "GPU matrix" if device == "cuda" else "reduced CPU matrix (interpreter, fp16, small shapes)"
-    t0 = time.perf_counter()
 
     def progress(row):
         print(f"{'ok ' if row.ok else 'BAD'} {row.name}: tight-skip {row.max_abs_tight_skip:.1e} "
               f"tight-none {row.max_abs_tight_none:.1e} err {row.err_tight:.1e} ({row.seconds:.1f}s)",
               file=sys.stderr, flush=True)
 
-    if args.jobs > 1 and device == "cuda":
-        import concurrent.futures
-        import multiprocessing
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-            parts = list(pool.map(_shard, [(device, args.limit, i, args.jobs) for i in range(args.jobs)]))
-        order = {name: i for i, (name, *_rest) in enumerate(identity.extend_matrix(True))}
-        rows = sorted((r for part in parts for r in part), key=lambda r: order[r.name])
-        for row in rows:
-            progress(row)
-    else:
-        rows = identity.run_extend(device, limit=args.limit, progress=progress)
-    table = identity.format_rows(rows, f"two-stage extend: {scope}, {time.perf_counter() - t0:.0f} s")
+    tables, ok = [], True
+    for kernel, deterministic in (("two-stage extend", False), ("deterministic single-pass extend", True)):
+        t0 = time.perf_counter()
+        rows = _run(identity, device, args, deterministic, progress)
+        tables.append(identity.format_rows(rows, f"{kernel}: {scope}, {time.perf_counter() - t0:.0f} s"))
+        ok = ok and all(r.ok for r in rows)
+    table = "\n\n".join(tables)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "verify_extend.md"), "w") as f:
             f.write(table + "\n")
     print(table)
-    return 0 if all(r.ok for r in rows) else 1
+    return 0 if ok else 1
+
+
+def _run(identity, device, args, deterministic, progress):
+    if args.jobs > 1 and device == "cuda":
+        import concurrent.futures
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        jobs = [(device, args.limit, i, args.jobs, deterministic) for i in range(args.jobs)]
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            parts = list(pool.map(_shard, jobs))
+        matrix = identity.unified_matrix(True) if deterministic else identity.extend_matrix(True)
+        order = {name: i for i, (name, *_rest) in enumerate(matrix)}
+        rows = sorted((r for part in parts for r in part), key=lambda r: order[r.name])
+        for row in rows:
+            progress(row)
+        return rows
+    return identity.run_extend(device, limit=args.limit, progress=progress, deterministic=deterministic)
 
 
 def _shard(job):
     from . import identity
-    device, limit, index, count = job
-    return identity.run_extend(device, limit=limit, shard=(index, count))
+    device, limit, index, count, deterministic = job
+    return identity.run_extend(device, limit=limit, shard=(index, count), deterministic=deterministic)
 
 
 def main(argv=None):

@@ -120,12 +120,20 @@ def _max_abs(a, b):
     return worst
 
 
-def run_extend(device, gpu=None, limit=None, progress=None, shard=(0, 1)):
-    """Run the two-stage matrix on ``device``; one Row per configuration. ``shard=(i, n)``
-    runs every n-th configuration from the i-th (parallel compiles across processes)."""
+def unified_matrix(gpu=True):
+    """The deterministic single-pass kernel's matrix: every other row of the two-stage one
+    (72 on the GPU: every window, every feature, every group)."""
+    return extend_matrix(gpu)[::2]
+
+
+def run_extend(device, gpu=None, limit=None, progress=None, shard=(0, 1), deterministic=False):
+    """Run the two-stage matrix (or, ``deterministic=True``, the single-pass kernel's) on
+    ``device``; one Row per configuration. ``shard=(i, n)`` runs every n-th configuration
+    from the i-th (parallel compiles across processes)."""
     gpu = (torch.device(device).type == "cuda") if gpu is None else gpu
+    matrix = unified_matrix(gpu) if deterministic else extend_matrix(gpu)
     out = []
-    for name, case, kwargs, tiling in extend_matrix(gpu)[:limit][shard[0]::shard[1]]:
+    for name, case, kwargs, tiling in matrix[:limit][shard[0]::shard[1]]:
         t0 = time.perf_counter()
         tensors = build_extend(case, device)
         kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
@@ -133,7 +141,8 @@ def run_extend(device, gpu=None, limit=None, progress=None, shard=(0, 1)):
         # The full-attention row keeps the window off in the kernel too.
         results = {b: ops_extend.extend_attention(*tensors, window_left=window, bounds=b,
                                                   block_m=tiling[0], block_n=tiling[1],
-                                                  pack_gqa=tiling[2], **kwargs)
+                                                  pack_gqa=tiling[2], deterministic=deterministic,
+                                                  **kwargs)
                    for b in ops_extend.BOUNDS}
         want = reference.extend_attention(*tensors, window_left=window, **kwargs)
         row = Row(name, 1, _max_abs(results["tight"], results["skip"]),

@@ -1,0 +1,75 @@
+"""write_kv: store the new tokens' keys and values into their pages of the paged cache.
+
+``slot_mapping[t] = page * page_size + offset`` is token t's flat slot; -1 skips the token
+(a padded row, or a token whose cache entry another layer owns). One program per token
+copies its [Hkv, D] key and [Hkv, Dv] value rows bit for bit, so an extend that reads
+them back from the cache sees exactly the k/v it was handed (the deterministic path
+relies on it).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ._validate import check_tensor
+
+
+@triton.jit
+def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping,
+                     stride_kt, stride_kh, stride_vt, stride_vh,
+                     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
+                     page_size, num_kv_heads,
+                     D: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    i_t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_mapping + i_t)
+    if slot >= 0:
+        page = slot // page_size
+        offset = slot % page_size
+        o_h = tl.arange(0, BLOCK_H)
+        o_d = tl.arange(0, BLOCK_D)
+        o_dv = tl.arange(0, BLOCK_DV)
+        m_k = (o_h < num_kv_heads)[:, None] & (o_d < D)[None, :]
+        m_v = (o_h < num_kv_heads)[:, None] & (o_dv < DV)[None, :]
+        b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :], mask=m_k)  # [BH, BD]
+        b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :], mask=m_v)  # [BH, BDV]
+        tl.store(K_cache + page * stride_kcp + offset * stride_kcs + o_h[:, None] * stride_kch
+                 + o_d[None, :], b_k, mask=m_k)
+        tl.store(V_cache + page * stride_vcp + offset * stride_vcs + o_h[:, None] * stride_vch
+                 + o_dv[None, :], b_v, mask=m_v)
+
+
+def check_write_kv(k, v, k_cache, v_cache, slot_mapping):
+    check_tensor("k", k, dim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
+    num_tokens, num_kv_heads, head_dim = k.shape
+    check_tensor("v", v, dim=3, dtype=k.dtype, device=k.device, shape=(num_tokens, num_kv_heads, None))
+    check_tensor("k_cache", k_cache, dim=4, dtype=k.dtype, device=k.device,
+                 shape=(None, None, num_kv_heads, head_dim))
+    check_tensor("v_cache", v_cache, dim=4, dtype=k.dtype, device=k.device,
+                 shape=(k_cache.shape[0], k_cache.shape[1], num_kv_heads, v.shape[2]))
+    check_tensor("slot_mapping", slot_mapping, dim=1, dtype=torch.int64, device=k.device,
+                 shape=(num_tokens,))
+    slots = k_cache.shape[0] * k_cache.shape[1]
+    if num_tokens and int(slot_mapping.max()) >= slots:
+        raise ValueError(f"slot_mapping holds slot {int(slot_mapping.max())}, the cache has {slots} "
+                         f"slots (num_pages * page_size)")
+    if num_tokens and int(slot_mapping.min()) < -1:
+        raise ValueError(f"slot_mapping entries must be >= 0 or -1 (skip), got {int(slot_mapping.min())}")
+
+
+def write_kv(k, v, k_cache, v_cache, slot_mapping):
+    """Store ``k [T, Hkv, D]`` and ``v [T, Hkv, Dv]`` at ``slot_mapping [T] int64`` (flat slots
+    ``page * page_size + offset``, -1 skips) of ``k_cache``/``v_cache``
+    ``[num_pages, page_size, Hkv, D | Dv]``. Validates first (one small host sync)."""
+    check_write_kv(k, v, k_cache, v_cache, slot_mapping)
+    if k.shape[0] == 0:
+        return
+    _write_kv_kernel[(k.shape[0],)](
+        K=k, V=v, K_cache=k_cache, V_cache=v_cache, slot_mapping=slot_mapping,
+        stride_kt=k.stride(0), stride_kh=k.stride(1), stride_vt=v.stride(0), stride_vh=v.stride(1),
+        stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
+        stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
+        page_size=k_cache.shape[1], num_kv_heads=k.shape[1], D=k.shape[2], DV=v.shape[2],
+        BLOCK_H=triton.next_power_of_2(k.shape[1]), BLOCK_D=triton.next_power_of_2(k.shape[2]),
+        BLOCK_DV=triton.next_power_of_2(v.shape[2]),
+    )
