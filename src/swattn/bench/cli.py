@@ -41,7 +41,7 @@ def parse_args(argv=None, prog=None):
     p.add_argument("--cases", default=None,
                    help="override the (prefix, new) cases: 'P:E,P:E' (every sequence the same)")
     p.add_argument("--skip", default="",
-                   help="variants to leave out, by key: tight-full, skip, sglang, sglang-full, "
+                   help="variants to leave out, by key: tight-full, skip, det, det-skip, sglang, sglang-full, "
                         "sglang-unified, vllm, flex, flashinfer")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
     p.add_argument("--max-tokens", type=int, default=16384,

@@ -114,8 +114,9 @@ def control_module():
     return _CONTROL["module"]
 
 
-def ours(inputs, *, bounds="tight", layout="window", control=False):
-    """swattn's two-stage kernel over the paged pool (page size ``case.page_size``).
+def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False):
+    """swattn's two-stage kernel (``deterministic=True``: its single-pass kernel) over the
+    paged pool (page size ``case.page_size``).
 
     ``layout="window"``: the block table holds -1 for every page wholly below the first
     new token's window (what an engine that frees out-of-window pages hands over), so a
@@ -134,7 +135,8 @@ def ours(inputs, *, bounds="tight", layout="window", control=False):
     out = _empty_out(inputs)
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table,
             inputs.cu_seqlens, inputs.prefix_lens)
-    kwargs = {"window_left": case.window_left, "sinks": inputs.sinks, "out": out, "bounds": bounds}
+    kwargs = {"window_left": case.window_left, "sinks": inputs.sinks, "out": out, "bounds": bounds,
+              "deterministic": deterministic}
 
     # prepare() validates once (that reads lengths back to the host, which a CUDA graph
     # cannot hold); the launch it returns only launches, so it is what gets captured.
@@ -430,6 +432,9 @@ VARIANTS = (
     Variant("swattn tight, full layout", "tight-full", "ours",
             lambda i: ours(i, bounds="tight", layout="full")),
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
+    Variant("swattn deterministic skip, full layout", "det-skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full", deterministic=True)),
     Variant("SGLang, window layout", "sglang", "peer", lambda i: sglang_extend(i, layout="window")),
     Variant("SGLang, full layout", "sglang-full", "peer", lambda i: sglang_extend(i, layout="full")),
     Variant("SGLang unified", "sglang-unified", "peer", sglang_unified),
