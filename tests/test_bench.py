@@ -6,6 +6,7 @@ skip cleanly where they cannot run."""
 import csv
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -424,3 +425,19 @@ def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
     assert "python -m swattn.bench --quick" in text and "out of memory" in text
     assert (tmp_path / "extend.md").exists() and (tmp_path / "extend.csv").exists()
     assert cli.main(["--workload", "C-A"]) == 2
+
+
+def test_plots_from_a_results_json(tmp_path):
+    """--replot draws from a run's JSON with no GPU; without matplotlib it says so."""
+    from swattn.bench import plots
+    rows = [{"case": f"A P{p} E8", "variant": v, "median_us": t, "roofline": t / 1000.0}
+            for p in (0, 8) for v, t in (("swattn tight", 10.0), ("vLLM unified", 30.0))]
+    meta = {"gpu": "test", "torch": "x", "triton": "y", "commit": "z"}
+    path = tmp_path / "extend.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}))
+    written = plots.plot(str(path))
+    if isinstance(written, str):
+        assert "matplotlib" in written
+    else:
+        assert sorted(os.path.basename(p) for p in written) == ["A_roofline.png", "A_time.png"]
+        assert all(os.path.getsize(p) > 1000 for p in written)

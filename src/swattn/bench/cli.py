@@ -49,6 +49,8 @@ def parse_args(argv=None, prog=None):
     p.add_argument("--budget-ms", type=float, default=1500.0,
                    help="per variant per round: fewer reps for slow variants to stay near this")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replot", default=None, metavar="JSON",
+                   help="only draw the PNG plots of an earlier run's extend.json (no GPU needed)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: workload A, cases 4096:4096 and 7168:1024, 10 reps x 2 rounds")
     args = p.parse_args(argv)
@@ -79,6 +81,10 @@ def main(argv=None, prog=None):
     """Run the benchmark; returns the exit status (0 ok, 2 bad arguments or no GPU)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv, prog)
+    if args.replot:
+        from .plots import plot
+        print(plot(args.replot, args.out))
+        return 0
     try:
         cases = build_cases(args)
         from .peers import select, use_peers
@@ -112,6 +118,8 @@ def main(argv=None, prog=None):
                 "(case)", "case", "case", "error", f"{type(exc).__name__}: {exc}")]))
         # Written after every case, so a crash later leaves what was measured.
         text = report.write(out_dir, meta, ceilings, results)
+    from .plots import plot
+    harness.log(f"plots: {plot(os.path.join(out_dir, 'extend.json'))}")
     print(text)
     return 0
 
