@@ -20,7 +20,9 @@ def plot(json_path, out_dir=None):
     out_dir = out_dir or os.path.dirname(os.path.abspath(json_path))
     rows = [r for r in data["rows"] if r.get("median_us") is not None]
     workloads = sorted({r["case"].split(" ")[0] for r in rows})
-    title = f"{data['meta']['gpu']}, torch {data['meta']['torch']}, triton {data['meta']['triton']}, commit {data['meta']['commit']}"
+    meta = data.get("meta", {})
+    title = (f"{meta.get('gpu', '?')}, torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}, "
+             f"commit {meta.get('commit', '?')}")
     written = []
     for workload in workloads:
         mine = [r for r in rows if r["case"].split(" ")[0] == workload]
