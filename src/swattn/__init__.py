@@ -7,7 +7,7 @@ commands start without them.
 
 from . import window
 
-_API = ("extend_attention", "write_kv")
+_API = ("extend_attention", "decode_attention", "merge_states", "write_kv")
 __all__ = [*_API, "window"]
 
 

@@ -4,8 +4,10 @@ torch.compile. Each validates in its launcher, before any launch."""
 import torch
 
 from .ops import cache as _cache
+from .ops import decode as _decode
 from .ops import extend as _extend
-from .ops._validate import FLOAT_DTYPES, check_scalars, check_tensor
+from .ops import merge as _merge
+from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_tensor
 from .window import check_window
 
 
@@ -108,3 +110,116 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping):
         slot_mapping: [T] int64 flat slots ``page * page_size + offset``, or -1.
     """
     _write_kv_op(k, v, k_cache, v_cache, slot_mapping)
+
+
+@torch.library.custom_op("swattn::decode_attention", mutates_args=("out", "lse"))
+def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+               block_table: torch.Tensor, seq_lens: torch.Tensor, sinks: torch.Tensor | None,
+               k_pool: torch.Tensor | None, v_pool: torch.Tensor | None,
+               sparse_idx: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
+               window_left: int, softcap: float, scale: float, num_splits: int) -> None:
+    # Integers stand for None across the op boundary: -1 = unbounded / library's choice,
+    # scale 0 = default; sparse travels as its three tensors (all None = off).
+    _decode.decode_attention(
+        q, k_cache, v_cache, block_table, seq_lens,
+        window_left=None if window_left < 0 else window_left, sinks=sinks, softcap=softcap,
+        scale=None if scale == 0 else scale,
+        sparse=None if sparse_idx is None else (k_pool, v_pool, sparse_idx),
+        num_splits=None if num_splits < 0 else num_splits, return_lse=lse is not None,
+        out=out, lse=lse)
+
+
+@_decode_op.register_fake
+def _(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out, lse,
+      window_left, softcap, scale, num_splits):
+    return None
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
+                     softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
+                     out=None):
+    """Attention of one new token per sequence over its window of the paged cache.
+
+    ``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` over the keys
+    ``j`` in ``[S - 1 - window_left, S)`` (``S = seq_lens[b]``, the query at ``S - 1``, already
+    in the cache): exactly ``window_left + 1`` keys once ``S`` is long enough, together with
+    the sparse keys if any. ``s_j = scale * q . k_j``, soft-capped when ``softcap > 0``.
+
+    Args:
+        q: [B, Hq, D] the new token of each sequence.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache.
+        block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
+            below the window or past the end are never read (they may be -1).
+        seq_lens: [B] int32 tokens in the cache, the new one included (0: output 0).
+        window_left: keys the query sees below itself (swattn.window); None = all.
+        sinks: [Hq] float32 sink logits (gpt-oss) or None.
+        softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
+        sparse: (k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int32): pool rows
+            ``idx[b, i] >= 0`` (-1 = none; a row named twice counts twice) join sequence b's
+            window keys in one softmax (DeepSeek-style sparse attention plus a window).
+        num_splits: split-KV chunks per (sequence, KV head), merged in a second pass;
+            None = chosen from the shape and the GPU's SM count.
+        return_lse: also return lse [B, Hq] float32 (natural log, sinks excluded).
+        out: [B, Hq, Dv] output buffer.
+
+    Returns:
+        out, or (out, lse) with return_lse.
+
+    For CUDA graphs, ``swattn.ops.decode.prepare`` validates once and returns a launch
+    with no host sync and no allocation.
+    """
+    # What the op boundary would blur (None encoded as -1) is checked here; the launcher
+    # inside the op checks everything else before its launch.
+    check_window(window_left)
+    check_scalars(softcap, scale)
+    check_num_splits(num_splits)
+    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    check_tensor("v_cache", v_cache, dim=4, dtype=q.dtype, device=q.device)
+    if sparse is not None and (not isinstance(sparse, (tuple, list)) or len(sparse) != 3):
+        raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
+                        f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
+                                                      if isinstance(sparse, (tuple, list)) else ""))
+    k_pool, v_pool, sparse_idx = sparse if sparse is not None else (None, None, None)
+    if sparse is not None and sparse_idx is None:
+        raise TypeError("sparse idx must be a torch.Tensor, got NoneType")
+    if out is None:
+        out = torch.empty(*q.shape[:2], v_cache.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+    _decode_op(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out,
+               lse, -1 if window_left is None else window_left, float(softcap),
+               0.0 if scale is None else float(scale), -1 if num_splits is None else num_splits)
+    return (out, lse) if return_lse else out
+
+
+@torch.library.custom_op("swattn::merge_states", mutates_args=("out", "lse"))
+def _merge_op(outs: list[torch.Tensor], lses: list[torch.Tensor], sinks: torch.Tensor | None,
+              out: torch.Tensor, lse: torch.Tensor) -> None:
+    _merge.merge_states(outs, lses, sinks, out=out, lse=lse)
+
+
+@_merge_op.register_fake
+def _(outs, lses, sinks, out, lse):
+    return None
+
+
+def merge_states(outs, lses, sinks=None):
+    """Merge partial attention states over disjoint key sets (context-parallel shards,
+    split-KV chunks): ``lse = log sum_i e^{lse_i}``,
+    ``o = sum_i e^{lse_i} o_i / (sum_i e^{lse_i} + e^{sink})``.
+
+    Args:
+        outs: list of [N, H, Dv] partial outputs (one float dtype), carrying no sink.
+        lses: list of [N, H] float32 natural-log LSEs; a part with -inf saw no key and
+            contributes nothing (its output is not read).
+        sinks: [H] float32 sink logits, applied once here, or None.
+
+    Returns:
+        (out [N, H, Dv] in the parts' dtype, lse [N, H] float32 without the sink); all
+        parts -inf give 0 and -inf.
+    """
+    _merge.check_merge(outs, lses, sinks, None, None)
+    first = outs[0]
+    out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
+    lse = torch.empty(first.shape[:2], dtype=torch.float32, device=first.device)
+    _merge_op(list(outs), list(lses), sinks, out, lse)
+    return out, lse

@@ -137,3 +137,104 @@ def _check_extend_values(cu_seqlens, prefix_lens, block_table, page_size, num_to
                                  f"entries, it needs E*(P+E) = {e * (p + e)}")
         if indptr and indptr[-1] > mask.numel():
             raise ValueError(f"mask has {mask.numel()} entries, mask_indptr needs {indptr[-1]}")
+
+
+@dataclass(frozen=True)
+class DecodeArgs:
+    """Sizes of one decode launch, read off the validated tensors."""
+
+    batch: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    page_size: int
+    sparse_keys: int
+    scale: float
+
+    @property
+    def group(self):
+        return self.num_q_heads // self.num_kv_heads
+
+
+def check_num_splits(num_splits):
+    if num_splits is None:
+        return
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"num_splits must be an int >= 1 or None, got {type(num_splits).__name__}")
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be an int >= 1 or None, got {num_splits}")
+
+
+def check_decode(q, k_cache, v_cache, block_table, seq_lens, *, window_left, sinks, softcap,
+                 scale, sparse, num_splits, out):
+    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    batch, num_q_heads, head_dim = q.shape
+    check_tensor("k_cache", k_cache, dim=4, dtype=q.dtype, device=q.device)
+    num_kv_heads = k_cache.shape[2]
+    check_tensor("v_cache", v_cache, dim=4, dtype=q.dtype, device=q.device)
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        raise ValueError(f"q heads ({num_q_heads}) must be a multiple of k/v heads ({num_kv_heads})")
+    head_dim_v = v_cache.shape[3]
+    check_paged_cache(k_cache, v_cache, block_table, num_kv_heads, head_dim, head_dim_v, q)
+    check_tensor("block_table", block_table, shape=(batch, None))
+    check_tensor("seq_lens", seq_lens, dim=1, dtype=torch.int32, device=q.device, shape=(batch,))
+    check_window(window_left)
+    check_sinks(sinks, num_q_heads, q)
+    check_scalars(softcap, scale)
+    check_num_splits(num_splits)
+    sparse_keys = 0
+    if sparse is not None:
+        sparse_keys = _check_sparse(sparse, batch, num_kv_heads, head_dim, head_dim_v, q)
+    if out is not None:
+        check_tensor("out", out, dim=3, dtype=q.dtype, device=q.device,
+                     shape=(batch, num_q_heads, head_dim_v))
+    _check_decode_values(seq_lens, block_table, k_cache.shape[0], k_cache.shape[1], window_left)
+    return DecodeArgs(batch, num_q_heads, num_kv_heads, head_dim, head_dim_v, k_cache.shape[1],
+                      sparse_keys, head_dim ** -0.5 if scale is None else float(scale))
+
+
+def _check_sparse(sparse, batch, num_kv_heads, head_dim, head_dim_v, q):
+    """``(k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int32)``, idx in [-1, N)."""
+    if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
+        raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
+                        f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
+                                                      if isinstance(sparse, (tuple, list)) else ""))
+    k_pool, v_pool, idx = sparse
+    check_tensor("sparse k_pool", k_pool, dim=3, dtype=q.dtype, device=q.device,
+                 shape=(None, num_kv_heads, head_dim))
+    check_tensor("sparse v_pool", v_pool, dim=3, dtype=q.dtype, device=q.device,
+                 shape=(k_pool.shape[0], num_kv_heads, head_dim_v))
+    check_tensor("sparse idx", idx, dim=2, dtype=torch.int32, device=q.device, shape=(batch, None))
+    if idx.numel():
+        low, high = int(idx.min()), int(idx.max())
+        if low < -1 or high >= k_pool.shape[0]:
+            raise ValueError(f"sparse idx entries must lie in [-1, {k_pool.shape[0]}) (pool rows, "
+                             f"-1 = none), got [{low}, {high}]")
+    return idx.shape[1]
+
+
+def _check_decode_values(seq_lens, block_table, num_pages, page_size, window_left):
+    """The checks that read lengths and the block-table entries the kernel will read: one
+    small copy to the host."""
+    lens = seq_lens.tolist()
+    if any(s < 0 for s in lens):
+        raise ValueError(f"seq_lens must be >= 0, got {lens}")
+    max_pages = block_table.shape[1]
+    for b, s in enumerate(lens):
+        if -(-s // page_size) > max_pages:
+            raise ValueError(f"block_table has {max_pages} pages per sequence, too few for "
+                             f"seq_lens[{b}] = {s} at page_size {page_size}")
+    if not lens or max_pages == 0:
+        return
+    # Pages holding a visible key: from the window's first key's page to the last key's.
+    lengths = seq_lens.to(torch.int64)[:, None]
+    first = (lengths - 1 - window_left).clamp_min(0) if window_left is not None else torch.zeros_like(lengths)
+    logical = torch.arange(max_pages, device=block_table.device)[None, :]
+    read = (logical >= first // page_size) & (logical * page_size < lengths)
+    bad = read & ((block_table < 0) | (block_table >= num_pages))
+    if bool(bad.any()):
+        b, i = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {i}] = {int(block_table[b, i])} is read (it holds keys "
+                         f"of seq_lens[{b}] = {lens[b]}'s window) but is not a page of k_cache "
+                         f"[0, {num_pages})")

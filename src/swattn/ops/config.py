@@ -48,3 +48,45 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
     if width <= 256:
         return Config(64, 64, 8, 2, False, split)
     return Config(32, 64, 8, 1, False, split)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    block_h: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def decode_config(head_dim, head_dim_v, group, dtype, device):
+    """(BLOCK_H, BLOCK_N, warps, stages) of the decode kernel.
+
+    BLOCK_H rows hold the query heads of one KV group (rows past the group are masked):
+    at least 16, tl.dot's smallest side, so the group is the M of a tensor-core product.
+    The GPU numbers are untuned H200 guesses: 64-key tiles keep a d128 K and V tile
+    in registers next to the accumulator, 32 above that. The interpreter runs small tiles:
+    its cost grows with tile area.
+    """
+    del dtype
+    block_h = max(16, 1 << max(group - 1, 0).bit_length())
+    if getattr(device, "type", device) != "cuda":
+        return DecodeConfig(block_h, 16, 4, 1)
+    block_n = 64 if max(head_dim, head_dim_v) <= 128 else 32
+    return DecodeConfig(block_h, block_n, 4, 2)
+
+
+# Split-KV programs per SM the chooser aims for (untuned).
+DECODE_PROGRAMS_PER_SM = 2
+# SM count assumed off the GPU, where the interpreter runs one program at a time.
+DECODE_CPU_SMS = 2
+
+
+def decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
+    """Split-KV chunks per (sequence, KV head): enough programs to fill
+    DECODE_PROGRAMS_PER_SM x ``sm_count`` SMs, never more than the key tiles one sequence
+    can hold (``max_keys``: the window plus any sparse keys), so no split starts empty for
+    a sequence that fills its window; at least 1."""
+    programs = max(batch * kv_heads, 1)
+    wanted = -(-DECODE_PROGRAMS_PER_SM * sm_count // programs)
+    tiles = -(-max(max_keys, 1) // block_n)
+    return max(1, min(wanted, tiles))

@@ -94,3 +94,83 @@ def rel_err(out, ref):
     if torch.isnan(out).any():
         return float("nan")
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@dataclass
+class DecodeCase:
+    seq_lens: list
+    num_q_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    head_dim_v: int = 16
+    page_size: int = 4
+    window_left: int | None = None
+    sparse_keys: int = 0
+    pool_rows: int = 23
+    dtype: torch.dtype = torch.float16
+    seed: int = 0
+    kwargs: dict = field(default_factory=dict)
+
+    def id(self):
+        return (f"S{self.seq_lens}-h{self.num_q_heads}/{self.num_kv_heads}"
+                f"-d{self.head_dim}/{self.head_dim_v}-ps{self.page_size}-L{self.window_left}"
+                + (f"-K{self.sparse_keys}" if self.sparse_keys else ""))
+
+
+def decode_lowest_readable(seq_len, window_left):
+    """Lowest position the decode query (at seq_len - 1) may see: the test's own statement
+    of the convention."""
+    if window_left is None:
+        return 0
+    return max(seq_len - 1 - window_left, 0)
+
+
+def build_decode(case: DecodeCase, device="cpu"):
+    """Tensors for one decode case: (q, k_cache, v_cache, block_table, seq_lens).
+
+    Only the rows of the query's window hold values: rows below it (also in the page the
+    window starts in) and past the sequence end are NaN, pages wholly below the window
+    are freed (-1 in the block table, NaN in the pool), and the entry past the last page is
+    -1 too."""
+    g = torch.Generator().manual_seed(case.seed)
+    ps, hkv = case.page_size, case.num_kv_heads
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(case.dtype)
+
+    q = rand(len(case.seq_lens), case.num_q_heads, case.head_dim)
+    pages_per_seq = [-(-s // ps) for s in case.seq_lens]
+    max_pages = max(pages_per_seq + [0]) + 1
+    num_pages = sum(pages_per_seq) * 2 + 3
+    perm = torch.randperm(num_pages, generator=g)
+    k_cache = torch.full((num_pages, ps, hkv, case.head_dim), float("nan"), dtype=case.dtype)
+    v_cache = torch.full((num_pages, ps, hkv, case.head_dim_v), float("nan"), dtype=case.dtype)
+    block_table = torch.full((len(case.seq_lens), max_pages), -1, dtype=torch.int32)
+    used = 0
+    for b, s in enumerate(case.seq_lens):
+        low = decode_lowest_readable(s, case.window_left)
+        for i in range(pages_per_seq[b]):
+            page = int(perm[used])
+            used += 1
+            if (i + 1) * ps <= low:
+                continue  # wholly below the window: freed, never to be read
+            block_table[b, i] = page
+            first, last = max(low - i * ps, 0), min(s - i * ps, ps)  # window rows in this page
+            k_cache[page, first:last] = rand(last - first, hkv, case.head_dim)
+            v_cache[page, first:last] = rand(last - first, hkv, case.head_dim_v)
+    tensors = (q, k_cache, v_cache, block_table, torch.tensor(case.seq_lens, dtype=torch.int32))
+    return tuple(t.to(device) for t in tensors)
+
+
+def build_sparse(case: DecodeCase, device="cpu"):
+    """``(k_pool, v_pool, idx)`` for ``case.sparse_keys`` extra keys a sequence: random
+    pool rows, about a quarter of the entries -1, and some rows named twice."""
+    g = torch.Generator().manual_seed(case.seed + 7)
+    rows, hkv = case.pool_rows, case.num_kv_heads
+    k_pool = torch.randn(rows, hkv, case.head_dim, generator=g).to(case.dtype)
+    v_pool = torch.randn(rows, hkv, case.head_dim_v, generator=g).to(case.dtype)
+    idx = torch.randint(0, rows, (len(case.seq_lens), case.sparse_keys), generator=g)
+    idx[torch.rand(idx.shape, generator=g) < 0.25] = -1
+    if case.sparse_keys >= 2:
+        idx[:, -1] = idx[:, 0]  # a duplicate (or a second -1)
+    return k_pool.to(device), v_pool.to(device), idx.to(torch.int32).to(device)

@@ -1,0 +1,272 @@
+"""Decode attention: one new token per sequence over its window of the paged cache.
+
+The query of sequence b sits at ``seq_lens[b] - 1`` and sees the keys
+``[window.decode_first_key(S, L), S)``: exactly ``L + 1`` once the sequence is long enough.
+Keys are gathered row by row through the block table, so the tiles start at the window's
+first key, unaligned: a window of L + 1 keys costs ``ceil((L + 1) / BLOCK_N)`` tiles, and
+no block-table entry below the window or past the end is loaded (the page-index load is
+masked with the keys).
+
+One program owns (sequence, KV head, split) and every query head of the KV group: the
+q block is [BLOCK_H, D] (rows past the group masked), so each K/V tile is read once for
+the group and both products are tensor-core dots with the group as M. With split-KV
+(flash-decoding) the program's key tiles are one contiguous chunk of the sequence's tiles,
+the chunking computed in the kernel from ``seq_lens`` (no host sync, CUDA-graph safe): each
+split writes a sink-free partial (out, lse) to scratch and ``merge.launch_merge`` combines
+them, applying the sinks once. ``sparse=(k_pool, v_pool, idx)`` adds up to K pool rows per
+sequence to the same softmax as extra key tiles after the window's, chunked over the splits
+with them.
+
+``bounds="skip"``/``"none"`` let the chunk of split 0 start at position 0 (on the grid of
+the window's first key) and skip, or compute under the mask, the tiles below the window;
+the chunking is the same in all three, so they are bit-identical for every split count.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ._common import LOG2E, decode_first_key, finish, scores_log2, softmax_step
+from ._validate import DecodeArgs, check_decode
+from .config import DECODE_CPU_SMS, decode_config, decode_splits
+from .extend import _load_rows
+from .merge import launch_merge
+
+BOUNDS = ("tight", "skip", "none")
+
+
+@triton.jit
+def _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
+    """Fold one key tile into the state; keys outside ``m_key`` get logit -inf (their rows
+    were loaded as 0, so unwritten cache rows never reach the row max)."""
+    s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BH, BN]
+    s = tl.where(m_key[None, :], s, float("-inf"))
+    return softmax_step(s, b_v, m_i, l_i, acc)
+
+
+@triton.jit
+def _window_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
+                  stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
+                  stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_dv, m_d, m_dv,
+                  BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr,
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+    """Window tiles [start, stop): cached keys at absolute positions, the visible ones
+    ``[lo, seq_len)`` loaded through the block table."""
+    for start_n in range(start, stop, BLOCK_N):
+        k_pos = start_n + o_n
+        m_key = (k_pos >= lo) & (k_pos < seq_len)
+        if SKIP:
+            needed = tl.max(m_key.to(tl.int32), 0) > 0
+        else:
+            needed = True
+        if needed:
+            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_key, other=0)
+            page = page.to(tl.int64)
+            offset = k_pos % page_size
+            slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
+            slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
+            b_k = _load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_key, m_d, EVEN_D)  # [BN, BD]
+            b_v = _load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
+            m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _sparse_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib, num_sparse,
+                  K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale, softcap,
+                  o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+    """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``idx >= 0``; -1 (and the
+    entries past K) are never dereferenced."""
+    for start_n in range(start, stop, BLOCK_N):
+        o_i = start_n + o_n
+        row = tl.load(Idx + i_seq * stride_ib + o_i, mask=o_i < num_sparse, other=-1)
+        m_key = row >= 0
+        row = row.to(tl.int64)
+        b_k = _load_rows(K_pool + (row * stride_kpn + i_kvh * stride_kph)[:, None] + o_d[None, :],
+                         m_key, m_d, EVEN_D)  # [BN, BD]
+        b_v = _load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
+                         m_key, m_dv, EVEN_DV)  # [BN, BDV]
+        m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _decode_kernel(
+    Q, K_cache, V_cache, block_table, seq_lens, sinks, K_pool, V_pool, Idx, Out, Lse,
+    Part_o, Part_lse,
+    stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
+    stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
+    stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
+    page_size, num_sparse, num_splits, qk_scale, softcap, window_left,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+    HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
+    TIGHT: tl.constexpr, SKIP: tl.constexpr,
+):
+    EVEN_D: tl.constexpr = D == BLOCK_D
+    EVEN_DV: tl.constexpr = DV == BLOCK_DV
+    i_seq = tl.program_id(0).to(tl.int64)
+    i_kvh = tl.program_id(1).to(tl.int64)
+    i_split = tl.program_id(2)
+    o_h = tl.arange(0, BLOCK_H)
+    o_n = tl.arange(0, BLOCK_N)
+    o_d = tl.arange(0, BLOCK_D)
+    o_dv = tl.arange(0, BLOCK_DV)
+    m_h = o_h < GROUP
+    m_d = o_d < D
+    m_dv = o_dv < DV
+    head = i_kvh * GROUP + o_h  # [BH]
+
+    seq_len = tl.load(seq_lens + i_seq)
+    lo = 0
+    if USE_WINDOW:
+        lo = decode_first_key(seq_len, window_left)
+    # The sequence's key tiles: the window's, then the sparse keys'; split i_split owns
+    # the contiguous run [t_start, t_stop) of them.
+    window_tiles = (seq_len - lo + BLOCK_N - 1) // BLOCK_N
+    total_tiles = window_tiles
+    if HAS_SPARSE:
+        total_tiles = window_tiles + (num_sparse + BLOCK_N - 1) // BLOCK_N
+    per_split = (total_tiles + num_splits - 1) // num_splits
+    t_start = tl.minimum(i_split * per_split, total_tiles)
+    t_stop = tl.minimum(t_start + per_split, total_tiles)
+
+    b_q = _load_rows(Q + i_seq * stride_qb + head[:, None] * stride_qh + o_d[None, :],
+                     m_h, m_d, EVEN_D)  # [BH, BD]
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
+
+    start = lo + tl.minimum(t_start, window_tiles) * BLOCK_N
+    stop = lo + tl.minimum(t_stop, window_tiles) * BLOCK_N
+    if not TIGHT:
+        # Split 0 walks from the tile holding position 0 on the grid of lo (nothing
+        # below lo is visible: those tiles are skipped or computed fully masked).
+        if t_start == 0:
+            start = lo - (lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+    m_i, l_i, acc = _window_tiles(
+        start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
+        page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
+        stride_vch, qk_scale, softcap, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, SKIP,
+        EVEN_D, EVEN_DV)
+    if HAS_SPARSE:
+        sparse_start = (tl.maximum(t_start, window_tiles) - window_tiles) * BLOCK_N
+        sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
+        m_i, l_i, acc = _sparse_tiles(
+            sparse_start, sparse_stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
+            num_sparse, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale,
+            softcap, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, EVEN_D, EVEN_DV)
+
+    if WRITE_PARTIAL:
+        # A sink-free partial state; the merge applies the sinks once.
+        o, lse = finish(acc, m_i, l_i, 0.0, False)
+        p_o = Part_o + i_seq * stride_pb + head[:, None] * stride_ph + i_split * stride_ps + o_dv[None, :]
+        tl.store(p_o, o, mask=m_h[:, None] & m_dv[None, :])
+        tl.store(Part_lse + i_seq * stride_plb + head * stride_plh + i_split, lse, mask=m_h)
+    else:
+        sink_log2 = 0.0
+        if HAS_SINKS:
+            sink_log2 = tl.load(sinks + head, mask=m_h, other=0.0) * 1.4426950408889634
+        o, lse = finish(acc, m_i, l_i, sink_log2, HAS_SINKS)
+        p_o = Out + i_seq * stride_ob + head[:, None] * stride_oh + o_dv[None, :]
+        tl.store(p_o, o.to(Out.dtype.element_ty), mask=m_h[:, None] & m_dv[None, :])
+        if RETURN_LSE:
+            tl.store(Lse + i_seq * stride_lb + head, lse, mask=m_h)
+
+
+def decode_attention(q, k_cache, v_cache, block_table, seq_lens, **kwargs):
+    """Launcher of the decode kernel (see swattn.decode_attention for the arguments, and
+    :func:`prepare` for the launcher-only ones)."""
+    launch, out, lse = prepare(q, k_cache, v_cache, block_table, seq_lens, **kwargs)
+    launch()
+    return (out, lse) if kwargs.get("return_lse") else out
+
+
+def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
+            softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False, out=None,
+            lse=None, bounds="tight", block_n=None, config=None):
+    """Validate once (one small host sync), allocate what is missing (``out``, ``lse``, the
+    split scratch) and return ``(launch, out, lse)``: ``launch()`` runs the kernel(s) on
+    these tensors with no host sync and no allocation, so it can be called again or
+    captured in a CUDA graph, with ``seq_lens`` (and the block table) changed in place as
+    long as every length still fits the block table and the pages it names.
+
+    ``lse`` is an optional [B, Hq] float32 buffer for ``return_lse``; ``bounds`` picks the
+    loop-bound variant; ``block_n`` or a whole ``config`` override the config function.
+    """
+    if bounds not in BOUNDS:
+        raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
+    a = check_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
+                     sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
+                     num_splits=num_splits, out=out)
+    cfg = config or decode_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
+    block_n = block_n or cfg.block_n
+    if num_splits is None:
+        capacity = block_table.shape[1] * a.page_size
+        max_keys = capacity if window_left is None else min(window_left + 1, capacity)
+        sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+               if q.device.type == "cuda" else DECODE_CPU_SMS)
+        num_splits = decode_splits(a.batch, a.num_kv_heads, max_keys + a.sparse_keys, sms, block_n)
+    if out is None:
+        out = torch.empty(a.batch, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
+    if return_lse and lse is None:
+        lse = torch.empty(a.batch, a.num_q_heads, dtype=torch.float32, device=q.device)
+    elif not return_lse:
+        lse = None
+    parts = None
+    if num_splits > 1:
+        part_o = torch.empty(a.batch, a.num_q_heads, num_splits, a.head_dim_v, dtype=torch.float32,
+                             device=q.device)
+        part_lse = torch.empty(a.batch, a.num_q_heads, num_splits, dtype=torch.float32, device=q.device)
+        parts = (part_o, part_lse)
+
+    def launch():
+        _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap, sparse,
+                num_splits, out, lse, parts, bounds, block_n, cfg)
+
+    return launch, out, lse
+
+
+def _dot_width(dim):
+    """Head dims padded to a power of two, and to 16 at least (tl.dot's smallest side)."""
+    return max(triton.next_power_of_2(dim), 16)
+
+
+def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
+            softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg):
+    """Launch on validated arguments: no host sync, no allocation."""
+    if a.batch == 0:
+        return
+    use_softcap = softcap > 0
+    qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
+    has_sparse = sparse is not None and a.sparse_keys > 0
+    k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
+    part_o, part_lse = parts if parts is not None else (out, out)
+    _decode_kernel[(a.batch, a.num_kv_heads, num_splits)](
+        Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
+        sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
+        Out=out, Lse=lse if lse is not None else out, Part_o=part_o, Part_lse=part_lse,
+        stride_qb=q.stride(0), stride_qh=q.stride(1),
+        stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
+        stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
+        stride_bt=block_table.stride(0), stride_kpn=k_pool.stride(0), stride_kph=k_pool.stride(1),
+        stride_vpn=v_pool.stride(0), stride_vph=v_pool.stride(1), stride_ib=idx.stride(0),
+        stride_ob=out.stride(0), stride_oh=out.stride(1),
+        stride_lb=lse.stride(0) if lse is not None else 0,
+        stride_pb=part_o.stride(0), stride_ph=part_o.stride(1), stride_ps=part_o.stride(2),
+        stride_plb=part_lse.stride(0), stride_plh=part_lse.stride(1),
+        page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
+        qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
+        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
+        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group,
+        BLOCK_H=max(cfg.block_h, triton.next_power_of_2(a.group), 16),
+        BLOCK_N=block_n, USE_WINDOW=window_left is not None, HAS_SINKS=sinks is not None,
+        USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
+        RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if parts is not None:
+        # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
+        launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out, lse)

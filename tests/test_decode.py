@@ -1,0 +1,454 @@
+"""Decode kernel against the float reference; its bounds variants and split counts against
+each other. Small odd shapes: this runs under Triton's interpreter on CPU."""
+
+import random
+
+import pytest
+import torch
+
+import swattn
+from swattn import reference
+from swattn.ops import decode as ops_decode
+from swattn.ops.config import DecodeConfig, decode_config, decode_splits
+
+from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
+from conftest import DEVICE
+
+TOL = 5e-3  # fp16 inputs, fp32 accumulation, against float64
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def run_all_bounds(tensors, **kwargs):
+    """The kernel under every bounds variant; asserts they are bit-identical."""
+    results = [ops_decode.decode_attention(*tensors, bounds=b, **kwargs) for b in ops_decode.BOUNDS]
+    for other in results[1:]:
+        for a, b in zip(_tuple(results[0]), _tuple(other)):
+            assert torch.equal(a, b), "bounds variants differ"
+    return results[0]
+
+
+def check_against_reference(got, want):
+    for g, w in zip(_tuple(got), _tuple(want)):
+        assert not torch.isnan(g).any()
+        if g.dtype == torch.float32 and g.dim() == 2:  # lse: -inf where nothing is visible
+            assert torch.equal(torch.isinf(g), torch.isinf(w))
+            fin = torch.isfinite(w)
+            assert (g[fin].double() - w[fin].double()).abs().max().item() < 1e-2
+        else:
+            assert rel_err(g, w) < TOL, rel_err(g, w)
+
+
+def check_case(case, **kwargs):
+    tensors = build_decode(case, DEVICE)
+    kw = dict(case.kwargs, window_left=case.window_left, **kwargs)
+    if case.sparse_keys:
+        kw["sparse"] = build_sparse(case, DEVICE)
+    got = run_all_bounds(tensors, **kw)
+    want = reference.decode_attention(*tensors, **kw)
+    check_against_reference(got, want)
+    return got
+
+
+def _matrix(count, seed):
+    """Random configurations: lengths and windows around BLOCK_N = 16 and page edges."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(count):
+        batch = rng.choice([1, 2, 3])
+        hkv = rng.choice([1, 2])
+        case = DecodeCase([rng.choice([1, 7, 15, 16, 17, 33, 65]) for _ in range(batch)],
+                          num_q_heads=hkv * rng.choice([1, 2, 4, 8, 16]), num_kv_heads=hkv,
+                          head_dim=rng.choice([16, 24]), head_dim_v=rng.choice([16, 8]),
+                          page_size=rng.choice([1, 4, 16]),
+                          window_left=rng.choice([0, 1, 14, 15, 16, 17, 40, None]),
+                          sparse_keys=rng.choice([0, 0, 5, 17]), seed=i)
+        kw = {"num_splits": rng.choice([1, 1, 2, 3, None])}
+        if rng.random() < 0.3:
+            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(i)).to(DEVICE)
+        if rng.random() < 0.3:
+            kw["softcap"] = 5.0
+        if rng.random() < 0.3:
+            kw["return_lse"] = True
+        case.kwargs = kw
+        cases.append(case)
+    return cases
+
+
+MATRIX = _matrix(20, seed=4321)
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=[f"{c.id()}-{sorted(c.kwargs, key=str)}" for c in MATRIX])
+def test_random_matrix(case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 8, 16], ids=lambda g: f"group{g}")
+def test_gqa_ratios(group):
+    check_case(DecodeCase([17, 65, 1], num_q_heads=2 * group, num_kv_heads=2, window_left=15,
+                          page_size=4, seed=group), num_splits=1, return_lse=True)
+
+
+@pytest.mark.parametrize("page_size", [1, 4, 16], ids=lambda p: f"ps{p}")
+@pytest.mark.parametrize("window_left", [0, 1, 14, 16, 40], ids=lambda w: f"L{w}")
+def test_exactly_window_plus_one_keys(page_size, window_left):
+    """SGLang's Triton decode keeps one key too few. Every key gets the same score and a
+    value one-hot in its position, so the output is 1/n on exactly the positions seen:
+    L + 1 of them, [S - 1 - L, S), whatever the page size and split count."""
+    seq_len, dv = 50, 64
+    case = DecodeCase([seq_len], num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=dv,
+                      page_size=page_size, window_left=None)
+    q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
+    positions = torch.arange(seq_len, device=DEVICE)
+    pages, offsets = block_table[0].long()[positions // page_size], positions % page_size
+    k_cache[pages, offsets] = 0.0
+    v_cache[pages, offsets] = torch.eye(dv, dtype=v_cache.dtype, device=DEVICE)[positions][:, None, :]
+    for splits in (1, 3):
+        out = ops_decode.decode_attention(q, k_cache, v_cache, block_table, seq_lens,
+                                          window_left=window_left, num_splits=splits)
+        seen = (out[0, 0] != 0).nonzero().flatten().tolist()
+        assert seen == list(range(seq_len - 1 - window_left, seq_len)), (splits, seen)
+        expected = torch.full((window_left + 1,), 1.0 / (window_left + 1), dtype=out.dtype)
+        assert torch.allclose(out[0, :, seen].cpu(), expected.expand(2, -1), rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("window_left", [None, 40, 0], ids=lambda w: f"L{w}")
+def test_seq_len_shorter_than_window_and_zero(window_left):
+    """seq_len 0 sees nothing: output 0 and lse -inf, also with sinks and splits."""
+    case = DecodeCase([0, 1, 7, 0, 33], window_left=window_left, seed=5)
+    sinks = torch.randn(case.num_q_heads).to(DEVICE)
+    for splits in (1, 4):
+        out, lse = check_case(case, sinks=sinks, num_splits=splits, return_lse=True)
+        assert torch.all(out[[0, 3]] == 0)
+        assert torch.all(lse[[0, 3]] == float("-inf"))
+
+
+def test_splits_equal_single_pass():
+    """Split-KV over 1..8 chunks equals the single pass to rounding (fp16 outputs: a few
+    ulps), lse to float32 rounding."""
+    case = DecodeCase([65, 17, 40, 1], num_q_heads=8, num_kv_heads=2, page_size=4,
+                      window_left=63, sparse_keys=9, seed=9)
+    tensors = build_decode(case, DEVICE)
+    kw = dict(window_left=63, sinks=torch.randn(8).to(DEVICE), sparse=build_sparse(case, DEVICE),
+              return_lse=True)
+    single_out, single_lse = ops_decode.decode_attention(*tensors, num_splits=1, **kw)
+    check_against_reference((single_out, single_lse), reference.decode_attention(*tensors, **kw))
+    for splits in range(2, 9):
+        out, lse = ops_decode.decode_attention(*tensors, num_splits=splits, **kw)
+        assert (out.float() - single_out.float()).abs().max().item() <= 2e-3, splits
+        assert (lse - single_lse).abs().max().item() <= 1e-5, splits
+
+
+def test_bounds_bit_identical_with_splits():
+    """The split chunking is defined on the window for every bounds variant, so skip and
+    none (split 0 walks from position 0) give the tight bits at any split count."""
+    case = DecodeCase([65, 33, 7], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=17, seed=13)
+    tensors = build_decode(case, DEVICE)
+    for splits in (2, 5):
+        run_all_bounds(tensors, window_left=17, num_splits=splits, return_lse=True)
+
+
+def test_sparse_keys_with_minus_one_and_duplicates():
+    case = DecodeCase([33, 16, 1], num_q_heads=8, num_kv_heads=2, window_left=14, sparse_keys=21,
+                      seed=17)
+    k_pool, v_pool, idx = build_sparse(case, DEVICE)
+    assert (idx == -1).any() and (idx[:, 0] == idx[:, -1]).all()
+    check_case(case, num_splits=1, softcap=4.0, return_lse=True)
+    check_case(case, num_splits=4, sinks=torch.randn(8).to(DEVICE))
+
+
+def test_sparse_all_minus_one_is_no_sparse():
+    """Tiles of -1 entries are fully masked: the state, and so the bits, are unchanged."""
+    case = DecodeCase([40, 9], window_left=16, seed=19)
+    tensors = build_decode(case, DEVICE)
+    k_pool = torch.full((5, 2, 16), float("nan"), dtype=torch.float16, device=DEVICE)
+    idx = torch.full((2, 19), -1, dtype=torch.int32, device=DEVICE)
+    plain = ops_decode.decode_attention(*tensors, window_left=16, num_splits=1)
+    with_sparse = ops_decode.decode_attention(*tensors, window_left=16, num_splits=1,
+                                              sparse=(k_pool, k_pool, idx))
+    assert torch.equal(plain, with_sparse)
+
+
+def test_sparse_only_sequence():
+    """seq_len 0 with sparse keys attends to the sparse keys alone."""
+    check_case(DecodeCase([0, 5], window_left=3, sparse_keys=6, seed=23), num_splits=2, return_lse=True)
+
+
+def test_full_block_table_and_trimmed_agree():
+    """A block table covering the whole sequence and one with -1 (and NaN pages) below the
+    window give the same bits: nothing below the window is read."""
+    case = DecodeCase([50, 23], window_left=None, page_size=4, seed=29)
+    q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
+    whole = ops_decode.decode_attention(q, k_cache, v_cache, block_table, seq_lens, window_left=8)
+    k_cache, v_cache, block_table = k_cache.clone(), v_cache.clone(), block_table.clone()
+    for b, s in enumerate((50, 23)):
+        for i in range((s - 1 - 8) // 4):  # pages wholly below the window
+            k_cache[block_table[b, i]] = float("nan")
+            v_cache[block_table[b, i]] = float("nan")
+            block_table[b, i] = -1
+    trimmed = ops_decode.decode_attention(q, k_cache, v_cache, block_table, seq_lens, window_left=8)
+    assert torch.equal(trimmed, whole)
+
+
+def test_out_argument_is_written_and_returned():
+    case = DecodeCase([10, 3], window_left=4)
+    tensors = build_decode(case, DEVICE)
+    out = torch.full((2, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype, device=DEVICE)
+    got = swattn.decode_attention(*tensors, window_left=4, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert rel_err(out, reference.decode_attention(*tensors, window_left=4)) < TOL
+
+
+def test_public_function_with_everything():
+    case = DecodeCase([12, 30, 0], num_q_heads=8, num_kv_heads=2, head_dim=24, head_dim_v=8,
+                      window_left=7, sparse_keys=6, seed=31)
+    tensors = build_decode(case, DEVICE)
+    kw = dict(window_left=7, sinks=torch.randn(8).to(DEVICE), softcap=3.0, scale=0.3,
+              sparse=build_sparse(case, DEVICE), return_lse=True)
+    for splits in (None, 1, 3):
+        got = swattn.decode_attention(*tensors, num_splits=splits, **kw)
+        check_against_reference(got, reference.decode_attention(*tensors, **kw))
+
+
+def test_prepared_launch_reads_lengths_at_launch():
+    """launch() from prepare() reads seq_lens when it runs (what a CUDA graph replay
+    needs): lengths changed in place give the new lengths' result, same buffers."""
+    case = DecodeCase([33, 20], window_left=None, page_size=4, seed=37)
+    q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
+    launch, out, lse = ops_decode.prepare(q, k_cache, v_cache, block_table, seq_lens,
+                                          window_left=9, num_splits=3, return_lse=True)
+    launch()
+    check_against_reference((out, lse), reference.decode_attention(
+        q, k_cache, v_cache, block_table, seq_lens, window_left=9, return_lse=True))
+    seq_lens.copy_(torch.tensor([29, 17], dtype=torch.int32))
+    launch()
+    check_against_reference((out, lse), reference.decode_attention(
+        q, k_cache, v_cache, block_table, seq_lens, window_left=9, return_lse=True))
+
+
+def test_custom_op_registration():
+    """Schema, fake (meta) implementation and the mutation of out/lse, as torch checks them;
+    and a whole graph (decode, then merge) under torch.compile."""
+    from swattn import api
+    case = DecodeCase([9, 4], window_left=4, sparse_keys=3)
+    q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
+    k_pool, v_pool, idx = build_sparse(case, DEVICE)
+    out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
+    lse = torch.zeros(2, 4, device=DEVICE)
+    torch.library.opcheck(api._decode_op, (q, k_cache, v_cache, block_table, seq_lens,
+                                           torch.randn(4, device=DEVICE), k_pool, v_pool, idx,
+                                           out, lse, 4, 0.0, 0.0, 2))
+
+    def layer(q, k_cache, v_cache, block_table, seq_lens):
+        o, l = swattn.decode_attention(q * 1.0, k_cache, v_cache, block_table, seq_lens,
+                                       window_left=4, return_lse=True, num_splits=2)
+        return swattn.merge_states([o, o], [l, l])
+
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    for a, b in zip(compiled(q, k_cache, v_cache, block_table, seq_lens),
+                    layer(q, k_cache, v_cache, block_table, seq_lens)):
+        assert torch.equal(a, b)
+
+
+# ---- argument checks: each names the argument ---------------------------------------
+
+def _args():
+    return list(build_decode(DecodeCase([9, 4], window_left=4, page_size=4)))
+
+
+NAMES = ["q", "k_cache", "v_cache", "block_table", "seq_lens"]
+
+
+def _replace(name, value):
+    args = _args()
+    args[NAMES.index(name)] = value(args[NAMES.index(name)])
+    return args
+
+
+BAD_TENSORS = [
+    ("q", lambda t: t.float().numpy(), TypeError, "q must be a torch.Tensor"),
+    ("q", lambda t: t.to(torch.int32), TypeError, "q must be one of"),
+    ("q", lambda t: t[:1], ValueError, "block_table must have shape"),
+    ("q", lambda t: torch.randn(2, 3, 16).half(), ValueError,
+     r"q heads \(3\) must be a multiple of k/v heads \(2\)"),
+    ("k_cache", lambda t: t.float(), TypeError, "k_cache must be torch.float16"),
+    ("k_cache", lambda t: t[..., :8].contiguous(), ValueError, "k_cache must have shape"),
+    ("v_cache", lambda t: t[:-1], ValueError, "v_cache must have shape"),
+    ("v_cache", lambda t: t[..., 0], ValueError, "v_cache must have 4 dimensions"),
+    ("block_table", lambda t: t.to(torch.int64), TypeError, "block_table must be torch.int32"),
+    ("block_table", lambda t: t[:, :2].contiguous(), ValueError, "block_table has 2 pages per sequence"),
+    ("block_table", lambda t: t.fill_(-1), ValueError, r"block_table\[0, 1\] = -1 is read"),
+    ("seq_lens", lambda t: t[:1], ValueError, "seq_lens must have shape"),
+    ("seq_lens", lambda t: t.long(), TypeError, "seq_lens must be torch.int32"),
+    ("seq_lens", lambda t: torch.tensor([-1, 4], dtype=torch.int32), ValueError, "seq_lens must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS, ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
+def test_bad_tensor(name, bad, error, message):
+    with pytest.raises(error, match=message):
+        swattn.decode_attention(*_replace(name, bad), window_left=4)
+
+
+def _pool(rows=5, heads=2, d=16, dtype=torch.float16):
+    return torch.randn(rows, heads, d).to(dtype)
+
+
+def _idx(rows=2, k=3, value=0):
+    return torch.full((rows, k), value, dtype=torch.int32)
+
+
+BAD_KWARGS = [
+    ({"window_left": -1}, ValueError, "window_left must be >= 0"),
+    ({"window_left": 3.0}, TypeError, "window_left must be an int"),
+    ({"softcap": -1.0}, ValueError, "softcap must be"),
+    ({"scale": 0.0}, ValueError, "scale must be"),
+    ({"num_splits": 0}, ValueError, "num_splits must be an int >= 1"),
+    ({"num_splits": 2.0}, TypeError, "num_splits must be an int >= 1"),
+    ({"sinks": torch.zeros(3)}, ValueError, "sinks must have shape"),
+    ({"sinks": torch.zeros(4, dtype=torch.float16)}, TypeError, "sinks must be torch.float32"),
+    ({"sparse": (_pool(), _pool())}, TypeError, "sparse must be a tuple"),
+    ({"sparse": _pool()}, TypeError, "sparse must be a tuple"),
+    ({"sparse": (_pool(), _pool(), None)}, TypeError, "sparse idx must be a torch.Tensor"),
+    ({"sparse": (_pool(d=8), _pool(), _idx())}, ValueError, "sparse k_pool must have shape"),
+    ({"sparse": (_pool(), _pool(rows=4), _idx())}, ValueError, "sparse v_pool must have shape"),
+    ({"sparse": (_pool(), _pool(dtype=torch.float32), _idx())}, TypeError,
+     "sparse v_pool must be torch.float16"),
+    ({"sparse": (_pool(), _pool(), _idx(rows=3))}, ValueError, "sparse idx must have shape"),
+    ({"sparse": (_pool(), _pool(), _idx().long())}, TypeError, "sparse idx must be torch.int32"),
+    ({"sparse": (_pool(), _pool(), _idx(value=5))}, ValueError, r"sparse idx entries must lie in \[-1, 5\)"),
+    ({"sparse": (_pool(), _pool(), _idx(value=-2))}, ValueError, r"sparse idx entries must lie in \[-1, 5\)"),
+    ({"out": torch.empty(2, 4, 15, dtype=torch.float16)}, ValueError, "out must have shape"),
+    ({"out": torch.empty(2, 4, 16, dtype=torch.float32)}, TypeError, "out must be torch.float16"),
+]
+
+
+@pytest.mark.parametrize("kwargs,error,message", BAD_KWARGS, ids=[b[2] for b in BAD_KWARGS])
+def test_bad_keyword(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        swattn.decode_attention(*_args(), **kwargs)
+
+
+def test_bad_bounds():
+    with pytest.raises(ValueError, match="bounds must be one of"):
+        ops_decode.prepare(*_args(), bounds="loose")
+
+
+# ---- config: pure functions ---------------------------------------------------------
+
+def test_decode_config():
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2)
+    assert decode_config(256, 256, 4, torch.bfloat16, "cuda").block_n == 32
+    assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
+    assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
+
+
+def test_decode_splits():
+    # gpt-oss batch 64 (2 KV heads, window 128, 64-key tiles): capped at the window's 2 tiles.
+    assert decode_splits(64, 2, 128, 132, 64) == 2
+    # One long full-attention sequence, 8 KV heads: 2 x 132 SMs worth of programs.
+    assert decode_splits(1, 8, 32768, 132, 64) == 33
+    # A big batch already fills the GPU.
+    assert decode_splits(512, 8, 4096, 132, 64) == 1
+    assert decode_splits(1, 1, 0, 132, 64) == 1
+
+
+# ---- compiles for the H200 without one ------------------------------------------------
+
+_COMPILE_SM90 = r"""
+import sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from swattn.ops.decode import _decode_kernel
+from swattn.ops.merge import _merge_kernel
+
+def compile_sm90(fn, pointers, consts, warps):
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        sig[name] = ("constexpr" if name in consts else pointers.get(name)
+                     or ("fp32" if name in ("qk_scale", "softcap") else "i32"))
+        if name in pointers or name.startswith("stride_"):
+            attrs[(i,)] = [["tt.divisibility", 16]]  # what the JIT specialises typical strides to
+    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs),
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=2))
+    return kernel.asm["ptx"]
+
+bf16 = {n: "*bf16" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
+f32 = {n: "*fp32" for n in ("sinks", "Lse", "Part_o", "Part_lse", "Parts_o", "Parts_lse")}
+i32 = {n: "*i32" for n in ("block_table", "seq_lens", "Idx")}
+for d, window, sparse, partial, tight in ((64, True, False, False, True), (128, False, True, True, False)):
+    ptx = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
+        D=d, DV=d, BLOCK_D=d, BLOCK_DV=d, GROUP=8, BLOCK_H=16, BLOCK_N=64, USE_WINDOW=window,
+        HAS_SINKS=True, USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial,
+        RETURN_LSE=True, TIGHT=tight, SKIP=not tight), 4)
+    assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
+compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
+             dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True), 1)
+print("compiled")
+"""
+
+
+def test_kernels_compile_for_sm90():
+    """The interpreter accepts code the compiler rejects (and never emits a tensor-core dot):
+    compile the decode and merge kernels for sm_90 with Triton's own ptxas, no GPU needed."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    result = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
+                            env=env, timeout=300)
+    if result.returncode and "ptxas" in result.stderr and "not found" in result.stderr.lower():
+        pytest.skip("Triton's ptxas is not available")
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
+
+
+# ---- GPU: real size and CUDA-graph capture ---------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_gpt_oss_decode_and_cuda_graph():
+    """gpt-oss decode at serving size (batch 64, 32k context in pages of 16, window 127,
+    16/2 heads of 64, sinks, bf16) against the reference; then launch() captured in a CUDA
+    graph and replayed after seq_lens changed in place."""
+    batch, context, window_left = 64, 32768, 127
+    gen = torch.Generator().manual_seed(41)
+    lens = torch.randint(1, context + 1, (batch,), generator=gen)
+    lens[:4] = torch.tensor([1, 127, 128, context])
+    sinks = torch.randn(16, device="cuda")
+    kw = dict(window_left=window_left, sinks=sinks, return_lse=True)
+
+    def check(out, lse, tensors):
+        ref_out, ref_lse = reference.decode_attention(*tensors, **kw)
+        assert rel_err(out, ref_out) < 1e-2
+        assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+        fin = torch.isfinite(ref_lse)
+        assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-2
+
+    # Only the windows are written, pages below them freed (-1): the serving layout.
+    windowed = DecodeCase(lens.tolist(), num_q_heads=16, num_kv_heads=2, head_dim=64,
+                          head_dim_v=64, page_size=16, window_left=window_left,
+                          dtype=torch.bfloat16, seed=41)
+    tensors = build_decode(windowed, "cuda")
+    for splits in (None, 1, 4):
+        check(*swattn.decode_attention(*tensors, num_splits=splits, **kw), tensors)
+
+    # Graph capture: every page written, so the shorter lengths of the replay find keys.
+    whole = DecodeCase(lens.tolist(), num_q_heads=16, num_kv_heads=2, head_dim=64,
+                       head_dim_v=64, page_size=16, window_left=None, dtype=torch.bfloat16, seed=43)
+    tensors = build_decode(whole, "cuda")
+    seq_lens = tensors[4]
+    launch, out, lse = ops_decode.prepare(*tensors, **kw)
+    launch()  # compile outside the capture
+    torch.cuda.synchronize()
+    check(out, lse, tensors)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    new_lens = seq_lens.long() * 3 // 4
+    new_lens[0] = 0
+    seq_lens.copy_(new_lens.to(torch.int32))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, lse, tensors)
