@@ -111,6 +111,15 @@ def check_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens
                       head_dim ** -0.5 if scale is None else float(scale))
 
 
+def _check_pages_cover(name, lengths, block_table, page_size):
+    """Every sequence's block-table row holds pages enough for its ``lengths`` tokens."""
+    max_pages = block_table.shape[1]
+    for b, length in enumerate(lengths):
+        if -(-length // page_size) > max_pages:
+            raise ValueError(f"block_table has {max_pages} pages per sequence, too few for "
+                             f"{name}[{b}] = {length} at page_size {page_size}")
+
+
 def _check_extend_values(cu_seqlens, prefix_lens, block_table, page_size, num_tokens, mask, mask_indptr):
     """The checks that read lengths: one small copy to the host."""
     cu = cu_seqlens.tolist()
@@ -124,11 +133,7 @@ def _check_extend_values(cu_seqlens, prefix_lens, block_table, page_size, num_to
         raise ValueError(f"cu_seqlens must be non-decreasing, got {cu}")
     if any(p < 0 for p in prefix):
         raise ValueError(f"prefix_lens must be >= 0, got {prefix}")
-    max_pages = block_table.shape[1]
-    for b, p in enumerate(prefix):
-        if -(-p // page_size) > max_pages:
-            raise ValueError(f"block_table has {max_pages} pages per sequence, too few for "
-                             f"prefix_lens[{b}] = {p} at page_size {page_size}")
+    _check_pages_cover("prefix_lens", prefix, block_table, page_size)
     if mask is not None:
         indptr = mask_indptr.tolist()
         for b, (p, e) in enumerate(zip(prefix, extend)):
@@ -220,11 +225,8 @@ def _check_decode_values(seq_lens, block_table, num_pages, page_size, window_lef
     lens = seq_lens.tolist()
     if any(s < 0 for s in lens):
         raise ValueError(f"seq_lens must be >= 0, got {lens}")
+    _check_pages_cover("seq_lens", lens, block_table, page_size)
     max_pages = block_table.shape[1]
-    for b, s in enumerate(lens):
-        if -(-s // page_size) > max_pages:
-            raise ValueError(f"block_table has {max_pages} pages per sequence, too few for "
-                             f"seq_lens[{b}] = {s} at page_size {page_size}")
     if not lens or max_pages == 0:
         return
     # Pages holding a visible key: from the window's first key's page to the last key's.
