@@ -78,3 +78,13 @@ def finish(acc, m_i, l_i, sink_log2, HAS_SINKS: tl.constexpr):
     o = tl.where(l_i[:, None] > 0.0, acc / denom[:, None], 0.0)
     lse = tl.where(l_i > 0.0, (m_safe + tl.log2(l_i)) * 0.6931471805599453, float("-inf"))
     return o, lse
+
+
+@triton.jit
+def load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
+    """A [rows, cols] tile, rows masked; the column mask only where the head dim is not a
+    power of two, so full-width rows keep their 16-byte vector loads."""
+    if EVEN_COLS:
+        return tl.load(p, mask=m_rows[:, None], other=0.0)
+    else:
+        return tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)

@@ -26,10 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import LOG2E, decode_first_key, finish, scores_log2, softmax_step
+from ._common import LOG2E, decode_first_key, finish, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
 from .config import DECODE_CPU_SMS, decode_config, decode_splits
-from .extend import _load_rows
 from .merge import launch_merge
 
 BOUNDS = ("tight", "skip", "none")
@@ -65,8 +64,8 @@ def _window_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, bl
             offset = k_pos % page_size
             slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
-            b_k = _load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_key, m_d, EVEN_D)  # [BN, BD]
-            b_v = _load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
+            b_k = load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_key, m_d, EVEN_D)  # [BN, BD]
+            b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
             m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
     return m_i, l_i, acc
 
@@ -83,9 +82,9 @@ def _sparse_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
         row = tl.load(Idx + i_seq * stride_ib + o_i, mask=o_i < num_sparse, other=-1)
         m_key = row >= 0
         row = row.to(tl.int64)
-        b_k = _load_rows(K_pool + (row * stride_kpn + i_kvh * stride_kph)[:, None] + o_d[None, :],
+        b_k = load_rows(K_pool + (row * stride_kpn + i_kvh * stride_kph)[:, None] + o_d[None, :],
                          m_key, m_d, EVEN_D)  # [BN, BD]
-        b_v = _load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
+        b_v = load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
                          m_key, m_dv, EVEN_DV)  # [BN, BDV]
         m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
     return m_i, l_i, acc
@@ -133,7 +132,7 @@ def _decode_kernel(
     t_start = tl.minimum(i_split * per_split, total_tiles)
     t_stop = tl.minimum(t_start + per_split, total_tiles)
 
-    b_q = _load_rows(Q + i_seq * stride_qb + head[:, None] * stride_qh + o_d[None, :],
+    b_q = load_rows(Q + i_seq * stride_qb + head[:, None] * stride_qh + o_d[None, :],
                      m_h, m_d, EVEN_D)  # [BH, BD]
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_end,
-                      full_tiles_start, right_key_end, scores_log2, softmax_step,
+                      full_tiles_start, load_rows, right_key_end, scores_log2, softmax_step,
                       visible_key_end)
 from ._validate import ExtendArgs, check_extend
 from .config import extend_config, packs_gqa
@@ -63,16 +63,6 @@ def _visible(q_pos, k_pos, k_end, window_left, window_right,
 
 
 @triton.jit
-def _load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
-    """A [rows, cols] tile, rows masked; the column mask only where the head dim is not a
-    power of two, so full-width rows keep their 16-byte vector loads."""
-    if EVEN_COLS:
-        return tl.load(p, mask=m_rows[:, None], other=0.0)
-    else:
-        return tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
-
-
-@triton.jit
 def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
@@ -85,8 +75,8 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
     else:
         needed = True
     if needed:
-        b_k = _load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
-        b_v = _load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
+        b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
+        b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
         s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
         if MASKED:
             s = tl.where(keep, s, float("-inf"))
@@ -218,12 +208,12 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
             slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
             b_k = tl.where(in_prefix[:, None],
-                           _load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
-                           _load_rows(K + (tok * stride_kt + i_kvh * stride_kh)[:, None] + o_d[None, :],
+                           load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
+                           load_rows(K + (tok * stride_kt + i_kvh * stride_kh)[:, None] + o_d[None, :],
                                       m_new, m_d, EVEN_D))  # [BN, BD]
             b_v = tl.where(in_prefix[:, None],
-                           _load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
-                           _load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
+                           load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
+                           load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
                                       m_new, m_dv, EVEN_DV))  # [BN, BDV]
             s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
             if MASKED:
@@ -290,7 +280,7 @@ def _extend_kernel(
     q_local = tl.where(m_rows, rows, -1)
     tok_q = (seq_start + rows).to(tl.int64)
 
-    b_q = _load_rows(Q + tok_q[:, None] * stride_qt + head[:, None] * stride_qh + o_d[None, :],
+    b_q = load_rows(Q + tok_q[:, None] * stride_qt + head[:, None] * stride_qh + o_d[None, :],
                      m_rows, m_d, EVEN_D)  # [BM, BD]
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
