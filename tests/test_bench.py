@@ -424,7 +424,10 @@ def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "python -m swattn.bench --quick" in text and "out of memory" in text
     assert (tmp_path / "extend.md").exists() and (tmp_path / "extend.csv").exists()
+    # A decode workload goes down the decode path, which asks the (here absent) GPU for
+    # its memory before building an 8 GB cache: refused with a clear message.
     assert cli.main(["--workload", "C-A"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_plots_from_a_results_json(tmp_path):

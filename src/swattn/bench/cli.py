@@ -1,9 +1,12 @@
-"""``swattn bench`` (extend): one run on one GPU, every variant of every case interleaved.
+"""``swattn bench``: one run on one GPU, every variant of every case interleaved.
 
     python -m swattn.bench --workload A,B --out benchmarks/results/DIR [--peers .peers/py]
+    python -m swattn.bench --workload C-A,C-B,S --out benchmarks/results/DIR
 
-Progress goes to stderr, one line per measurement; the markdown table is printed last on
-stdout and written with a CSV and a JSON into ``--out``.
+Extend workloads (A, B, F, M) and decode workloads (C-A, C-B, C-F, S) may be mixed; each
+kind gets its own tables. Progress goes to stderr, one line per measurement; the markdown
+tables are printed last on stdout and written with a CSV and a JSON (``extend.*``,
+``decode.*``) and PNG plots into ``--out``.
 """
 
 from __future__ import annotations
@@ -23,26 +26,35 @@ METHOD = ("median of repetitions, each one CUDA-graph replay after a 256 MB writ
           "checked against the float64 reference on the first sequence (poisoned with NaN "
           "first) before timing; FLOPs count visible (query, key) pairs only")
 
+DECODE_METHOD = METHOD.replace("on the first sequence", "on the first 4 sequences").replace(
+    "visible (query, key) pairs only", "the keys each new token sees only (window, plus S's sparse keys)")
+
 QUICK_CASES = ((4096, 4096), (7168, 1024))
 
 
 def parse_args(argv=None, prog=None):
     p = argparse.ArgumentParser(prog=prog or "python -m swattn.bench",
-                                description="Time swattn's extend kernel against its peers on one GPU.")
+                                description="Time swattn's extend and decode kernels against their peers "
+                                            "on one GPU.")
     p.add_argument("--workload", default="A,B",
-                   help="comma-separated extend workloads (A, B, F, M; default A,B)")
+                   help="comma-separated workloads: extend A, B, F, M; decode C-A, C-B, C-F, S "
+                        "(default A,B)")
     p.add_argument("--out", default=None,
-                   help="output folder (default benchmarks/results/extend-<UTC date>)")
+                   help="output folder (default benchmarks/results/<extend|decode|bench>-<UTC date>)")
     p.add_argument("--peers", default=None,
                    help="folder with the peers' sources (default $SWATTN_PEERS or .peers/py)")
     p.add_argument("--reps", type=int, default=30, help="repetitions per variant per round (default 30)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batch", type=int, default=None, help="override every workload's batch size")
     p.add_argument("--cases", default=None,
-                   help="override the (prefix, new) cases: 'P:E,P:E' (every sequence the same)")
+                   help="override the extend (prefix, new) cases: 'P:E,P:E' (every sequence the same)")
+    p.add_argument("--context", default=None,
+                   help="override the decode contexts (tokens per sequence, the new one included): "
+                        "'4096,32768'")
     p.add_argument("--skip", default="",
-                   help="variants to leave out, by key: tight-full, skip, det, det-skip, sglang, sglang-full, "
-                        "sglang-unified, vllm, flex, flashinfer")
+                   help="variants to leave out, by key: extend tight-full, skip, det, det-skip, sglang, "
+                        "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
+                        "sglang, vllm, flex, flashinfer")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
     p.add_argument("--max-tokens", type=int, default=16384,
                    help="drop cases with more than this many tokens (prefix + new) per sequence")
@@ -50,7 +62,8 @@ def parse_args(argv=None, prog=None):
                    help="per variant per round: fewer reps for slow variants to stay near this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--replot", default=None, metavar="JSON",
-                   help="only draw the PNG plots of an earlier run's extend.json (no GPU needed)")
+                   help="only draw the PNG plots of an earlier run's extend.json or decode.json "
+                        "(no GPU needed)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: workload A, cases 4096:4096 and 7168:1024, 10 reps x 2 rounds")
     args = p.parse_args(argv)
@@ -64,17 +77,48 @@ def parse_args(argv=None, prog=None):
 
 
 def build_cases(args):
-    """Every case of the selected workloads, with the command line's overrides."""
+    """Every case of the selected workloads, with the command line's overrides: extend
+    :class:`~swattn.bench.workloads.Case` and decode
+    :class:`~swattn.bench.workloads.DecodeCase` objects, in the order named."""
     cases = []
     pairs = wl.parse_cases(args.cases) if args.cases else None
+    contexts = wl.parse_contexts(args.context) if getattr(args, "context", None) else None
     for name in args.workload.split(","):
         if not name.strip():
             continue
-        cases += wl.extend_cases(name, batch=args.batch, cases=pairs, page_size=args.page_size,
-                                 max_tokens_per_seq=args.max_tokens)
+        workload = wl.get(name)
+        if workload.kind in wl.DECODE_KINDS:
+            cases += wl.decode_cases(workload, batch=args.batch, contexts=contexts,
+                                     page_size=args.page_size)
+        else:
+            cases += wl.extend_cases(workload, batch=args.batch, cases=pairs, page_size=args.page_size,
+                                     max_tokens_per_seq=args.max_tokens)
     if not cases:
         raise ValueError("no case to run (check --workload, --cases and --max-tokens)")
     return cases
+
+
+def split_cases(cases):
+    """``(extend cases, decode cases)``."""
+    decode = [c for c in cases if getattr(c, "kind", "") == "decode"]
+    return [c for c in cases if getattr(c, "kind", "") != "decode"], decode
+
+
+def _run_kind(kind, cases, variants, run, args, out_dir, meta, ceilings, flush):
+    """Run every case of one kind and write its tables after each case (a crash later
+    leaves what was measured); returns the markdown."""
+    from . import harness, report
+    results, text = [], ""
+    for case in cases:
+        try:
+            results.append(run(case, variants, reps=args.reps, rounds=args.rounds, flush=flush,
+                               seed=args.seed, budget_ms=args.budget_ms))
+        except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is reported
+            harness.log(f"{case.name}: failed: {type(exc).__name__}: {exc}")
+            results.append(harness.CaseResult(case, [harness.VariantResult(
+                "(case)", "case", "case", "error", f"{type(exc).__name__}: {exc}")]))
+        text = report.write(out_dir, meta, ceilings, results, kind=kind)
+    return text
 
 
 def main(argv=None, prog=None):
@@ -86,9 +130,13 @@ def main(argv=None, prog=None):
         print(plot(args.replot, args.out))
         return 0
     try:
-        cases = build_cases(args)
-        from .peers import select, use_peers
-        variants = select([k.strip() for k in args.skip.split(",") if k.strip()])
+        extend_cases, decode_cases = split_cases(build_cases(args))
+        from . import decode as decode_bench
+        from .peers import VARIANTS, select, use_peers
+        skip = [k.strip() for k in args.skip.split(",") if k.strip()]
+        known = {v.key for v in VARIANTS} | {v.key for v in decode_bench.VARIANTS}
+        variants = select(skip, known=known)
+        decode_variants = select(skip, variants=decode_bench.VARIANTS, known=known)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -97,30 +145,44 @@ def main(argv=None, prog=None):
         print("error: swattn bench needs a CUDA GPU", file=sys.stderr)
         return 2
     from . import harness, report
+    free = None
+    if decode_cases:
+        # The decode inputs are large (C-B: 8.6 GB of cache, and a dense copy for flex).
+        try:
+            free, _ = torch.cuda.mem_get_info()
+        except Exception as exc:  # noqa: BLE001 - no usable device
+            print(f"error: swattn bench needs a CUDA GPU (cannot query its memory: "
+                  f"{type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+    stem = "extend" if not decode_cases else ("decode" if not extend_cases else "bench")
     out_dir = args.out or os.path.join(
-        "benchmarks", "results", "extend-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
+        "benchmarks", "results", f"{stem}-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
     meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), METHOD)
     meta["peers"] = use_peers(args.peers)
-    harness.log(f"{len(cases)} cases x {len(variants)} variants, {args.rounds} rounds x <= "
-                f"{args.reps} reps; {meta['gpu']}; output in {out_dir}")
+    harness.log(f"{len(extend_cases)} extend cases x {len(variants)} variants, {len(decode_cases)} decode "
+                f"cases x {len(decode_variants)} variants, {args.rounds} rounds x <= {args.reps} reps; "
+                f"{meta.get('gpu')}; output in {out_dir}")
+    for case in decode_cases:
+        need = decode_bench.footprint(case)
+        if free is not None and need > free:
+            harness.log(f"{case.name}: inputs take about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free: "
+                        "it may not fit")
     flush = harness.Flush()
     ceilings = harness.measure_ceilings(flush)
     harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "
                 f"copy {ceilings['copy_gbps']:.0f} GB/s")
-    results = []
-    for case in cases:
-        try:
-            results.append(harness.run_case(case, variants, reps=args.reps, rounds=args.rounds,
-                                            flush=flush, seed=args.seed, budget_ms=args.budget_ms))
-        except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is reported
-            harness.log(f"{case.name}: failed: {type(exc).__name__}: {exc}")
-            results.append(harness.CaseResult(case, [harness.VariantResult(
-                "(case)", "case", "case", "error", f"{type(exc).__name__}: {exc}")]))
-        # Written after every case, so a crash later leaves what was measured.
-        text = report.write(out_dir, meta, ceilings, results)
     from .plots import plot
-    harness.log(f"plots: {plot(os.path.join(out_dir, 'extend.json'))}")
-    print(text)
+    texts = []
+    if extend_cases:
+        texts.append(_run_kind("extend", extend_cases, variants, harness.run_case, args, out_dir, meta,
+                               ceilings, flush))
+        harness.log(f"plots: {plot(os.path.join(out_dir, 'extend.json'))}")
+    if decode_cases:
+        decode_meta = dict(meta, method=DECODE_METHOD)
+        texts.append(_run_kind("decode", decode_cases, decode_variants, decode_bench.run_case, args,
+                               out_dir, decode_meta, ceilings, flush))
+        harness.log(f"plots: {plot(os.path.join(out_dir, 'decode.json'))}")
+    print("\n\n".join(texts))
     return 0
 
 

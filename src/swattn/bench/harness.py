@@ -1,4 +1,6 @@
 """Inputs, checks and timing of one extend case: the method of ``../shared/ANCHORS.md``.
+Decode cases (``swattn.bench.decode``) bring their own inputs and reference and use the
+same checks, capture, interleaved timing and noise floor (:func:`run_case`).
 
 * Inputs are built once per case: random bf16 (never zeros), one paged K/V pool holding
   every sequence's prefix and new tokens in randomly permuted pages, NaN in every cache row
@@ -314,6 +316,7 @@ class VariantResult:
     note: str = ""
     rel_err: float | None = None
     applies_sinks: bool = True
+    applies_sparse: bool = True
     graphed: bool = False
     rounds_us: list = field(default_factory=list)
 
@@ -335,8 +338,23 @@ def _short(exc):
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
 
 
-def _prepare(variant, inputs, refs, label):
-    """Build, check and capture one variant; returns (result, replay or None, prepared)."""
+def same_function(applies_sinks, applies_sparse, case):
+    """``(sinks kept, sparse keys kept)``: what a variant computes of the case's function
+    (a case without sinks or sparse keys loses nothing by dropping them)."""
+    return (applies_sinks or not case.sinks,
+            applies_sparse or not getattr(case, "sparse_keys", 0))
+
+
+def _extend_reference(inputs, sinks=True, sparse=True):
+    del sparse
+    return reference_first(inputs, sinks=sinks)
+
+
+def _prepare(variant, inputs, refs, label, reference=None):
+    """Build, check and capture one variant; returns (result, replay or None, prepared).
+    ``reference(inputs, sinks=, sparse=)`` gives the float64 output of the first
+    sequence(s) (default: the extend reference)."""
+    reference = reference or _extend_reference
     res = VariantResult(variant.name, variant.key, variant.role)
     try:
         prepared = variant.build(inputs)
@@ -349,16 +367,18 @@ def _prepare(variant, inputs, refs, label):
         log(f"{label} | {variant.name}: build failed: {_short(exc)}")
         return res, None, None
     res.note, res.applies_sinks = prepared.note, prepared.applies_sinks
+    res.applies_sparse = getattr(prepared, "applies_sparse", True)
     try:
         if prepared.poison is not None:
             prepared.poison()
         prepared.fn()
         _sync()
         out = prepared.result()
-        same = prepared.applies_sinks or not inputs.case.sinks
-        key = "sinks" if same else "no sinks"
+        same_sinks, same_sparse = same_function(res.applies_sinks, res.applies_sparse, inputs.case)
+        same = same_sinks
+        key = (same_sinks, same_sparse)
         if key not in refs:
-            refs[key] = reference_first(inputs, sinks=same)
+            refs[key] = reference(inputs, sinks=same_sinks, sparse=same_sparse)
         ref = refs[key]
         eager = out.clone()
         res.rel_err = relative_error(out[:ref.shape[0]], ref)
@@ -368,6 +388,8 @@ def _prepare(variant, inputs, refs, label):
             res.status = "WRONG"
         if not same:
             res.note += "; no sinks: a different function (checked against a sink-less reference)"
+        if not same_sparse:
+            res.note += "; no sparse keys: a different function (checked against a window-only reference)"
         log(f"{label} | {variant.name}: rel err {res.rel_err:.2e} ({res.status})")
     except Exception as exc:  # noqa: BLE001
         res.status, res.note = "error", "run/check: " + _short(exc)
@@ -391,16 +413,20 @@ def _prepare(variant, inputs, refs, label):
     return res, replay, prepared
 
 
-def run_case(case, variants, *, reps, rounds, flush, seed=0, budget_ms=1500.0, device="cuda"):
-    """Build the inputs of ``case``, check and capture every variant, time them
-    interleaved, and return a :class:`CaseResult` (errors recorded, never raised)."""
+def run_case(case, variants, *, reps, rounds, flush, seed=0, budget_ms=1500.0, device="cuda",
+             build=None, reference=None):
+    """Build the inputs of ``case`` (``build(case, device, seed)``, default the extend
+    builder), check every variant against ``reference`` (default the extend one), capture
+    them, time them interleaved, and return a :class:`CaseResult` (errors recorded, never
+    raised)."""
     started = time.time()
     label = case.name
-    log(f"{label}: building inputs ({case.batch} x {case.seqs[0]})")
-    inputs = build_inputs(case, device, seed)
+    shape = case.seqs[0] if hasattr(case, "seqs") else f"S{max(case.seq_lens)}"
+    log(f"{label}: building inputs ({case.batch} x {shape})")
+    inputs = (build or build_inputs)(case, device, seed)
     refs, results, replays, held = {}, [], {}, []
     for variant in variants:
-        res, replay, prepared = _prepare(variant, inputs, refs, label)
+        res, replay, prepared = _prepare(variant, inputs, refs, label, reference)
         results.append(res)
         if replay is not None:
             replays[variant.name] = replay

@@ -38,7 +38,8 @@ class Prepared:
     as ``[T, Hq, Dv]``, ``poison()`` fills the output with NaN (None where the variant
     allocates its own output). ``applies_sinks=False`` marks a variant that drops the
     case's sinks: it computes a different function and is checked against a sink-less
-    reference."""
+    reference; ``applies_sparse=False`` likewise one that leaves out a decode case's sparse
+    keys (checked against a window-only reference)."""
 
     fn: Callable[[], object]
     result: Callable[[], torch.Tensor]
@@ -46,6 +47,7 @@ class Prepared:
     applies_sinks: bool = True
     poison: Callable[[], None] | None = None
     keep: list = field(default_factory=list)
+    applies_sparse: bool = True
 
 
 def peers_dir(path=None):
@@ -98,20 +100,20 @@ def _scale(case):
 _CONTROL = {}
 
 
-def control_module():
-    """A second copy of ``swattn.ops.extend``, executed from its file under another module
-    name: its ``@triton.jit`` kernels are new JIT objects, compiled and loaded on their own
-    (the binary is identical by construction; Triton's disk cache may serve it). Timing it
-    beside the original measures what "no change" looks like."""
-    if "module" not in _CONTROL:
-        from ..ops import extend as original
-        name = "swattn.ops._extend_control"
+def control_module(kernel="extend"):
+    """A second copy of ``swattn.ops.<kernel>`` (``extend``, ``decode``), executed from its
+    file under another module name: its ``@triton.jit`` kernels are new JIT objects,
+    compiled and loaded on their own (the binary is identical by construction; Triton's disk
+    cache may serve it). Timing it beside the original measures what "no change" looks like."""
+    if kernel not in _CONTROL:
+        original = importlib.import_module(f"swattn.ops.{kernel}")
+        name = f"swattn.ops._{kernel}_control"
         spec = importlib.util.spec_from_file_location(name, original.__file__)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        _CONTROL["module"] = module
-    return _CONTROL["module"]
+        _CONTROL[kernel] = module
+    return _CONTROL[kernel]
 
 
 def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False):
@@ -444,10 +446,12 @@ VARIANTS = (
 )
 
 
-def select(skip=()):
-    """The variants minus those whose key is in ``skip``; ValueError on an unknown key."""
-    keys = {v.key for v in VARIANTS}
+def select(skip=(), variants=None, known=None):
+    """``variants`` (default the extend ones) minus those whose key is in ``skip``;
+    ValueError on a key that is in neither ``variants`` nor ``known``."""
+    variants = VARIANTS if variants is None else variants
+    keys = {v.key for v in variants} | set(known or ())
     unknown = set(skip) - keys
     if unknown:
         raise ValueError(f"unknown variant(s) {sorted(unknown)}; known: {sorted(keys)}")
-    return [v for v in VARIANTS if v.key not in set(skip)]
+    return [v for v in variants if v.key not in set(skip)]

@@ -1,6 +1,6 @@
-"""PNG plots of a benchmark's JSON (report.write's extend.json): per workload, the median
-time of every variant per case (log scale) and the roofline fraction of each. matplotlib
-is the `bench` extra; without it the plots are skipped with a note."""
+"""PNG plots of a benchmark's JSON (report.write's extend.json or decode.json): per
+workload, the median time of every variant per case (log scale) and the roofline fraction of
+each. matplotlib is the `bench` extra; without it the plots are skipped with a note."""
 
 import json
 import os
@@ -37,7 +37,7 @@ def plot(json_path, out_dir=None):
                                 and r.get(metric) is not None), 0.0) for c in cases]
                 ax.bar([x + i * width for x in range(len(cases))], values, width, label=variant)
             ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
-            ax.set_xticklabels([c.split(" ", 1)[1] for c in cases], fontsize=8)
+            ax.set_xticklabels([(c.split(" ", 1) + [c])[1] for c in cases], fontsize=8)
             if log:
                 ax.set_yscale("log")
             ax.set_ylabel(label)

@@ -1,6 +1,7 @@
 """From timings to the tables: window-aware FLOPs and bytes, the floor, the roofline
 fraction, ratios to the fastest peer that computes the same function, the tile model's
-prediction beside the measurement; written as markdown, CSV and JSON.
+prediction beside the measurement (extend); written as markdown, CSV and JSON, one set per
+kind (``extend.*``, ``decode.*``).
 
 The arithmetic here is plain Python (tested without a GPU); only :func:`collect_meta`
 asks torch about the device.
@@ -17,11 +18,12 @@ import os
 import shlex
 import subprocess
 
-from .harness import summarize
+from .harness import same_function, summarize
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
-              "graphed", "rel_err", "same_function", "tflops", "gbps", "floor_us", "roofline",
-              "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight", "note")
+              "graphed", "rel_err", "same_function", "other_fn", "tflops", "gbps", "floor_us",
+              "roofline", "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight", "note")
+KINDS = ("extend", "decode")
 
 
 # --------------------------------------------------------------------------------------
@@ -77,13 +79,20 @@ def tile_prediction(case, block_m=None, block_n=None):
 # Rows.
 # --------------------------------------------------------------------------------------
 
+def _dropped(result, case):
+    """What of the case's function a variant leaves out: "" or "sinks", "sparse keys", ..."""
+    sinks, sparse = same_function(result.applies_sinks, getattr(result, "applies_sparse", True), case)
+    return ", ".join(what for what, kept in (("sinks", sinks), ("sparse keys", sparse)) if not kept)
+
+
 def _same_function(result, case):
-    return result.applies_sinks or not case.sinks
+    return not _dropped(result, case)
 
 
-def case_report(case_result, ceilings):
-    """``(summary, rows)`` of one case: a dict of the case's work and verdicts, and one
-    dict per variant (the CSV fields plus the per-round medians)."""
+def _rows(case_result, ceilings):
+    """``(work, rows, best, best_us)``: the case's FLOPs, bytes and floor, one dict per
+    variant (the CSV fields plus the per-round medians), and the fastest peer that computes
+    the same function."""
     case = case_result.case
     flops, nbytes = case.flops(), case.bytes_moved()
     floor = floor_us(flops, nbytes, ceilings)
@@ -103,6 +112,7 @@ def case_report(case_result, ceilings):
             "median_us": median, "p20_us": s["p20_us"], "p80_us": s["p80_us"],
             "reps": s.get("reps", 0), "round_medians_us": s["round_medians_us"],
             "graphed": r.graphed, "rel_err": r.rel_err, "same_function": _same_function(r, case),
+            "other_fn": _dropped(r, case),
             "tflops": flops / median / 1e6 if median else None,
             "gbps": nbytes / median / 1e3 if median else None,
             "floor_us": floor, "roofline": roofline(floor, median), "ratio_best_peer": ratio,
@@ -113,6 +123,18 @@ def case_report(case_result, ceilings):
     for row in rows:
         row["ratio_tight"] = row["median_us"] / tight_us if (row["median_us"] and tight_us) else None
         row["verdict_tight"] = verdict(row["ratio_tight"], noise) if row["role"] != "tight" else ""
+    return (flops, nbytes, floor), rows, best, best_us
+
+
+def case_report(case_result, ceilings):
+    """``(summary, rows)`` of one case: a dict of the case's work and verdicts, and one
+    dict per variant (the CSV fields plus the per-round medians). Decode cases get
+    :func:`decode_case_report`."""
+    case = case_result.case
+    if getattr(case, "kind", "") == "decode":
+        return decode_case_report(case_result, ceilings)
+    (flops, nbytes, floor), rows, best, best_us = _rows(case_result, ceilings)
+    noise = case_result.noise
     by_role = {row["role"]: row for row in rows if row["median_us"]}
     by_key = {row["key"]: row for row in rows if row["median_us"]}
     prediction = tile_prediction(case)
@@ -132,6 +154,41 @@ def case_report(case_result, ceilings):
         "tiling": f"{prediction['block_m']}x{prediction['block_n']}", "seconds": case_result.seconds,
     }
     summary["verdict_tight_vs_skip"] = verdict(measured, noise)
+    return summary, rows
+
+
+def decode_case_report(case_result, ceilings):
+    """``(summary, rows)`` of one decode case: the rows as for extend; the summary has the
+    keys per sequence, the work, the floor, the noise, the fastest peer computing the same
+    function, and the tight kernel against its skip and one-split rows."""
+    case = case_result.case
+    (flops, nbytes, floor), rows, best, best_us = _rows(case_result, ceilings)
+    noise = case_result.noise
+    by_role = {row["role"]: row for row in rows if row["median_us"]}
+    by_key = {row["key"]: row for row in rows if row["median_us"]}
+    tight = by_role.get("tight")
+
+    def over(key):
+        other = by_key.get(key)
+        return tight["median_us"] / other["median_us"] if (tight and other) else None
+
+    lens = sorted(set(case.seq_lens))
+    summary = {
+        "case": case.name, "kind": "decode", "batch": case.batch, "seq_lens": lens,
+        "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
+        "head_dim": case.head_dim, "head_dim_v": case.head_dim_v,
+        "window_left": case.window_left, "sinks": case.sinks, "page_size": case.page_size,
+        "sparse_keys": case.sparse_keys, "sparse_valid": case.sparse_valid if case.sparse_keys else 0,
+        "keys_per_seq": case.keys() / case.batch,
+        "visible_pairs": case.visible_pairs() * case.num_q_heads, "flops": flops, "bytes": nbytes,
+        "floor_us": floor, "noise": noise, "best_peer": best.name if best else None,
+        "best_peer_us": best_us,
+        "tight_vs_best_peer": tight["median_us"] / best_us if (tight and best_us) else None,
+        "tight_over_skip": over("skip"), "tight_over_one_split": over("split1"),
+        "seconds": case_result.seconds,
+    }
+    summary["verdict_tight_vs_skip"] = verdict(summary["tight_over_skip"], noise)
+    summary["verdict_tight_vs_one_split"] = verdict(summary["tight_over_one_split"], noise)
     return summary, rows
 
 
@@ -176,13 +233,13 @@ def _short_note(row):
     return "; ".join(flags)
 
 
-def markdown(meta, ceilings, summaries, rows):
-    """The report: header (GPU, versions, commit, command, date, ceilings, method), a legend
-    of the variants, one line per measurement, and last one line per case (work, floor,
-    noise, fastest peer, tile prediction vs measurement)."""
-    out = io.StringIO()
-    w = out.write
-    w("# swattn extend attention benchmark\n\n")
+def _status(row):
+    return row["status"] if row["same_function"] else f"{row['status']}, other fn (no {row['other_fn']})"
+
+
+def _header(w, meta, ceilings, rows, kind):
+    """Title, where and with what it ran, the ceilings, the method and the variants' legend."""
+    w(f"# swattn {kind} attention benchmark\n\n")
     w(f"- date: {meta.get('date')}\n- GPU: {meta.get('gpu')} (driver {meta.get('driver')}, "
       f"CUDA {meta.get('cuda')})\n- torch {meta.get('torch')}, triton {meta.get('triton')}\n"
       f"- commit: {meta.get('commit')}\n- command: `{meta.get('command')}`\n")
@@ -199,13 +256,22 @@ def markdown(meta, ceilings, summaries, rows):
             legend[r["variant"]] = r["note"]
     if legend:
         w("Variants: " + "; ".join(f"**{_cell(k)}**: {_cell(v)}" for k, v in legend.items()) + "\n\n")
+
+
+def markdown(meta, ceilings, summaries, rows):
+    """The report: header (GPU, versions, commit, command, date, ceilings, method), a legend
+    of the variants, one line per measurement, and last one line per case (work, floor,
+    noise, fastest peer, tile prediction vs measurement)."""
+    out = io.StringIO()
+    w = out.write
+    _header(w, meta, ceilings, rows, "extend")
     w("## Measurements\n\n")
     w("| case | variant | status | median us | p20-p80 us | TFLOP/s | roofline | rel err | "
       "vs fastest peer | vs swattn tight | notes |\n")
     w("|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         spread = "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"
-        status = r["status"] if r["same_function"] else r["status"] + ", other fn (no sinks)"
+        status = _status(r)
         w(f"| {r['case']} | {r['variant']} | {status} | {_num(r['median_us'])} | {spread} | "
           f"{_num(r['tflops'])} | {_pct(r['roofline'])} | {_err(r['rel_err'])} | "
           f"{_ratio(r['ratio_best_peer'], r['verdict'])} | {_ratio(r['ratio_tight'], r['verdict_tight'])} | "
@@ -226,6 +292,42 @@ def markdown(meta, ceilings, summaries, rows):
     return out.getvalue()
 
 
+def decode_markdown(meta, ceilings, summaries, rows):
+    """The decode report, in the extend report's style: header, legend, one line per
+    measurement (with GB/s: decode is bandwidth-bound), then one line per case (keys per
+    sequence, work, floor, noise, fastest peer, tight against skip and one split)."""
+    out = io.StringIO()
+    w = out.write
+    _header(w, meta, ceilings, rows, "decode")
+    w("## Measurements\n\n")
+    w("| case | variant | status | median us | p20-p80 us | TFLOP/s | GB/s | roofline | rel err | "
+      "vs fastest peer | vs swattn tight | notes |\n")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in rows:
+        spread = "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"
+        w(f"| {r['case']} | {r['variant']} | {_status(r)} | {_num(r['median_us'])} | {spread} | "
+          f"{_num(r['tflops'], '{:.2f}')} | {_num(r['gbps'], '{:.0f}')} | {_pct(r['roofline'])} | "
+          f"{_err(r['rel_err'])} | {_ratio(r['ratio_best_peer'], r['verdict'])} | "
+          f"{_ratio(r['ratio_tight'], r['verdict_tight'])} | {_cell(_short_note(r))} |\n")
+    w("\n## Cases\n\n")
+    w("| case | batch | keys / sequence | GFLOP | MB | floor us | noise floor | "
+      "fastest peer (same function) | swattn tight / it | roofline, tight | tight / skip | "
+      "tight / 1 split |\n")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for s in summaries:
+        best = f"{s['best_peer']} {s['best_peer_us']:.1f} us" if s["best_peer"] else "-"
+        tight = next((r for r in rows if r["case"] == s["case"] and r["role"] == "tight"), None)
+        keys = f"{s['keys_per_seq']:g}"
+        if s["sparse_keys"]:
+            keys += f" ({s['sparse_valid']} sparse)"
+        w(f"| {s['case']} | {s['batch']} | {keys} | {s['flops'] / 1e9:.3f} | {s['bytes'] / 1e6:.1f} | "
+          f"{_num(s['floor_us'])} | {_pct(s['noise'])} | {_cell(best)} | "
+          f"{_ratio(s['tight_vs_best_peer'])} | {_pct(tight['roofline'] if tight else None)} | "
+          f"{_num(s['tight_over_skip'], '{:.3f}')} {s['verdict_tight_vs_skip']} | "
+          f"{_num(s['tight_over_one_split'], '{:.3f}')} {s['verdict_tight_vs_one_split']} |\n")
+    return out.getvalue()
+
+
 def to_csv(rows):
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore")
@@ -235,22 +337,24 @@ def to_csv(rows):
     return out.getvalue()
 
 
-def write(out_dir, meta, ceilings, case_results):
-    """Write ``extend.md``, ``extend.csv`` and ``extend.json`` into ``out_dir``; returns the
-    markdown."""
+def write(out_dir, meta, ceilings, case_results, kind="extend"):
+    """Write ``<kind>.md``, ``<kind>.csv`` and ``<kind>.json`` (kind ``extend`` or
+    ``decode``) into ``out_dir``; returns the markdown."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     summaries, rows = [], []
     for result in case_results:
         summary, case_rows = case_report(result, ceilings)
         summaries.append(summary)
         rows.extend(case_rows)
-    text = markdown(meta, ceilings, summaries, rows)
+    text = (decode_markdown if kind == "decode" else markdown)(meta, ceilings, summaries, rows)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "extend.md"), "w") as f:
+    with open(os.path.join(out_dir, f"{kind}.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(out_dir, "extend.csv"), "w") as f:
+    with open(os.path.join(out_dir, f"{kind}.csv"), "w") as f:
         f.write(to_csv(rows))
     raw = {r.case.name: {v.name: v.rounds_us for v in r.variants} for r in case_results}
-    with open(os.path.join(out_dir, "extend.json"), "w") as f:
+    with open(os.path.join(out_dir, f"{kind}.json"), "w") as f:
         json.dump({"meta": meta, "ceilings": ceilings, "cases": summaries, "rows": rows,
                    "raw_us": raw}, f, indent=1, default=str)
     return text

@@ -3,9 +3,11 @@
 A :class:`Workload` is the row of the anchors table (model shape, window, sinks, batch and
 its (prefix, new) cases or decode context). :func:`extend_cases` turns an extend workload
 into :class:`Case` objects, one per (prefix, new) pair, with the sizes overridable from the
-command line (``--batch``, ``--cases``). A case knows the work it asks for: the visible
-(query, key) pairs, counted exactly from the window per query, the FLOPs over them and the
-bytes a kernel cannot avoid (Q, O, and the K, V within reach, each once).
+command line (``--batch``, ``--cases``); :func:`decode_cases` turns a decode workload (C-A,
+C-B, C-F, S) into :class:`DecodeCase` objects (``--batch``, ``--context``). A case knows the
+work it asks for: the visible (query, key) pairs, counted exactly from the window per query
+(plus the sparse keys of S), the FLOPs over them and the bytes a kernel cannot avoid (Q, O,
+and the K, V within reach, each once).
 
 Windows here are Hugging Face ``sliding_window`` values W (as in the anchors table); the
 kernels take ``window_left = W - 1`` (:func:`swattn.window.from_hf`).
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from ..window import from_hf
 
 EXTEND_KINDS = ("extend", "mix")
+DECODE_KINDS = ("decode", "sparse_decode")
 LAYOUTS = ("window", "full")
 
 
@@ -67,6 +70,9 @@ WORKLOADS = {
         Workload("C-A", "gpt-oss decode", "decode", 16, 2, 64, 64, 128, True, 64, context=32768),
         Workload("C-B", "Mistral-style decode", "decode", 32, 8, 128, 128, 4096, False, 64,
                  context=32768),
+        Workload("C-F", "gpt-oss-120b at TP4, full-attention layer, decode", "decode", 16, 2, 64, 64,
+                 None, True, 64, context=32768,
+                 note="the full layers beside C-A's window layers: window_left=None"),
         Workload("M", "gpt-oss-120b TP4 prefill mix", "mix", 16, 2, 64, 64, 128, True, 8,
                  cases=((0, 4096), (4096, 4096)), window_layers=18, full_layers=18,
                  note="input 8192 in chunks of 4096; window 128 on 18 layers, full on 18"),
@@ -209,3 +215,121 @@ def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_p
 def with_seqs(case, seqs):
     """A copy of ``case`` over other sequences (e.g. the first one alone, for a check)."""
     return replace(case, seqs=tuple(seqs))
+
+
+# --------------------------------------------------------------------------------------
+# Decode.
+# --------------------------------------------------------------------------------------
+
+def sparse_invalid(sparse_keys):
+    """-1 entries per row of a sparse index list of ``sparse_keys`` entries in the decode
+    inputs: one in 16 (the rest name distinct pool rows), so the work is exact."""
+    return sparse_keys // 16
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    """One decode measurement: one new token per sequence over its paged cache.
+
+    ``seq_lens`` are the tokens in cache per sequence, the new one included (it sits at
+    ``S - 1``); ``window_left`` is the kernels' convention (None = full attention).
+    ``sparse_keys`` is K, the width of the sparse index list of S (each row holds
+    ``sparse_valid`` distinct pool rows and -1 in the rest).
+    """
+
+    workload: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    window_left: int | None
+    sinks: bool
+    seq_lens: tuple[int, ...]
+    sparse_keys: int = 0
+    page_size: int = 16
+
+    kind = "decode"
+
+    @property
+    def batch(self):
+        return len(self.seq_lens)
+
+    @property
+    def uniform(self):
+        return len(set(self.seq_lens)) == 1
+
+    @property
+    def name(self):
+        """``C-A S32768`` (uniform batch) or ``C-A S100,S7`` (ragged)."""
+        if self.uniform:
+            return f"{self.workload} S{self.seq_lens[0]}"
+        return self.workload + " " + ",".join(f"S{s}" for s in self.seq_lens)
+
+    @property
+    def sparse_valid(self):
+        """Sparse keys each sequence attends (entries of its index row that are not -1)."""
+        return self.sparse_keys - sparse_invalid(self.sparse_keys)
+
+    def window_keys(self, seq_len):
+        """Cached keys the new token sees: ``min(L + 1, S)`` (``S`` with no window)."""
+        return seq_len if self.window_left is None else min(self.window_left + 1, seq_len)
+
+    def lowest_key(self, seq_len):
+        """Position of the first visible cached key: ``max(0, S - 1 - L)``."""
+        return seq_len - self.window_keys(seq_len)
+
+    def keys(self):
+        """Keys attended over all sequences (one head): window keys plus sparse keys."""
+        return sum(self.window_keys(s) + (self.sparse_valid if s > 0 else 0) for s in self.seq_lens)
+
+    def visible_pairs(self):
+        """(query, key) pairs over all sequences (one head): one query each, so the keys."""
+        return self.keys()
+
+    def flops(self):
+        """``2 * keys * Hq * (D + Dv)``: QK^T and PV over the visible keys only
+        (``4 * keys * D * Hq`` when ``D == Dv``)."""
+        return 2 * self.keys() * self.num_q_heads * (self.head_dim + self.head_dim_v)
+
+    def bytes_moved(self, element_size=2):
+        """Q and O of the new tokens and the K, V rows of the window (and the sparse rows),
+        each once."""
+        q_o = self.batch * self.num_q_heads * (self.head_dim + self.head_dim_v)
+        k_v = self.keys() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
+        return (q_o + k_v) * element_size
+
+
+def parse_contexts(text):
+    """``"32768"`` or ``"4096,32768"`` to ``(4096, 32768)``; ValueError naming a bad item."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            value = int(item)
+        except ValueError:
+            raise ValueError(f"contexts are integers >= 1, got {item!r}") from None
+        if value < 1:
+            raise ValueError(f"contexts are integers >= 1, got {value}")
+        out.append(value)
+    if not out:
+        raise ValueError(f"no context in {text!r}")
+    return tuple(out)
+
+
+def decode_cases(workload, *, batch=None, contexts=None, page_size=16):
+    """The :class:`DecodeCase` list of a decode workload (C-A, C-B, C-F, S): one case per
+    context (default the workload's), every sequence of a case at the same context."""
+    if isinstance(workload, str):
+        workload = get(workload)
+    if workload.kind not in DECODE_KINDS:
+        raise ValueError(f"workload {workload.name} is a {workload.kind} workload, not decode")
+    batch = workload.batch if batch is None else batch
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    contexts = (workload.context,) if contexts is None else tuple(contexts)
+    return [DecodeCase(workload.name, workload.num_q_heads, workload.num_kv_heads,
+                       workload.head_dim, workload.head_dim_v, workload.window_left,
+                       workload.sinks, (context,) * batch, workload.sparse_keys, page_size)
+            for context in contexts]
