@@ -1,8 +1,9 @@
 """Benchmarks: named workloads, the peers as their engines call them, interleaved timing
 with a same-variant control, and reports against the measured roofline (DESIGN.md section 7).
 
-``python -m swattn.bench --workload A,B --out DIR`` runs the extend benchmark
-(:func:`swattn.bench.cli.main`). Nothing here is imported by the kernels.
+``python -m swattn.bench --workload A,B,C-A,C-B,S --out DIR`` runs the extend workloads
+and the decode ones (:func:`swattn.bench.cli.main`). Nothing here is imported by the
+kernels.
 """
 
 from . import workloads
