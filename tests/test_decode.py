@@ -12,33 +12,14 @@ from swattn.ops import decode as ops_decode
 from swattn.ops.config import DecodeConfig, decode_config, decode_splits
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
+from checks import TOL, assert_bounds_identical, assert_matches_reference
 from conftest import DEVICE
-
-TOL = 5e-3  # fp16 inputs, fp32 accumulation, against float64
-
-
-def _tuple(x):
-    return x if isinstance(x, tuple) else (x,)
 
 
 def run_all_bounds(tensors, **kwargs):
     """The kernel under every bounds variant; asserts they are bit-identical."""
-    results = [ops_decode.decode_attention(*tensors, bounds=b, **kwargs) for b in ops_decode.BOUNDS]
-    for other in results[1:]:
-        for a, b in zip(_tuple(results[0]), _tuple(other)):
-            assert torch.equal(a, b), "bounds variants differ"
-    return results[0]
-
-
-def check_against_reference(got, want):
-    for g, w in zip(_tuple(got), _tuple(want)):
-        assert not torch.isnan(g).any()
-        if g.dtype == torch.float32 and g.dim() == 2:  # lse: -inf where nothing is visible
-            assert torch.equal(torch.isinf(g), torch.isinf(w))
-            fin = torch.isfinite(w)
-            assert (g[fin].double() - w[fin].double()).abs().max().item() < 1e-2
-        else:
-            assert rel_err(g, w) < TOL, rel_err(g, w)
+    return assert_bounds_identical([ops_decode.decode_attention(*tensors, bounds=b, **kwargs)
+                                    for b in ops_decode.BOUNDS])
 
 
 def check_case(case, **kwargs):
@@ -48,7 +29,7 @@ def check_case(case, **kwargs):
         kw["sparse"] = build_sparse(case, DEVICE)
     got = run_all_bounds(tensors, **kw)
     want = reference.decode_attention(*tensors, **kw)
-    check_against_reference(got, want)
+    assert_matches_reference(got, want)
     return got
 
 
@@ -134,7 +115,7 @@ def test_splits_equal_single_pass():
     kw = dict(window_left=63, sinks=torch.randn(8).to(DEVICE), sparse=build_sparse(case, DEVICE),
               return_lse=True)
     single_out, single_lse = ops_decode.decode_attention(*tensors, num_splits=1, **kw)
-    check_against_reference((single_out, single_lse), reference.decode_attention(*tensors, **kw))
+    assert_matches_reference((single_out, single_lse), reference.decode_attention(*tensors, **kw))
     for splits in range(2, 9):
         out, lse = ops_decode.decode_attention(*tensors, num_splits=splits, **kw)
         assert (out.float() - single_out.float()).abs().max().item() <= 2e-3, splits
@@ -209,7 +190,7 @@ def test_public_function_with_everything():
               sparse=build_sparse(case, DEVICE), return_lse=True)
     for splits in (None, 1, 3):
         got = swattn.decode_attention(*tensors, num_splits=splits, **kw)
-        check_against_reference(got, reference.decode_attention(*tensors, **kw))
+        assert_matches_reference(got, reference.decode_attention(*tensors, **kw))
 
 
 def test_prepared_launch_reads_lengths_at_launch():
@@ -220,11 +201,11 @@ def test_prepared_launch_reads_lengths_at_launch():
     launch, out, lse = ops_decode.prepare(q, k_cache, v_cache, block_table, seq_lens,
                                           window_left=9, num_splits=3, return_lse=True)
     launch()
-    check_against_reference((out, lse), reference.decode_attention(
+    assert_matches_reference((out, lse), reference.decode_attention(
         q, k_cache, v_cache, block_table, seq_lens, window_left=9, return_lse=True))
     seq_lens.copy_(torch.tensor([29, 17], dtype=torch.int32))
     launch()
-    check_against_reference((out, lse), reference.decode_attention(
+    assert_matches_reference((out, lse), reference.decode_attention(
         q, k_cache, v_cache, block_table, seq_lens, window_left=9, return_lse=True))
 
 

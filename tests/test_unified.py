@@ -11,11 +11,10 @@ import torch
 import swattn
 from swattn import reference
 from swattn.ops import extend as ops_extend
-from swattn.verify.cases import ExtendCase, build_extend, random_mask, rel_err
+from swattn.verify.cases import ExtendCase, build_extend, random_mask
 
+from checks import assert_bounds_identical, assert_matches_reference
 from conftest import DEVICE
-
-TOL = 5e-3
 
 
 def _det(*tensors, **kwargs):
@@ -49,15 +48,9 @@ def test_against_reference_and_bounds_identical(case, feature):
     max, sum and accumulator bit-unchanged (none walks many of them)."""
     tensors = build_extend(case, DEVICE)
     kw = _kwargs(feature, case)
-    got = [_det(*tensors, window_left=case.window_left, bounds=b, **kw) for b in ops_extend.BOUNDS]
-    for other in got[1:]:
-        for a, b in zip(got[0] if isinstance(got[0], tuple) else (got[0],),
-                        other if isinstance(other, tuple) else (other,)):
-            assert torch.equal(a, b)
-    want = reference.extend_attention(*tensors, window_left=case.window_left, **kw)
-    out = got[0][0] if isinstance(got[0], tuple) else got[0]
-    ref = want[0] if isinstance(want, tuple) else want
-    assert rel_err(out, ref) < TOL
+    got = assert_bounds_identical([_det(*tensors, window_left=case.window_left, bounds=b, **kw)
+                                   for b in ops_extend.BOUNDS])
+    assert_matches_reference(got, reference.extend_attention(*tensors, window_left=case.window_left, **kw))
 
 
 def _sequence(length, heads=(4, 2), dims=(16, 16), seed=0):

@@ -1,0 +1,34 @@
+"""Assertions the kernel tests share: bounds variants bit-identical, results against the
+reference (outputs by relative error, lse -inf exactly where the reference's is)."""
+
+import torch
+
+from swattn.verify.cases import rel_err
+
+TOL = 5e-3  # fp16 inputs, fp32 accumulation, against float64
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def assert_bounds_identical(results):
+    """Every variant's outputs equal the first's, bit for bit."""
+    for other in results[1:]:
+        for a, b in zip(as_tuple(results[0]), as_tuple(other)):
+            assert torch.equal(a, b), "bounds variants differ"
+    return results[0]
+
+
+def assert_matches_reference(got, want, tol=TOL):
+    """No NaN; outputs within ``tol`` relative error; lse -inf where the reference's is and
+    within 1e-2 elsewhere."""
+    for g, w in zip(as_tuple(got), as_tuple(want)):
+        assert not torch.isnan(g).any()
+        if g.dtype == torch.float32 and g.dim() == 2:  # lse: -inf where nothing is visible
+            assert torch.equal(torch.isinf(g), torch.isinf(w))
+            fin = torch.isfinite(w)
+            if fin.any():
+                assert (g[fin].double() - w[fin].double()).abs().max().item() < 1e-2
+        else:
+            assert rel_err(g, w) < tol, rel_err(g, w)
