@@ -27,11 +27,7 @@ def run(args):
             return 2
         from . import asm
         report, ok = asm.run(progress=lambda line: print(line, file=sys.stderr, flush=True))
-        if args.out:
-            os.makedirs(args.out, exist_ok=True)
-            with open(os.path.join(args.out, "verify_asm.md"), "w") as f:
-                f.write(report + "\n")
-        print(report)
+        _emit(report, args.out, "verify_asm.md")
         return 0 if ok else 1
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -49,13 +45,17 @@ def run(args):
         rows = _run(identity, device, args, deterministic, progress)
         tables.append(identity.format_rows(rows, f"{kernel}: {scope}, {time.perf_counter() - t0:.0f} s"))
         ok = ok and all(r.ok for r in rows)
-    table = "\n\n".join(tables)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "verify_extend.md"), "w") as f:
-            f.write(table + "\n")
-    print(table)
+    _emit("\n\n".join(tables), args.out, "verify_extend.md")
     return 0 if ok else 1
+
+
+def _emit(report, out_dir, name):
+    """Print the report, and keep it as ``out_dir/name`` when a folder is given."""
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, name), "w") as f:
+            f.write(report + "\n")
+    print(report)
 
 
 def _run(identity, device, args, deterministic, progress):
