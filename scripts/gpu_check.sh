@@ -10,6 +10,9 @@ STEPS=${STEPS:-tests,verify,bench}
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 status=0
+# STEP_TIMEOUT (seconds, 0 = none) stops a step that runs long, so the later ones still run
+# and every log written so far comes back.
+limit() { if [[ ${STEP_TIMEOUT:-0} -gt 0 ]]; then timeout "$STEP_TIMEOUT" "$@"; else "$@"; fi; }
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
@@ -18,21 +21,22 @@ status=0
 
 if [[ ,$STEPS, == *,tests,* ]]; then
   echo "== tests"
-  python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
+  limit python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
   tail -n 15 "$OUT/pytest.log"
 fi
 if [[ ,$STEPS, == *,verify,* ]]; then
   echo "== verify"
-  python3 -m swattn verify --device cuda --jobs ${JOBS:-8} --out "$OUT" ${VERIFY_ARGS:-} 2> "$OUT/verify.log" | tail -n 3 || status=1
+  limit python3 -m swattn verify --device cuda --jobs ${JOBS:-8} --out "$OUT" ${VERIFY_ARGS:-} 2> "$OUT/verify.log" | tail -n 3 || status=1
   grep -c '^BAD' "$OUT/verify.log" | sed 's/^/BAD rows: /'
 fi
 if [[ ,$STEPS, == *,tune,* ]]; then
   echo "== tune"
-  python3 scripts/tune_extend.py 2>&1 | tee "$OUT/tune.log" | grep -v '^$' || status=1
+  limit python3 scripts/tune.py ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune.log" | grep -v '^$' || status=1
 fi
 if [[ ,$STEPS, == *,bench,* ]]; then
   echo "== bench"
-  SWATTN_COMMIT=${SWATTN_COMMIT:-} PYTHONPATH="$PWD/.peers/py:$PYTHONPATH" python3 -m swattn.bench --out "$OUT" ${BENCH_ARGS:-} 2> "$OUT/bench.log" || status=1
+  (export SWATTN_COMMIT=${SWATTN_COMMIT:-} PYTHONPATH="$PWD/.peers/py:$PYTHONPATH"
+   limit python3 -m swattn.bench --out "$OUT" ${BENCH_ARGS:-} 2> "$OUT/bench.log") || status=1
   tail -n 5 "$OUT/bench.log"
 fi
 exit $status

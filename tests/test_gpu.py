@@ -70,3 +70,37 @@ def test_deterministic_chunking_and_repeats(dtype):
         assert torch.equal(prefill(plan), whole), plan
     for _ in range(100):
         assert torch.equal(prefill([0, length]), whole)
+
+
+@pytest.mark.parametrize("shape", [(16, 2, 64, 127), (32, 8, 128, 4095)], ids=["gpt-oss", "mistral"])
+def test_deterministic_bits_do_not_depend_on_the_batch(shape):
+    """deterministic=True at real sizes: one request alone, and first, in the middle and
+    last of batches of other requests (its cache pages elsewhere in the pool), gives the
+    same bits, with lse."""
+    hq, hkv, d, window = shape
+    request = ExtendCase([5000], [1500], num_q_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
+                         page_size=16, window_left=window, dtype=torch.bfloat16, seed=40)
+    alone = build_extend(request, "cuda")
+    sinks = torch.randn(hq, device="cuda")
+    want = swattn.extend_attention(*alone, window_left=window, sinks=sinks, deterministic=True,
+                                   return_lse=True)
+    pages = -(-5000 // 16)
+    for b, (prefixes, extends) in enumerate((([5000, 300], [1500, 2000]),
+                                             ([8000, 5000, 0], [1, 1500, 4097]),
+                                             ([64, 9000, 5000], [700, 333, 1500]))):
+        where = prefixes.index(5000)
+        case = ExtendCase(prefixes, extends, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                          head_dim_v=d, page_size=16, window_left=window, dtype=torch.bfloat16,
+                          seed=41 + b)
+        q, k, v, k_cache, v_cache, block_table, cu, prefix = build_extend(case, "cuda")
+        rows = slice(int(cu[where]), int(cu[where + 1]))
+        q[rows], k[rows], v[rows] = alone[0], alone[1], alone[2]
+        for i in range(pages):
+            if alone[5][0, i] >= 0:
+                k_cache[block_table[where, i]] = alone[3][alone[5][0, i]]
+                v_cache[block_table[where, i]] = alone[4][alone[5][0, i]]
+        got = swattn.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
+                                      window_left=window, sinks=sinks, deterministic=True,
+                                      return_lse=True)
+        assert torch.equal(got[0][rows], want[0]) and torch.equal(got[1][rows], want[1]), (prefixes, extends)
+    assert rel_err(want[0], reference.extend_attention(*alone, window_left=window, sinks=sinks)) < 1e-2

@@ -81,6 +81,16 @@ def finish(acc, m_i, l_i, sink_log2, HAS_SINKS: tl.constexpr):
 
 
 @triton.jit
+def load_whole(p, m_cols, EVEN_COLS: tl.constexpr):
+    """A [rows, cols] tile whose rows are all in bounds (a mask-free tile, proved whole by
+    ``swattn prove``): no row predicate, the column mask only where the head dim needs it."""
+    if EVEN_COLS:
+        return tl.load(p)
+    else:
+        return tl.load(p, mask=m_cols[None, :], other=0.0)
+
+
+@triton.jit
 def load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
     """A [rows, cols] tile, rows masked; the column mask only where the head dim is not a
     power of two, so full-width rows keep their 16-byte vector loads."""

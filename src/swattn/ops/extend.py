@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 
 from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_end,
-                      full_tiles_start, load_rows, right_key_end, scores_log2, softmax_step,
-                      visible_key_end)
+                      full_tiles_start, load_rows, load_whole, right_key_end, scores_log2,
+                      softmax_step, visible_key_end)
 from ._validate import ExtendArgs, check_extend
 from .config import extend_config, packs_gqa
 
@@ -69,14 +69,19 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
     """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
     fold the visible logits into the state. SKIP leaves a fully masked tile's matrix work
     out (the state would come out bit-unchanged anyway); MASKED=False is for tiles every
-    row sees whole (window.full_tile_range), where ``keep`` is all true and not applied."""
+    row sees whole (window.full_tile_range), where ``keep`` and ``m_load`` are all true and
+    neither is applied: the loads carry no row predicate."""
     if SKIP and MASKED:
         needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
     else:
         needed = True
     if needed:
-        b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
-        b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
+        if MASKED:
+            b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
+            b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
+        else:
+            b_k = load_whole(p_k, m_d, EVEN_D)
+            b_v = load_whole(p_v, m_dv, EVEN_DV)
         s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
         if MASKED:
             s = tl.where(keep, s, float("-inf"))
@@ -121,7 +126,10 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
     for start_n in range(start, stop, BLOCK_N):
         k_pos = start_n + o_n
         m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
+        if MASKED:
+            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
+        else:
+            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size)
         page = page.to(tl.int64)
         slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
         slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch

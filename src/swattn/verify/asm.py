@@ -80,7 +80,12 @@ def compile_extend(shape, bounds, deterministic=False):
     names = list(inspect.signature(fn.fn).parameters)
     signature = {name: "constexpr" if name in constexprs else
                  _POINTERS.get(name, "fp32" if name in _FLOATS else "i32") for name in names}
-    source = ASTSource(fn=fn, signature=signature,
+    # A launch marks every 16-byte aligned pointer and every integer divisible by 16 (the
+    # strides of these shapes) so; without the marks loads are not vectorised and no
+    # loop is pipelined, and the registers would be those of another kernel.
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
+             if name in _POINTERS or name.startswith("stride_")}
+    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
                        constexprs={(names.index(k),): v for k, v in constexprs.items()})
     kernel = triton.compile(source, target=TARGET,
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})

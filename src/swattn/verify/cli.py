@@ -13,6 +13,8 @@ def add_arguments(parser):
     parser.add_argument("--limit", type=int, default=None, help="first N configurations only")
     parser.add_argument("--asm", action="store_true",
                         help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
+    parser.add_argument("--family", default="extend,unified,decode",
+                        help="kernel families to run, comma-separated (extend, unified, decode)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes sharing the matrix (compiles run in parallel; GPU only)")
 
@@ -40,12 +42,13 @@ def run(args):
               file=sys.stderr, flush=True)
 
     tables, ok = [], True
-    for kernel, deterministic in (("two-stage extend", False), ("deterministic single-pass extend", True)):
+    for family in args.family.split(","):
         t0 = time.perf_counter()
-        rows = _run(identity, device, args, deterministic, progress)
-        tables.append(identity.format_rows(rows, f"{kernel}: {scope}, {time.perf_counter() - t0:.0f} s"))
+        rows = _run(identity, device, args, family, progress)
+        title = f"{identity.TITLES[family]}: {scope}, {time.perf_counter() - t0:.0f} s"
+        tables.append(identity.format_rows(rows, title))
         ok = ok and all(r.ok for r in rows)
-    _emit("\n\n".join(tables), args.out, "verify_extend.md")
+    _emit("\n\n".join(tables), args.out, "verify.md")
     return 0 if ok else 1
 
 
@@ -58,27 +61,28 @@ def _emit(report, out_dir, name):
     print(report)
 
 
-def _run(identity, device, args, deterministic, progress):
+def _run(identity, device, args, family, progress):
+    if family not in identity.FAMILIES:
+        raise SystemExit(f"swattn verify: --family takes {','.join(identity.FAMILIES)}, got {family!r}")
     if args.jobs > 1 and device == "cuda":
         import concurrent.futures
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")
-        jobs = [(device, args.limit, i, args.jobs, deterministic) for i in range(args.jobs)]
+        jobs = [(family, device, args.limit, i, args.jobs) for i in range(args.jobs)]
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
             parts = list(pool.map(_shard, jobs))
-        matrix = identity.unified_matrix(True) if deterministic else identity.extend_matrix(True)
-        order = {name: i for i, (name, *_rest) in enumerate(matrix)}
+        order = {row[0]: i for i, row in enumerate(identity.FAMILIES[family][0](True))}
         rows = sorted((r for part in parts for r in part), key=lambda r: order[r.name])
         for row in rows:
             progress(row)
         return rows
-    return identity.run_extend(device, limit=args.limit, progress=progress, deterministic=deterministic)
+    return identity.run(family, device, limit=args.limit, progress=progress)
 
 
 def _shard(job):
     from . import identity
-    device, limit, index, count, deterministic = job
-    return identity.run_extend(device, limit=limit, shard=(index, count), deterministic=deterministic)
+    family, device, limit, index, count = job
+    return identity.run(family, device, limit=limit, shard=(index, count))
 
 
 def main(argv=None):

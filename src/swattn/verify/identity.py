@@ -1,6 +1,7 @@
-"""The bit-identity matrix: every bounds variant of a kernel gives the same bits
+"""The bit-identity matrices: every bounds variant of a kernel gives the same bits
 (``max_abs == 0.0``), and each of them is checked against the float reference, so the
-equality shown is one of correct results.
+equality shown is one of correct results. Three families: the two-stage extend kernel,
+the deterministic single-pass one (every other row of the same matrix), and decode.
 
 The matrix follows the first seed: windows (as ``window_left + 1``) around every tile
 boundary, prefixes below, at and above the window, windows wider than the sequence,
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import reference
+from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
-from .cases import ExtendCase, build_extend, random_mask, rel_err
+from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
+                    random_mask, rel_err)
 
 GPU_WINDOWS = (1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1023, 4096)
 CPU_WINDOWS = (1, 2, 15, 16, 17, 33)
@@ -103,10 +106,6 @@ def _feature_kwargs(feature, case, window):
     return {}
 
 
-def _first(x):
-    return x[0] if isinstance(x, tuple) else x
-
-
 def _max_abs(a, b):
     """Largest difference over every output (out, and lse where finite on both sides);
     NaN counts as a difference, an equal pair of -inf does not."""
@@ -126,33 +125,115 @@ def unified_matrix(gpu=True):
     return extend_matrix(gpu)[::2]
 
 
-def run_extend(device, gpu=None, limit=None, progress=None, shard=(0, 1), deterministic=False):
-    """Run the two-stage matrix (or, ``deterministic=True``, the single-pass kernel's) on
-    ``device``; one Row per configuration. ``shard=(i, n)`` runs every n-th configuration
-    from the i-th (parallel compiles across processes)."""
+def decode_matrix(gpu=True):
+    """(name, case, kwargs, block_n) for every configuration of the decode matrix: the
+    windows around every tile boundary, each over a ragged batch whose lengths fall below,
+    at and past the window and off the tile grid; head dims 64 to 256, fp16/bf16, GQA
+    groups 1 to 16, page sizes 1 to 64, split counts 1 to 8, sinks, soft-cap, sparse keys
+    and lse, each tiling the decode config can return."""
+    windows, groups = (GPU_WINDOWS, DECODE_GPU_GROUPS) if gpu else (CPU_WINDOWS, DECODE_CPU_GROUPS)
+    page_sizes = (16, 1, 64) if gpu else (4, 1, 16)
+    heads = ((8, 2), (16, 1), (8, 8), (32, 8)) if gpu else ((4, 2), (4, 1), (2, 2))
+    rows = []
+    for i, w in enumerate(windows):
+        head_dim, head_dim_v, dtype, block_n = groups[i % len(groups)]
+        for j, (feature, splits) in enumerate(DECODE_FEATURES):
+            hq, hkv = heads[(i + j) % len(heads)]
+            seq_lens = [w - 1 or 1, w, w + 1, w + block_n + 3, 1, 3 * w + 5]
+            case = DecodeCase(seq_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=head_dim,
+                              head_dim_v=head_dim_v, dtype=dtype, page_size=page_sizes[(i + j) % 3],
+                              window_left=None if feature == "full-attention" else w - 1,
+                              sparse_keys=(2 * block_n + 3) if "sparse" in feature else 0,
+                              seed=1000 + 100 * i + j)
+            g = torch.Generator().manual_seed(case.seed)
+            kwargs = {"num_splits": splits, "return_lse": True}
+            if "sinks" in feature:
+                kwargs["sinks"] = torch.randn(hq, generator=g)
+            if "softcap" in feature:
+                kwargs["softcap"] = 4.0
+            name = (f"W{w} {feature} d{head_dim}/{head_dim_v} {str(dtype)[6:]} BN{block_n} "
+                    f"h{hq}/{hkv} ps{case.page_size} splits {splits}")
+            rows.append((name, case, kwargs, block_n))
+    return rows
+
+
+# (head_dim, head_dim_v, dtype, BLOCK_N): every decode tiling on the GPU (64 keys up to
+# d128, 32 above; 16 is the interpreter's).
+DECODE_GPU_GROUPS = ((64, 64, torch.bfloat16, 64), (128, 128, torch.float16, 64),
+                     (256, 256, torch.bfloat16, 32), (80, 96, torch.float16, 64),
+                     (128, 128, torch.bfloat16, 16))
+DECODE_CPU_GROUPS = ((16, 16, torch.float16, 16), (24, 8, torch.float16, 16))
+DECODE_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", 1),
+                   ("sparse+sinks", 8), ("full-attention", 4))
+
+
+def _run_extend_row(row, device, deterministic):
+    _name, case, kwargs, tiling = row
+    tensors = build_extend(case, device)
+    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    # The full-attention row keeps the window off in the kernel too.
+    results = {b: ops_extend.extend_attention(*tensors, window_left=case.window_left, bounds=b,
+                                              block_m=tiling[0], block_n=tiling[1],
+                                              pack_gqa=tiling[2], deterministic=deterministic,
+                                              **kwargs)
+               for b in ops_extend.BOUNDS}
+    return results, reference.extend_attention(*tensors, window_left=case.window_left, **kwargs)
+
+
+def _run_decode_row(row, device):
+    _name, case, kwargs, block_n = row
+    tensors = build_decode(case, device)
+    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    if case.sparse_keys:
+        kwargs["sparse"] = build_sparse(case, device)
+    results = {b: ops_decode.decode_attention(*tensors, window_left=case.window_left, bounds=b,
+                                              block_n=block_n, **kwargs)
+               for b in ops_decode.BOUNDS}
+    return results, reference.decode_attention(*tensors, window_left=case.window_left, **kwargs)
+
+
+FAMILIES = {
+    "extend": (extend_matrix, lambda row, device: _run_extend_row(row, device, False)),
+    "unified": (unified_matrix, lambda row, device: _run_extend_row(row, device, True)),
+    "decode": (decode_matrix, _run_decode_row),
+}
+TITLES = {"extend": "two-stage extend", "unified": "deterministic single-pass extend",
+          "decode": "decode (split-KV, sparse)"}
+
+
+def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):
+    """Run one family's matrix (``FAMILIES``) on ``device``; one Row per configuration.
+    ``shard=(i, n)`` runs every n-th configuration from the i-th (parallel compiles across
+    processes)."""
     gpu = (torch.device(device).type == "cuda") if gpu is None else gpu
-    matrix = unified_matrix(gpu) if deterministic else extend_matrix(gpu)
+    matrix, run_row = FAMILIES[family]
     out = []
-    for name, case, kwargs, tiling in matrix[:limit][shard[0]::shard[1]]:
+    for row in matrix(gpu)[:limit][shard[0]::shard[1]]:
         t0 = time.perf_counter()
-        tensors = build_extend(case, device)
-        kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
-        window = case.window_left if case.window_left is not None else None
-        # The full-attention row keeps the window off in the kernel too.
-        results = {b: ops_extend.extend_attention(*tensors, window_left=window, bounds=b,
-                                                  block_m=tiling[0], block_n=tiling[1],
-                                                  pack_gqa=tiling[2], deterministic=deterministic,
-                                                  **kwargs)
-                   for b in ops_extend.BOUNDS}
-        want = reference.extend_attention(*tensors, window_left=window, **kwargs)
-        row = Row(name, 1, _max_abs(results["tight"], results["skip"]),
-                  _max_abs(results["tight"], results["none"]),
-                  rel_err(_first(results["tight"]), _first(want)),
-                  rel_err(_first(results["skip"]), _first(want)), time.perf_counter() - t0)
-        out.append(row)
+        results, want = run_row(row, device)
+        # Both sides against the reference: out and, where returned, lse.
+        errs = {b: max(_ref_err(x, y) for x, y in zip(_tuple(results[b]), _tuple(want)))
+                for b in ("tight", "skip")}
+        out.append(Row(row[0], 1, _max_abs(results["tight"], results["skip"]),
+                       _max_abs(results["tight"], results["none"]), errs["tight"], errs["skip"],
+                       time.perf_counter() - t0))
         if progress:
-            progress(row)
+            progress(out[-1])
     return out
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _ref_err(x, want):
+    """rel_err over the finite entries; inf where the infinities (an lse of -inf: no
+    visible key) fall elsewhere than the reference's."""
+    x, want = x.cpu(), want.cpu()
+    if not torch.equal(torch.isinf(x), torch.isinf(want)):
+        return float("inf")
+    fin = torch.isfinite(want)
+    return rel_err(x[fin], want[fin]) if fin.any() else 0.0
 
 
 def format_rows(rows, title):

@@ -1,0 +1,107 @@
+"""Sweep the kernels' tile configs on the GPU for the anchor workloads: the two-stage
+extend kernel on A and B at prefix 8192 (and B at prefix 0, the new tokens alone), the
+decode kernel on C-A and C-B (tile width, warps, stages, split count). One line per
+config: median us over CUDA-graph replays, each after an L2 flush, and the largest
+difference to the first config's output. Used to choose ops.config; the chosen table is
+recorded in benchmarks/results.
+
+    PYTHONPATH=src python3 scripts/tune.py [A,B,C-A,C-B]
+"""
+
+import sys
+
+import torch
+
+from swattn.bench import decode as decode_bench
+from swattn.bench import harness, workloads
+from swattn.ops import decode, extend
+from swattn.ops.config import Config, DecodeConfig
+
+# Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full), over (prefix, extend).
+EXTEND_SWEEP = {
+    "A": [(64, 32, 4, 2, True, False), (64, 32, 4, 3, True, False), (128, 32, 4, 2, True, False),
+          (64, 32, 4, 2, False, False), (64, 64, 4, 2, True, False)],
+    "B": [(128, 64, 8, 4, True, True), (128, 64, 8, 3, True, True), (128, 64, 8, 4, False, True),
+          (128, 64, 8, 3, False, True), (64, 64, 4, 3, True, True), (128, 128, 8, 2, True, True)],
+}
+EXTEND_CASES = {"A": [(8192, 8192)], "B": [(8192, 8192), (0, 8192)]}
+# Decode: (BLOCK_N, warps, stages, num_splits); num_splits None is the library's choice.
+DECODE_SWEEP = {
+    "C-A": [(64, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (32, 4, 2, 4), (128, 4, 2, 1),
+            (32, 4, 3, 1), (64, 4, 3, 2)],
+    "C-B": [(64, 4, 2, None), (64, 4, 2, 2), (64, 4, 2, 4), (64, 4, 3, 1), (64, 4, 4, 2),
+            (128, 4, 2, 1), (128, 8, 2, 2), (32, 4, 4, 2), (64, 8, 3, 4)],
+}
+
+
+def timed(fn, flush, reps=30):
+    """Median us of ``fn`` replayed from a CUDA graph, each replay after an L2 flush."""
+    replay, _, _ = harness.capture(fn)
+    return float(torch.tensor(harness.measure(replay, reps, flush)).median())
+
+
+def sweep(label, configs, prepare, flush):
+    """Time ``prepare(config) -> (launch, out)`` for each config; print one line each."""
+    base = None
+    for config in configs:
+        name = f"tune {label} {config}"
+        try:
+            fn, out = prepare(config)
+            fn()
+            torch.cuda.synchronize()
+            if base is None:
+                base = out.clone()
+            err = (out.float() - base.float()).abs().max().item()
+            print(f"{name}: {timed(fn, flush):9.1f} us  max diff to first {err:.1e}", flush=True)
+        except Exception as exc:  # a config that does not compile is a data point too
+            print(f"{name}: failed {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+
+
+def tune_extend(name, configs, prefix, extend_len, flush):
+    case = workloads.extend_cases(name, cases=[(prefix, extend_len)])[0]
+    inputs = harness.build_inputs(case)
+    args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
+            inputs.cu_seqlens, inputs.prefix_lens)
+
+    def prepare(config):
+        fn, out, _ = extend.prepare(*args, window_left=case.window_left, sinks=inputs.sinks,
+                                    config=Config(*config))
+        return fn, out
+
+    print(f"# {name} P{prefix} E{extend_len}: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full)")
+    sweep(f"{name} P{prefix}E{extend_len}", configs, prepare, flush)
+
+
+def tune_decode(name, configs, flush):
+    case = workloads.decode_cases(name)[0]
+    inputs = decode_bench.build_inputs(case)
+    block_h = decode.decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
+                                   torch.bfloat16, inputs.q.device).block_h
+
+    def prepare(config):
+        block_n, warps, stages, splits = config
+        fn, out, _ = decode.prepare(inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window,
+                                    inputs.seq_lens, window_left=case.window_left, sinks=inputs.sinks,
+                                    sparse=inputs.sparse, num_splits=splits,
+                                    config=DecodeConfig(block_h, block_n, warps, stages))
+        return fn, out
+
+    print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, num_splits)")
+    sweep(name, configs, prepare, flush)
+
+
+def main(names):
+    flush = harness.Flush()
+    for name, configs in EXTEND_SWEEP.items():
+        for prefix, extend_len in EXTEND_CASES[name] if name in names else ():
+            tune_extend(name, configs, prefix, extend_len, flush)
+            torch.cuda.empty_cache()
+    for name, configs in DECODE_SWEEP.items():
+        if name in names:
+            tune_decode(name, configs, flush)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["A", "B", "C-A", "C-B"]))

@@ -1,0 +1,51 @@
+"""The bit-identity matrices of `swattn verify` (swattn.verify.identity) under the
+interpreter: every family's reduced CPU matrix passes, and a variant that differs by one
+bit, or a result off the reference, is reported."""
+
+import pytest
+import torch
+
+from swattn.verify import identity
+
+
+@pytest.mark.parametrize("family", sorted(identity.FAMILIES))
+def test_family_rows_pass(family):
+    rows = identity.run(family, "cpu", limit=6)
+    assert len(rows) == 6
+    bad = [r.name for r in rows if not r.ok]
+    assert not bad, bad
+
+
+def test_decode_matrix_covers_the_issue():
+    gpu = identity.decode_matrix(gpu=True)
+    windows = {int(name.split()[0][1:]) for name, *_ in gpu}
+    assert windows == set(identity.GPU_WINDOWS)
+    assert {c.head_dim for _, c, _, _ in gpu} >= {64, 128, 256}
+    assert {kw["num_splits"] for _, _, kw, _ in gpu} >= {1, 2, 8}
+    assert any(c.sparse_keys for _, c, _, _ in gpu) and any(c.window_left is None for _, c, _, _ in gpu)
+    assert len(identity.extend_matrix(gpu=True)) >= 139 and len(identity.unified_matrix(gpu=True)) >= 68
+
+
+def test_a_one_bit_difference_fails_the_row(monkeypatch):
+    real = identity.ops_decode.decode_attention
+
+    def off_by_one_bit(*args, bounds="tight", **kwargs):
+        out = real(*args, bounds=bounds, **kwargs)
+        if bounds == "none":
+            o, lse = out
+            o = o.clone()
+            o.view(torch.int16)[0, 0, 0] += 1
+            return o, lse
+        return out
+
+    monkeypatch.setattr(identity.ops_decode, "decode_attention", off_by_one_bit)
+    row = identity.run("decode", "cpu", limit=1)[0]
+    assert row.max_abs_tight_skip == 0.0 and row.max_abs_tight_none > 0.0 and not row.ok
+
+
+def test_a_wrong_result_fails_the_row(monkeypatch):
+    real = identity.reference.decode_attention
+    monkeypatch.setattr(identity.reference, "decode_attention",
+                        lambda *a, **kw: tuple(x * 1.1 for x in real(*a, **kw)))
+    row = identity.run("decode", "cpu", limit=1)[0]
+    assert row.max_abs_tight_skip == 0.0 and row.err_tight > 1e-2 and not row.ok
