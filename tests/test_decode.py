@@ -236,15 +236,23 @@ def test_custom_op_registration():
 # ---- argument checks: each names the argument ---------------------------------------
 
 def _args():
-    return list(build_decode(DecodeCase([9, 4], window_left=4, page_size=4)))
+    return list(build_decode(DecodeCase([9, 4], window_left=4, page_size=4), DEVICE))
 
 
 NAMES = ["q", "k_cache", "v_cache", "block_table", "seq_lens"]
 
 
+def _on_device(x):
+    """Bad values are made on the CPU; on a GPU machine they move to it (tuples too), so
+    each test meets the check it is about, not the device check."""
+    if isinstance(x, tuple):
+        return tuple(map(_on_device, x))
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
 def _replace(name, value):
     args = _args()
-    args[NAMES.index(name)] = value(args[NAMES.index(name)])
+    args[NAMES.index(name)] = _on_device(value(args[NAMES.index(name)]))
     return args
 
 
@@ -309,7 +317,7 @@ BAD_KWARGS = [
 @pytest.mark.parametrize("kwargs,error,message", BAD_KWARGS, ids=[b[2] for b in BAD_KWARGS])
 def test_bad_keyword(kwargs, error, message):
     with pytest.raises(error, match=message):
-        swattn.decode_attention(*_args(), **kwargs)
+        swattn.decode_attention(*_args(), **{k: _on_device(v) for k, v in kwargs.items()})
 
 
 def test_bad_bounds():
@@ -320,15 +328,20 @@ def test_bad_bounds():
 # ---- config: pure functions ---------------------------------------------------------
 
 def test_decode_config():
-    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2)
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2)
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda").block_n == 64
     assert decode_config(256, 256, 4, torch.bfloat16, "cuda").block_n == 32
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
 
 
 def test_decode_splits():
-    # gpt-oss batch 64 (2 KV heads, window 128, 64-key tiles): capped at the window's 2 tiles.
-    assert decode_splits(64, 2, 128, 132, 64) == 2
+    # gpt-oss batch 64 (2 KV heads, window 128): 128 keys are too few to split.
+    assert decode_splits(64, 2, 128, 132, 128) == 1
+    # A window of 1024 keys at batch 8: capped at 4 splits of 256 keys.
+    assert decode_splits(8, 2, 1024, 132, 64) == 4
+    # Capped at the tiles one sequence holds.
+    assert decode_splits(1, 1, 512, 132, 256) == 2
     # One long full-attention sequence, 8 KV heads: 2 x 132 SMs worth of programs.
     assert decode_splits(1, 8, 32768, 132, 64) == 33
     # A big batch already fills the GPU.

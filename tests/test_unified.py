@@ -58,24 +58,25 @@ def _sequence(length, heads=(4, 2), dims=(16, 16), seed=0):
     q = torch.randn(length, heads[0], dims[0], generator=g).half()
     k = torch.randn(length, heads[1], dims[0], generator=g).half()
     v = torch.randn(length, heads[1], dims[1], generator=g).half()
-    return q, k, v
+    return q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)
 
 
 def _prefill_in_chunks(q, k, v, bounds, window_left, page_size, pages, **kw):
     """Prefill one request chunk by chunk as an engine does: each chunk attends to the
     earlier ones through the cache (written with swattn.write_kv) and to itself."""
     length, hkv, d = k.shape
-    k_cache = torch.full((max(pages) + 2, page_size, hkv, d), float("nan"), dtype=k.dtype)
-    v_cache = torch.full((max(pages) + 2, page_size, hkv, v.shape[2]), float("nan"), dtype=v.dtype)
-    block_table = torch.tensor([pages], dtype=torch.int32)
+    dev = k.device
+    k_cache = torch.full((max(pages) + 2, page_size, hkv, d), float("nan"), dtype=k.dtype, device=dev)
+    v_cache = torch.full((max(pages) + 2, page_size, hkv, v.shape[2]), float("nan"), dtype=v.dtype, device=dev)
+    block_table = torch.tensor([pages], dtype=torch.int32, device=dev)
     outs = []
     for start, stop in zip(bounds, bounds[1:]):
-        cu = torch.tensor([0, stop - start], dtype=torch.int32)
-        prefix = torch.tensor([start], dtype=torch.int32)
+        cu = torch.tensor([0, stop - start], dtype=torch.int32, device=dev)
+        prefix = torch.tensor([start], dtype=torch.int32, device=dev)
         outs.append(_det(q[start:stop], k[start:stop], v[start:stop], k_cache, v_cache, block_table,
                          cu, prefix, window_left=window_left, **kw))
-        pos = torch.arange(start, stop)
-        slots = torch.tensor(pages, dtype=torch.int64)[pos // page_size] * page_size + pos % page_size
+        pos = torch.arange(start, stop, device=dev)
+        slots = torch.tensor(pages, dtype=torch.int64, device=dev)[pos // page_size] * page_size + pos % page_size
         swattn.write_kv(k[start:stop], v[start:stop], k_cache, v_cache, slots)
     return torch.cat(outs)
 
@@ -85,7 +86,7 @@ def test_bits_do_not_depend_on_chunking(window_left):
     length, page_size = 57, 4
     q, k, v = _sequence(length, seed=window_left or 1)
     pages = random.Random(5).sample(range(30), -(-length // page_size))
-    sinks = torch.randn(4)
+    sinks = torch.randn(4).to(DEVICE)
     plans = [[0, length], [0, 16, length], [0, 1, 2, 30, 31, length], [0, 13, 40, 41, length]]
     results = [_prefill_in_chunks(q, k, v, plan, window_left, page_size, pages, sinks=sinks)
                for plan in plans]
@@ -127,11 +128,11 @@ def test_bits_do_not_depend_on_the_batch():
 
 
 def test_write_kv_stores_bits_and_skips_minus_one():
-    k = torch.randn(5, 2, 16).half()
-    v = torch.randn(5, 2, 8).half()
-    k_cache = torch.full((3, 4, 2, 16), float("nan"), dtype=torch.float16)
-    v_cache = torch.full((3, 4, 2, 8), float("nan"), dtype=torch.float16)
-    slots = torch.tensor([5, -1, 0, 11, 6], dtype=torch.int64)
+    k = torch.randn(5, 2, 16).half().to(DEVICE)
+    v = torch.randn(5, 2, 8).half().to(DEVICE)
+    k_cache = torch.full((3, 4, 2, 16), float("nan"), dtype=torch.float16, device=DEVICE)
+    v_cache = torch.full((3, 4, 2, 8), float("nan"), dtype=torch.float16, device=DEVICE)
+    slots = torch.tensor([5, -1, 0, 11, 6], dtype=torch.int64, device=DEVICE)
     swattn.write_kv(k, v, k_cache, v_cache, slots)
     flat_k, flat_v = k_cache.view(-1, 2, 16), v_cache.view(-1, 2, 8)
     for t, s in enumerate(slots.tolist()):
@@ -152,10 +153,10 @@ def test_write_kv_stores_bits_and_skips_minus_one():
 ], ids=["slot-dtype", "slot-past-cache", "slot-below-minus-one", "v-rows", "cache-dtype"])
 def test_write_kv_validation(bad, error, message):
     args = dict(k=torch.randn(2, 2, 16).half(), v=torch.randn(2, 2, 8).half(),
-                k_cache=torch.zeros(3, 4, 2, 16, dtype=torch.float16),
-                v_cache=torch.zeros(3, 4, 2, 8, dtype=torch.float16),
+                k_cache=torch.randn(3, 4, 2, 16).half(), v_cache=torch.randn(3, 4, 2, 8).half(),
                 slot_mapping=torch.tensor([0, 1], dtype=torch.int64))
     bad(args)
+    args = {name: t.to(DEVICE) for name, t in args.items()}
     with pytest.raises(error, match=message):
         swattn.write_kv(**args)
 

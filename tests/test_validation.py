@@ -7,17 +7,26 @@ import swattn
 
 from swattn.verify.cases import ExtendCase, build_extend
 
+from conftest import DEVICE
+
+
+def _on_device(x):
+    """Bad values are made on the CPU; on a GPU machine they move to it, so each test
+    meets the check it is about, not the device check."""
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
 
 def _args():
     case = ExtendCase([9, 4], [5, 3], window_left=4, page_size=4)
-    return list(build_extend(case))
+    return list(build_extend(case, DEVICE))
 
 
 NAMES = ["q", "k", "v", "k_cache", "v_cache", "block_table", "cu_seqlens", "prefix_lens"]
 
 
 def _call(args, **kwargs):
-    return swattn.extend_attention(*args, **kwargs)
+    return swattn.extend_attention(*map(_on_device, args),
+                                   **{k: _on_device(v) for k, v in kwargs.items()})
 
 
 def _replace(name, value):
@@ -78,3 +87,17 @@ def test_heads_not_a_multiple():
     args[0] = torch.randn(8, 3, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"q heads \(3\) must be a multiple of k/v heads \(2\)"):
         _call(args)
+
+
+def test_cpu_tensors_outside_the_interpreter(monkeypatch):
+    """Without TRITON_INTERPRET=1 the kernels cannot take CPU tensors: said before launch,
+    for each public function."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cpu = list(build_extend(ExtendCase([9, 4], [5, 3], window_left=4, page_size=4)))
+    with pytest.raises(ValueError, match="q is on cpu: swattn's kernels take CUDA tensors"):
+        swattn.extend_attention(*cpu)
+    q, k, v, k_cache, v_cache = cpu[:5]
+    with pytest.raises(ValueError, match="k is on cpu"):
+        swattn.write_kv(k, v, k_cache, v_cache, torch.zeros(k.shape[0], dtype=torch.int64))
+    with pytest.raises(ValueError, match="outs\\[0\\] is on cpu"):
+        swattn.merge_states([v.float()], [torch.zeros(v.shape[:2])])

@@ -1,16 +1,18 @@
-"""The bit-identity matrices of `swattn verify` (swattn.verify.identity) under the
-interpreter: every family's reduced CPU matrix passes, and a variant that differs by one
-bit, or a result off the reference, is reported."""
+"""The bit-identity matrices of `swattn verify` (swattn.verify.identity): every family's
+reduced matrix passes (in the interpreter, or on the GPU where there is one), and a
+variant that differs by one bit, or a result off the reference, is reported."""
 
 import pytest
 import torch
 
 from swattn.verify import identity
 
+from conftest import DEVICE
+
 
 @pytest.mark.parametrize("family", sorted(identity.FAMILIES))
 def test_family_rows_pass(family):
-    rows = identity.run(family, "cpu", limit=6)
+    rows = identity.run(family, DEVICE, gpu=False, limit=6)
     assert len(rows) == 6
     bad = [r.name for r in rows if not r.ok]
     assert not bad, bad
@@ -39,7 +41,7 @@ def test_a_one_bit_difference_fails_the_row(monkeypatch):
         return out
 
     monkeypatch.setattr(identity.ops_decode, "decode_attention", off_by_one_bit)
-    row = identity.run("decode", "cpu", limit=1)[0]
+    row = identity.run("decode", DEVICE, gpu=False, limit=1)[0]
     assert row.max_abs_tight_skip == 0.0 and row.max_abs_tight_none > 0.0 and not row.ok
 
 
@@ -47,5 +49,5 @@ def test_a_wrong_result_fails_the_row(monkeypatch):
     real = identity.reference.decode_attention
     monkeypatch.setattr(identity.reference, "decode_attention",
                         lambda *a, **kw: tuple(x * 1.1 for x in real(*a, **kw)))
-    row = identity.run("decode", "cpu", limit=1)[0]
+    row = identity.run("decode", DEVICE, gpu=False, limit=1)[0]
     assert row.max_abs_tight_skip == 0.0 and row.err_tight > 1e-2 and not row.ok

@@ -40,27 +40,31 @@ def tanh(x):
 
 @triton.jit
 def scores_log2(qk, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
-    """Scaled (and soft-capped) logits in log2 units: ``s * log2(e)``.
+    """``(s, scale)``: the logits in log2 units are ``s * scale``.
 
-    Without a cap ``qk_scale = scale * log2 e``; with one ``qk_scale = scale / softcap``
-    and the cap is applied as ``softcap * log2 e * tanh(qk * scale / softcap)``.
+    Without a cap ``s`` is the raw product and ``scale = scale * log2 e``, left for
+    :func:`softmax_step` to fold into its subtraction (one FMA an element); with one
+    ``qk_scale = scale / softcap``, ``s = softcap * log2 e * tanh(qk * scale / softcap)``
+    and the scale is 1. Masking ``s`` with -inf masks the logits (the scale is > 0).
     """
     if USE_SOFTCAP:
-        return tanh(qk * qk_scale) * (softcap * 1.4426950408889634)
+        return tanh(qk * qk_scale) * (softcap * 1.4426950408889634), 1.0
     else:
-        return qk * qk_scale
+        return qk, qk_scale
 
 
 @triton.jit
-def softmax_step(s, v, m_i, l_i, acc):
-    """One online-softmax step over a key tile. ``s`` holds masked logits (log2 units,
-    -inf where invisible). A tile with every logit -inf leaves ``m_i``, ``l_i`` and
-    ``acc`` bit-unchanged (alpha is exactly 1, or 0 on a still-empty state, and p is 0),
-    which is what makes the bounds variants bit-identical."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+def softmax_step(s, scale, v, m_i, l_i, acc):
+    """One online-softmax step over a key tile of logits ``s * scale`` (log2 units, ``s``
+    -inf where invisible, ``scale`` > 0). The row max is taken on ``s`` and scaled once
+    (the same value, rounding being monotonic), and ``s * scale - m`` is one FMA. A tile
+    with every logit -inf leaves ``m_i``, ``l_i`` and ``acc`` bit-unchanged (alpha is
+    exactly 1, or 0 on a still-empty state, and p is 0), which is what makes the bounds
+    variants bit-identical."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
+    p = tl.exp2(s * scale - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc

@@ -1,6 +1,7 @@
 """Argument checks shared by the launchers: every bad input raises ValueError or
 TypeError naming the argument, the expected and the actual value, before any launch."""
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -28,10 +29,16 @@ class ExtendArgs:
         return self.num_q_heads // self.num_kv_heads
 
 
-def check_tensor(name, t, *, dim=None, dtype=None, dtypes=None, device=None, shape=None):
-    """Type, rank, dtype, device and shape (None entries match anything) of one tensor."""
+def check_tensor(name, t, *, dim=None, dtype=None, dtypes=None, device=None, shape=None,
+                 first=False):
+    """Type, rank, dtype, device and shape (None entries match anything) of one tensor.
+    ``first``: the tensor every other one must share a device with, so its device must be
+    one the kernels run on: CUDA, or the CPU under Triton's interpreter."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if first and t.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"{name} is on {t.device}: swattn's kernels take CUDA tensors "
+                         "(CPU tensors only under TRITON_INTERPRET=1)")
     if dim is not None and t.dim() != dim:
         raise ValueError(f"{name} must have {dim} dimensions, got shape {tuple(t.shape)}")
     if dtype is not None and t.dtype != dtype:
@@ -77,7 +84,7 @@ def check_sinks(sinks, num_q_heads, q):
 def check_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                  window_left, window_right, causal, sinks, softcap, scale, mask, mask_indptr,
                  keys, out):
-    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES, first=True)
     num_tokens, num_q_heads, head_dim = q.shape
     check_tensor("k", k, dim=3, dtype=q.dtype, device=q.device, shape=(num_tokens, None, head_dim))
     num_kv_heads = k.shape[1]
@@ -173,7 +180,7 @@ def check_num_splits(num_splits):
 
 def check_decode(q, k_cache, v_cache, block_table, seq_lens, *, window_left, sinks, softcap,
                  scale, sparse, num_splits, out):
-    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES, first=True)
     batch, num_q_heads, head_dim = q.shape
     check_tensor("k_cache", k_cache, dim=4, dtype=q.dtype, device=q.device)
     num_kv_heads = k_cache.shape[2]

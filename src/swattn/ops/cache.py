@@ -40,7 +40,7 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping,
 
 
 def check_write_kv(k, v, k_cache, v_cache, slot_mapping):
-    check_tensor("k", k, dim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
+    check_tensor("k", k, dim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32), first=True)
     num_tokens, num_kv_heads, head_dim = k.shape
     check_tensor("v", v, dim=3, dtype=k.dtype, device=k.device, shape=(num_tokens, num_kv_heads, None))
     check_tensor("k_cache", k_cache, dim=4, dtype=k.dtype, device=k.device,

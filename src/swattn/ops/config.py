@@ -30,10 +30,11 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
     two-stage kernel.
 
     On the GPU the tile shrinks as the head grows so q, the accumulator and one K/V tile
-    stay in registers. H200 sweeps (scripts/tune_extend.py, benchmarks/results/): gpt-oss
+    stay in registers. H200 sweeps (scripts/tune.py, benchmarks/results/): gpt-oss
     (d64, group 8, window 128) is fastest with 8 tokens x 8 heads a block and 32-key
-    tiles (307 us at P8192 E8192 against 351 for 16 tokens); Mistral (d128, group 4,
-    window 4096) with 128 x 64 tiles, 8 warps, 4 stages (6052 us against 6235 for 3).
+    tiles (307 us at P8192 E8192 against 348 for 16 tokens); Mistral (d128, group 4,
+    window 4096) with 128 x 64 tiles, 8 warps, 3 stages (5885 us at P8192 E8192 against
+    6112 for 4 stages, once the mask-free tiles load without a row predicate).
     Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
     """
@@ -44,7 +45,7 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
     if width <= 64:
         return Config(64, 32, 4, 2, True, split)
     if width <= 128:
-        return Config(128, 64, 8, 4, True, split)
+        return Config(128, 64, 8, 3, True, split)
     if width <= 256:
         return Config(64, 64, 8, 2, False, split)
     return Config(32, 64, 8, 1, False, split)
@@ -63,20 +64,27 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
 
     BLOCK_H rows hold the query heads of one KV group (rows past the group are masked):
     at least 16, tl.dot's smallest side, so the group is the M of a tensor-core product.
-    The GPU numbers are untuned H200 guesses: 64-key tiles keep a d128 K and V tile
-    in registers next to the accumulator, 32 above that. The interpreter runs small tiles:
-    its cost grows with tile area.
+    H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
+    tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 64-key
+    tiles, 2 stages, 269 us (128-key tiles 268, 3 stages 359); 32-key tiles above d128 keep
+    K and V in registers next to the accumulator. The interpreter runs small tiles: its
+    cost grows with tile area.
     """
     del dtype
     block_h = max(16, 1 << max(group - 1, 0).bit_length())
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h, 16, 4, 1)
-    block_n = 64 if max(head_dim, head_dim_v) <= 128 else 32
+    width = max(head_dim, head_dim_v)
+    block_n = 128 if width <= 64 else (64 if width <= 128 else 32)
     return DecodeConfig(block_h, block_n, 4, 2)
 
 
 # Split-KV programs per SM the chooser aims for (untuned).
 DECODE_PROGRAMS_PER_SM = 2
+# Fewest keys a split is given: a split costs a partial state written and read back and
+# the merge launch, which a short chunk does not repay (gpt-oss batch 64, window 128:
+# 10.5 us in one split, 11.5 in two).
+DECODE_MIN_SPLIT_KEYS = 256
 # SM count assumed off the GPU, where the interpreter runs one program at a time.
 DECODE_CPU_SMS = 2
 
@@ -85,8 +93,9 @@ def decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
     """Split-KV chunks per (sequence, KV head): enough programs to fill
     DECODE_PROGRAMS_PER_SM x ``sm_count`` SMs, never more than the key tiles one sequence
     can hold (``max_keys``: the window plus any sparse keys), so no split starts empty for
-    a sequence that fills its window; at least 1."""
+    a sequence that fills its window, and none gets fewer than DECODE_MIN_SPLIT_KEYS
+    keys; at least 1."""
     programs = max(batch * kv_heads, 1)
     wanted = -(-DECODE_PROGRAMS_PER_SM * sm_count // programs)
     tiles = -(-max(max_keys, 1) // block_n)
-    return max(1, min(wanted, tiles))
+    return max(1, min(wanted, tiles, max_keys // DECODE_MIN_SPLIT_KEYS))

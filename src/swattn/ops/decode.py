@@ -38,9 +38,9 @@ BOUNDS = ("tight", "skip", "none")
 def _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf (their rows
     were loaded as 0, so unwritten cache rows never reach the row max)."""
-    s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BH, BN]
+    s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BH, BN]
     s = tl.where(m_key[None, :], s, float("-inf"))
-    return softmax_step(s, b_v, m_i, l_i, acc)
+    return softmax_step(s, scale, b_v, m_i, l_i, acc)
 
 
 @triton.jit

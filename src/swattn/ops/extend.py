@@ -82,10 +82,10 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
         else:
             b_k = load_whole(p_k, m_d, EVEN_D)
             b_v = load_whole(p_v, m_dv, EVEN_DV)
-        s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
         if MASKED:
             s = tl.where(keep, s, float("-inf"))
-        m_i, l_i, acc = softmax_step(s, b_v, m_i, l_i, acc)
+        m_i, l_i, acc = softmax_step(s, scale, b_v, m_i, l_i, acc)
     return m_i, l_i, acc
 
 
@@ -223,10 +223,10 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
                            load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
                            load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
                                       m_new, m_dv, EVEN_DV))  # [BN, BDV]
-            s = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+            s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
             if MASKED:
                 s = tl.where(keep, s, float("-inf"))
-            m_i, l_i, acc = softmax_step(s, b_v, m_i, l_i, acc)
+            m_i, l_i, acc = softmax_step(s, scale, b_v, m_i, l_i, acc)
     return m_i, l_i, acc
 
 

@@ -75,7 +75,7 @@ def check_merge(outs, lses, sinks, out, lse):
         raise ValueError("outs and lses must be lists of the same length >= 1, got "
                          f"{len(outs)} and {len(lses)}")
     first = outs[0]
-    check_tensor("outs[0]", first, dim=3, dtypes=FLOAT_DTYPES)
+    check_tensor("outs[0]", first, dim=3, dtypes=FLOAT_DTYPES, first=True)
     rows, heads, dv = first.shape
     for i, (part_o, part_lse) in enumerate(zip(outs, lses)):
         check_tensor(f"outs[{i}]", part_o, dim=3, dtype=first.dtype, device=first.device,

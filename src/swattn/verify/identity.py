@@ -157,9 +157,9 @@ def decode_matrix(gpu=True):
     return rows
 
 
-# (head_dim, head_dim_v, dtype, BLOCK_N): every decode tiling on the GPU (64 keys up to
-# d128, 32 above; 16 is the interpreter's).
-DECODE_GPU_GROUPS = ((64, 64, torch.bfloat16, 64), (128, 128, torch.float16, 64),
+# (head_dim, head_dim_v, dtype, BLOCK_N): every decode tiling on the GPU (128 keys up to
+# d64, 64 up to d128, 32 above; 16 is the interpreter's).
+DECODE_GPU_GROUPS = ((64, 64, torch.bfloat16, 128), (128, 128, torch.float16, 64),
                      (256, 256, torch.bfloat16, 32), (80, 96, torch.float16, 64),
                      (128, 128, torch.bfloat16, 16))
 DECODE_CPU_GROUPS = ((16, 16, torch.float16, 16), (24, 8, torch.float16, 16))
