@@ -9,7 +9,7 @@ import torch
 import swattn
 from swattn import reference
 from swattn.ops import decode as ops_decode
-from swattn.ops.config import DecodeConfig, decode_config, decode_splits
+from swattn.ops.config import DecodeConfig, decode_config, decode_splits, head_blocking
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
 from checks import TOL, assert_bounds_identical, assert_matches_reference
@@ -70,6 +70,33 @@ def test_random_matrix(case):
 def test_gqa_ratios(group):
     check_case(DecodeCase([17, 65, 1], num_q_heads=2 * group, num_kv_heads=2, window_left=15,
                           page_size=4, seed=group), num_splits=1, return_lse=True)
+
+
+@pytest.mark.parametrize("sparse_keys", [0, 19], ids=lambda k: f"K{k}")
+def test_group_cut_into_head_blocks(sparse_keys):
+    """A group of 40 query heads in blocks of 16 (3 programs a KV head, the last one part
+    empty), as wide heads run: every head against the reference, bounds identical, with
+    splits, sinks and lse."""
+    case = DecodeCase([33, 5, 17], num_q_heads=80, num_kv_heads=2, window_left=14, page_size=4,
+                      sparse_keys=sparse_keys, seed=7)
+    tensors = build_decode(case, DEVICE)
+    kw = dict(window_left=14, sinks=torch.randn(80, generator=torch.Generator().manual_seed(7)).to(DEVICE),
+              return_lse=True)
+    if sparse_keys:
+        kw["sparse"] = build_sparse(case, DEVICE)
+    want = reference.decode_attention(*tensors, **kw)
+    for splits in (1, 3):
+        got = run_all_bounds(tensors, num_splits=splits, config=DecodeConfig(16, 16, 4, 1), **kw)
+        assert_matches_reference(got, want)
+
+
+def test_head_blocking():
+    assert head_blocking(DecodeConfig(16, 16, 4, 2), 64) == (16, 4)
+    assert head_blocking(DecodeConfig(16, 16, 4, 2), 40) == (16, 3)
+    assert head_blocking(DecodeConfig(16, 64, 4, 2), 8) == (16, 1)
+    assert head_blocking(DecodeConfig(32, 64, 4, 2), 32) == (32, 1)
+    # DeepSeek-style heads on the GPU: 16 heads and 16 keys a program.
+    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(16, 16, 4, 2)
 
 
 @pytest.mark.parametrize("page_size", [1, 4, 16], ids=lambda p: f"ps{p}")
@@ -257,7 +284,7 @@ def _replace(name, value):
 
 
 BAD_TENSORS = [
-    ("q", lambda t: t.float().numpy(), TypeError, "q must be a torch.Tensor"),
+    ("q", lambda t: t.float().cpu().numpy(), TypeError, "q must be a torch.Tensor"),
     ("q", lambda t: t.to(torch.int32), TypeError, "q must be one of"),
     ("q", lambda t: t[:1], ValueError, "block_table must have shape"),
     ("q", lambda t: torch.randn(2, 3, 16).half(), ValueError,
@@ -446,3 +473,22 @@ def test_gpu_gpt_oss_decode_and_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     check(out, lse, tensors)
+
+
+@pytest.mark.gpu
+def test_gpu_deepseek_sparse_window_decode():
+    """DeepSeek-style decode at serving size: 64 query heads on one KV head of 576/512
+    (padded to 1024/512, so the group runs in blocks of 16 heads), window 128 plus 480
+    sparse pool rows per sequence, bf16, against the reference, each split count."""
+    case = DecodeCase([32768, 100, 129, 5000] * 4, num_q_heads=64, num_kv_heads=1, head_dim=576,
+                      head_dim_v=512, page_size=64, window_left=127, sparse_keys=480,
+                      pool_rows=4096, dtype=torch.bfloat16, seed=51)
+    tensors = build_decode(case, "cuda")
+    sparse = build_sparse(case, "cuda")
+    sinks = torch.randn(64, device="cuda")
+    want = reference.decode_attention(*tensors, window_left=127, sinks=sinks, sparse=sparse,
+                                      return_lse=True)
+    for splits in (None, 1, 4):
+        got = run_all_bounds(tensors, window_left=127, sinks=sinks, sparse=sparse, num_splits=splits,
+                             return_lse=True)
+        assert_matches_reference(got, want)

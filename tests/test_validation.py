@@ -36,7 +36,7 @@ def _replace(name, value):
 
 
 BAD_TENSORS = [
-    ("q", lambda t: t.float().numpy(), TypeError, "q must be a torch.Tensor"),
+    ("q", lambda t: t.float().cpu().numpy(), TypeError, "q must be a torch.Tensor"),
     ("q", lambda t: t.to(torch.int32), TypeError, "q must be one of"),
     ("k", lambda t: t.to(torch.float32), TypeError, "k must be torch.float16"),
     ("k", lambda t: t[:, :, :8].contiguous(), ValueError, "k must have shape"),

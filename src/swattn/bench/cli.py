@@ -170,7 +170,7 @@ def main(argv=None, prog=None):
     flush = harness.Flush()
     ceilings = harness.measure_ceilings(flush)
     harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "
-                f"copy {ceilings['copy_gbps']:.0f} GB/s {ceilings.get('copy_gbps_by_size', '')}")
+                f"copy {ceilings['copy_gbps']:.0f} GB/s {ceilings.get('copy_gbps_by_method', '')}")
     from .plots import plot
     texts = []
     if extend_cases:

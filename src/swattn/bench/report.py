@@ -249,7 +249,7 @@ def _header(w, meta, ceilings, rows, kind):
         w(f"- ceilings, measured in this run: bf16 matmul 8192^3 "
           f"{ceilings['matmul_tflops']:.0f} TFLOP/s; device-to-device copy "
           f"{ceilings['copy_gbps']:.0f} GB/s (read + written"
-          + "".join(f"; {size}: {gbps:.0f}" for size, gbps in ceilings.get("copy_gbps_by_size", {}).items())
+          + "".join(f"; {size}: {gbps:.0f}" for size, gbps in ceilings.get("copy_gbps_by_method", {}).items())
           + ")\n")
     w(f"- method: {meta.get('method', '')}\n\n")
     legend = {}

@@ -69,14 +69,27 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     tiles, 2 stages, 269 us (128-key tiles 268, 3 stages 359); 32-key tiles above d128 keep
     K and V in registers next to the accumulator. The interpreter runs small tiles: its
     cost grows with tile area.
+
+    Heads wider than 256 (DeepSeek-style 576/512, padded to 1024/512) take 16 query heads
+    and 16 keys a program: q, a K and a V tile in two stages then fit the 227 KB of
+    shared memory (a group of 64 in one program asked for 320 KB).
     """
     del dtype
     block_h = max(16, 1 << max(group - 1, 0).bit_length())
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h, 16, 4, 1)
     width = max(head_dim, head_dim_v)
+    if width > 256:
+        return DecodeConfig(16, 16, 4, 2)
     block_n = 128 if width <= 64 else (64 if width <= 128 else 32)
     return DecodeConfig(block_h, block_n, 4, 2)
+
+
+def head_blocking(config, group):
+    """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
+    (at least 16, tl.dot's smallest side; a power of two), one program each."""
+    block_h = max(16, 1 << max(min(config.block_h, group) - 1, 0).bit_length())
+    return block_h, -(-group // block_h)
 
 
 # Split-KV programs per SM the chooser aims for (untuned).

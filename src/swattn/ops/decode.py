@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ._common import LOG2E, decode_first_key, finish, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
-from .config import DECODE_CPU_SMS, decode_config, decode_splits
+from .config import DECODE_CPU_SMS, decode_config, decode_splits, head_blocking
 from .merge import launch_merge
 
 BOUNDS = ("tight", "skip", "none")
@@ -99,7 +99,7 @@ def _decode_kernel(
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
     page_size, num_sparse, num_splits, qk_scale, softcap, window_left,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr,
@@ -107,9 +107,12 @@ def _decode_kernel(
     EVEN_D: tl.constexpr = D == BLOCK_D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
     i_seq = tl.program_id(0).to(tl.int64)
-    i_kvh = tl.program_id(1).to(tl.int64)
+    # A group wider than BLOCK_H (a wide head: q and the K/V tiles would not fit in shared
+    # memory) is cut into HEAD_BLOCKS blocks of query heads, each its own program.
+    i_kvh = tl.program_id(1).to(tl.int64) // HEAD_BLOCKS
+    i_hb = tl.program_id(1) % HEAD_BLOCKS
     i_split = tl.program_id(2)
-    o_h = tl.arange(0, BLOCK_H)
+    o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)  # rows: query heads within the group
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
     o_dv = tl.arange(0, BLOCK_DV)
@@ -207,7 +210,8 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
         max_keys = capacity if window_left is None else min(window_left + 1, capacity)
         sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
                if q.device.type == "cuda" else DECODE_CPU_SMS)
-        num_splits = decode_splits(a.batch, a.num_kv_heads, max_keys + a.sparse_keys, sms, block_n)
+        programs = a.num_kv_heads * head_blocking(cfg, a.group)[1]
+        num_splits = decode_splits(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
     if out is None:
         out = torch.empty(a.batch, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
     if return_lse and lse is None:
@@ -243,7 +247,8 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     has_sparse = sparse is not None and a.sparse_keys > 0
     k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
     part_o, part_lse = parts if parts is not None else (out, out)
-    _decode_kernel[(a.batch, a.num_kv_heads, num_splits)](
+    block_h, head_blocks = head_blocking(cfg, a.group)
+    _decode_kernel[(a.batch, a.num_kv_heads * head_blocks, num_splits)](
         Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
         sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
         Out=out, Lse=lse if lse is not None else out, Part_o=part_o, Part_lse=part_lse,
@@ -259,9 +264,8 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
         qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
         D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
-        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group,
-        BLOCK_H=max(cfg.block_h, triton.next_power_of_2(a.group), 16),
-        BLOCK_N=block_n, USE_WINDOW=window_left is not None, HAS_SINKS=sinks is not None,
+        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
+        HEAD_BLOCKS=head_blocks, BLOCK_N=block_n, USE_WINDOW=window_left is not None, HAS_SINKS=sinks is not None,
         USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
         RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,

@@ -48,17 +48,20 @@ def run(args):
         title = f"{identity.TITLES[family]}: {scope}, {time.perf_counter() - t0:.0f} s"
         tables.append(identity.format_rows(rows, title))
         ok = ok and all(r.ok for r in rows)
+        if args.out:  # kept family by family: a run cut short keeps what it finished
+            _emit("\n\n".join(tables), args.out, "verify.md", echo=False)
     _emit("\n\n".join(tables), args.out, "verify.md")
     return 0 if ok else 1
 
 
-def _emit(report, out_dir, name):
+def _emit(report, out_dir, name, echo=True):
     """Print the report, and keep it as ``out_dir/name`` when a folder is given."""
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, name), "w") as f:
             f.write(report + "\n")
-    print(report)
+    if echo:
+        print(report)
 
 
 def _run(identity, device, args, family, progress):

@@ -129,7 +129,7 @@ def decode_matrix(gpu=True):
     """(name, case, kwargs, block_n) for every configuration of the decode matrix: the
     windows around every tile boundary, each over a ragged batch whose lengths fall below,
     at and past the window and off the tile grid; head dims 64 to 256, fp16/bf16, GQA
-    groups 1 to 16, page sizes 1 to 64, split counts 1 to 8, sinks, soft-cap, sparse keys
+    groups 1 to 16 (64 on the wide heads, cut into head blocks), page sizes 1 to 64, split counts 1 to 8, sinks, soft-cap, sparse keys
     and lse, each tiling the decode config can return."""
     windows, groups = (GPU_WINDOWS, DECODE_GPU_GROUPS) if gpu else (CPU_WINDOWS, DECODE_CPU_GROUPS)
     page_sizes = (16, 1, 64) if gpu else (4, 1, 16)
@@ -138,7 +138,8 @@ def decode_matrix(gpu=True):
     for i, w in enumerate(windows):
         head_dim, head_dim_v, dtype, block_n = groups[i % len(groups)]
         for j, (feature, splits) in enumerate(DECODE_FEATURES):
-            hq, hkv = heads[(i + j) % len(heads)]
+            # Wide heads come as DeepSeek's: 64 query heads on one KV head, in head blocks.
+            hq, hkv = (64, 1) if head_dim > 256 else heads[(i + j) % len(heads)]
             seq_lens = [w - 1 or 1, w, w + 1, w + block_n + 3, 1, 3 * w + 5]
             case = DecodeCase(seq_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=head_dim,
                               head_dim_v=head_dim_v, dtype=dtype, page_size=page_sizes[(i + j) % 3],
@@ -158,10 +159,11 @@ def decode_matrix(gpu=True):
 
 
 # (head_dim, head_dim_v, dtype, BLOCK_N): every decode tiling on the GPU (128 keys up to
-# d64, 64 up to d128, 32 above; 16 is the interpreter's).
+# d64, 64 up to d128, 32 up to d256, 16 with head blocks above; 16 is also the
+# interpreter's).
 DECODE_GPU_GROUPS = ((64, 64, torch.bfloat16, 128), (128, 128, torch.float16, 64),
                      (256, 256, torch.bfloat16, 32), (80, 96, torch.float16, 64),
-                     (128, 128, torch.bfloat16, 16))
+                     (128, 128, torch.bfloat16, 16), (576, 512, torch.bfloat16, 16))
 DECODE_CPU_GROUPS = ((16, 16, torch.float16, 16), (24, 8, torch.float16, 16))
 DECODE_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", 1),
                    ("sparse+sinks", 8), ("full-attention", 4))
