@@ -186,11 +186,12 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
                    USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
                    SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
                    EVEN_DV: tl.constexpr):
-    """Deterministic tiles [start, stop) of the single pass: absolute key positions in
-    tiles aligned to position 0, whatever the chunking. A position below prefix_len comes
-    from the paged cache, one at or above it from the new tokens' k/v (the same bits once
-    write_kv has stored them), so each tile holds the same keys however the request's
-    prefill was cut into chunks."""
+    """Deterministic tiles [start, stop) of the single pass that hold both cached and new
+    keys (the kernel hands the others to the stage loops, which load from one source):
+    absolute key positions in tiles aligned to position 0, whatever the chunking. A
+    position below prefix_len comes from the paged cache, one at or above it from the new
+    tokens' k/v (the same bits once write_kv has stored them), so each tile holds the same
+    keys however the request's prefill was cut into chunks."""
     for start_n in range(start, stop, BLOCK_N):
         k_pos = start_n + o_n
         m_load = (k_pos < key_end) & (k_pos >= lowest_key)
@@ -319,14 +320,34 @@ def _extend_kernel(
         for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            # In position order: the tiles wholly in the cache, the one tile holding both
+            # (where the prefix ends off the tile grid), the tiles wholly new. Each tile
+            # holds the same keys and the same bits whichever of the three loops takes it,
+            # so the chunking still cannot change a result; only the one straddling tile
+            # loads from both sources.
+            cached_end = tl.minimum(tl.maximum(prefix_len // BLOCK_N * BLOCK_N, start), stop)
+            new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
+                                              start), stop)
+            m_i, l_i, acc = _prefix_tiles(
+                start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale, softcap,
+                window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
+                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
             m_i, l_i, acc = _unified_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start, prefix_len,
-                key_start, key_end, lowest_key, block_table, stride_bt, page_size, K_cache,
-                V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
-                K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row, qk_scale,
-                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
+                cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
+                prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
+                K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
+                stride_vch, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row,
+                qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
                 USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
                 EVEN_DV)
+            m_i, l_i, acc = _new_tiles(
+                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, seq_start,
+                i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt, stride_kh,
+                stride_vt, stride_vh, mask, mask_row, qk_scale, softcap, window_left, window_right,
+                o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
+                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
