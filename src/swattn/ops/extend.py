@@ -256,6 +256,7 @@ def _extend_kernel(
     TOKENS: tl.constexpr = BLOCK_M // GROUP if PACK_GQA else BLOCK_M
     EVEN_D: tl.constexpr = D == BLOCK_D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
+    UNIFIED_PARTS: tl.constexpr = 3 if SPLIT_FULL and not USE_MASK and DO_PREFIX else 1
     i_block = tl.program_id(0)
     o_m = tl.arange(0, BLOCK_M)
     if PACK_GQA:
@@ -317,7 +318,9 @@ def _extend_kernel(
                                      window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
                                      USE_RIGHT, USE_MASK or not SPLIT_FULL or not DO_PREFIX)
         lowest_key = tl.maximum(first_q - window_left, key_start) if USE_WINDOW else key_start
-        for part in tl.static_range(3 if SPLIT_FULL else 1):
+        # Without mask-free tiles (a custom mask, keys="new") one part: the code of the two
+        # empty ones is left out (nine loops with a mask crashed ptxas 12.x for sm_90a).
+        for part in tl.static_range(UNIFIED_PARTS):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             # In position order: the tiles wholly in the cache, the one tile holding both
