@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -444,3 +445,19 @@ def test_plots_from_a_results_json(tmp_path):
     else:
         assert sorted(os.path.basename(p) for p in written) == ["A_roofline.png", "A_time.png"]
         assert all(os.path.getsize(p) > 1000 for p in written)
+
+
+def test_progress_in_log_lines_and_bar(capsys, monkeypatch):
+    """Each log line carries the share of planned measurements done; on a terminal a bar
+    is drawn too."""
+    harness.PROGRESS.start(4)
+    try:
+        harness.PROGRESS.advance()
+        harness.PROGRESS.advance()
+        harness.log("half way")
+        assert " 50%] half way" in capsys.readouterr().err
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+        harness.PROGRESS.advance()
+        assert "[######################........] 3/4" in capsys.readouterr().err
+    finally:
+        harness.PROGRESS.start(0)

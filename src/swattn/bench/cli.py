@@ -167,6 +167,8 @@ def main(argv=None, prog=None):
         if free is not None and need > free:
             harness.log(f"{case.name}: inputs take about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free: "
                         "it may not fit")
+    harness.PROGRESS.start((len(extend_cases) * len(variants) + len(decode_cases) * len(decode_variants))
+                           * args.rounds)
     flush = harness.Flush()
     ceilings = harness.measure_ceilings(flush)
     harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "

@@ -31,9 +31,43 @@ L2_FLUSH_BYTES = 256 << 20
 CHECK_TOLERANCE = 1e-2  # ||out - ref|| / ||ref|| for bf16 (DESIGN.md section 6)
 
 
+class Progress:
+    """The measurements done out of those planned (cases x variants x rounds). On a
+    terminal a bar is redrawn under the log lines; in a log file each line carries the
+    percentage."""
+
+    def __init__(self):
+        self.total = 0
+        self.done = 0
+
+    def start(self, total):
+        self.total, self.done = max(total, 0), 0
+
+    def advance(self):
+        self.done += 1
+        self.draw()
+
+    def percent(self):
+        return 100.0 * min(self.done, self.total) / self.total if self.total else None
+
+    def draw(self):
+        if self.total and sys.stderr.isatty():
+            filled = int(30 * min(self.done, self.total) / self.total)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}")
+            sys.stderr.flush()
+
+
+PROGRESS = Progress()
+
+
 def log(message):
     """One progress line on stderr."""
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    percent = PROGRESS.percent()
+    stamp = time.strftime('%H:%M:%S') + (f" {percent:3.0f}%" if percent is not None else "")
+    if PROGRESS.total and sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")  # clear the bar; draw() puts it back below
+    print(f"[bench {stamp}] {message}", file=sys.stderr, flush=True)
+    PROGRESS.draw()
 
 
 # --------------------------------------------------------------------------------------
@@ -250,6 +284,7 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
             if sample is None:
                 continue
             times[name].append(sample)
+            PROGRESS.advance()
             log(f"{label} | {name} | round {r + 1}/{rounds}: median {np.median(sample):.1f} us "
                 f"over {len(sample)} reps")
     return times, errors
