@@ -365,10 +365,12 @@ def test_decode_config():
 def test_decode_splits():
     # gpt-oss batch 64 (2 KV heads, window 128): 128 keys are too few to split.
     assert decode_splits(64, 2, 128, 132, 128) == 1
-    # A window of 1024 keys at batch 8: capped at 4 splits of 256 keys.
-    assert decode_splits(8, 2, 1024, 132, 64) == 4
+    # A window of 1024 keys at batch 8: capped at 2 splits of 512 keys.
+    assert decode_splits(8, 2, 1024, 132, 64) == 2
+    # DeepSeek-style (64 x 4 head blocks, 128 + 480 keys): one split.
+    assert decode_splits(64, 4, 608, 132, 16) == 1
     # Capped at the tiles one sequence holds.
-    assert decode_splits(1, 1, 512, 132, 256) == 2
+    assert decode_splits(1, 1, 1024, 132, 512) == 2
     # One long full-attention sequence, 8 KV heads: 2 x 132 SMs worth of programs.
     assert decode_splits(1, 8, 32768, 132, 64) == 33
     # A big batch already fills the GPU.

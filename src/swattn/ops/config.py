@@ -95,9 +95,10 @@ def head_blocking(config, group):
 # Split-KV programs per SM the chooser aims for (untuned).
 DECODE_PROGRAMS_PER_SM = 2
 # Fewest keys a split is given: a split costs a partial state written and read back and
-# the merge launch, which a short chunk does not repay (gpt-oss batch 64, window 128:
-# 10.5 us in one split, 11.5 in two).
-DECODE_MIN_SPLIT_KEYS = 256
+# the merge launch, which a short chunk does not repay (H200, batch 64: gpt-oss window 128,
+# 10.5 us in one split, 11.5 in two; DeepSeek-style 128 + 480 sparse keys, 158.3 us in one
+# split, 172.8 in two of 304 keys).
+DECODE_MIN_SPLIT_KEYS = 512
 # SM count assumed off the GPU, where the interpreter runs one program at a time.
 DECODE_CPU_SMS = 2
 
