@@ -2,6 +2,8 @@
 # Everything the GPU shows, in one call of the device tool: the test suite on the GPU (real
 # compiles, bf16, torch.compile), the bit-identity matrix, and the benchmarks against the
 # peers. Tables and logs go under $OUT. STEPS picks a subset: STEPS=tests,verify,tune,bench.
+# TESTS (files) and TESTS_K (a -k expression), VERIFY_ARGS (e.g. --family decode), TUNE_ARGS
+# (e.g. C-A,C-B), BENCH_ARGS (e.g. --workload A,B) narrow a step; JOBS sets the parallelism.
 #   device run: bash scripts/gpu_check.sh        (carry .peers/py for the peers)
 set -uo pipefail
 OUT=${OUT:-/tmp/swattn-gpu}
@@ -21,7 +23,8 @@ limit() { if [[ ${STEP_TIMEOUT:-0} -gt 0 ]]; then timeout "$STEP_TIMEOUT" "$@"; 
 
 if [[ ,$STEPS, == *,tests,* ]]; then
   echo "== tests"
-  limit python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} ${TESTS:-tests} > "$OUT/pytest.log" 2>&1 || status=1
+  limit python3 -m pytest -q -p no:cacheprovider -n ${JOBS:-8} ${TESTS:-tests} ${TESTS_K:+-k "$TESTS_K"} \
+    > "$OUT/pytest.log" 2>&1 || status=1
   tail -n 15 "$OUT/pytest.log"
 fi
 if [[ ,$STEPS, == *,verify,* ]]; then
