@@ -128,9 +128,10 @@ def unified_matrix(gpu=True):
 def decode_matrix(gpu=True):
     """(name, case, kwargs, block_n) for every configuration of the decode matrix: the
     windows around every tile boundary, each over a ragged batch whose lengths fall below,
-    at and past the window and off the tile grid; head dims 64 to 256, fp16/bf16, GQA
-    groups 1 to 16 (64 on the wide heads, cut into head blocks), page sizes 1 to 64, split counts 1 to 8, sinks, soft-cap, sparse keys
-    and lse, each tiling the decode config can return."""
+    at and past the window and off the tile grid; head dims 64 to 576, fp16/bf16, GQA
+    groups 1 to 16 (64 on the wide heads, cut into head blocks), page sizes 1 to 64, split
+    counts 1 to 8, sinks, soft-cap, sparse keys and lse, each tiling the decode config can
+    return."""
     windows, groups = (GPU_WINDOWS, DECODE_GPU_GROUPS) if gpu else (CPU_WINDOWS, DECODE_CPU_GROUPS)
     page_sizes = (16, 1, 64) if gpu else (4, 1, 16)
     heads = ((8, 2), (16, 1), (8, 8), (32, 8)) if gpu else ((4, 2), (4, 1), (2, 2))
