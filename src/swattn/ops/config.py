@@ -75,7 +75,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     shared memory (a group of 64 in one program asked for 320 KB).
     """
     del dtype
-    block_h = max(16, 1 << max(group - 1, 0).bit_length())
+    block_h = _rows_for(group)
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h, 16, 4, 1)
     width = max(head_dim, head_dim_v)
@@ -88,8 +88,14 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
 def head_blocking(config, group):
     """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
     (at least 16, tl.dot's smallest side; a power of two), one program each."""
-    block_h = max(16, 1 << max(min(config.block_h, group) - 1, 0).bit_length())
+    block_h = _rows_for(min(config.block_h, group))
     return block_h, -(-group // block_h)
+
+
+def _rows_for(heads):
+    """Rows of a head block holding ``heads`` query heads: the next power of two, 16 at
+    least."""
+    return max(16, 1 << max(heads - 1, 0).bit_length())
 
 
 # Split-KV programs per SM the chooser aims for (untuned).

@@ -205,12 +205,13 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
                      num_splits=num_splits, out=out)
     cfg = config or decode_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
     block_n = block_n or cfg.block_n
+    blocking = head_blocking(cfg, a.group)  # (BLOCK_H, head blocks), once for every launch
     if num_splits is None:
         capacity = block_table.shape[1] * a.page_size
         max_keys = capacity if window_left is None else min(window_left + 1, capacity)
         sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
                if q.device.type == "cuda" else DECODE_CPU_SMS)
-        programs = a.num_kv_heads * head_blocking(cfg, a.group)[1]
+        programs = a.num_kv_heads * blocking[1]
         num_splits = decode_splits(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
     if out is None:
         out = torch.empty(a.batch, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
@@ -227,7 +228,7 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
 
     def launch():
         _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap, sparse,
-                num_splits, out, lse, parts, bounds, block_n, cfg)
+                num_splits, out, lse, parts, bounds, block_n, cfg, blocking)
 
     return launch, out, lse
 
@@ -238,7 +239,7 @@ def _dot_width(dim):
 
 
 def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
-            softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg):
+            softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg, blocking):
     """Launch on validated arguments: no host sync, no allocation."""
     if a.batch == 0:
         return
@@ -247,7 +248,7 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     has_sparse = sparse is not None and a.sparse_keys > 0
     k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
     part_o, part_lse = parts if parts is not None else (out, out)
-    block_h, head_blocks = head_blocking(cfg, a.group)
+    block_h, head_blocks = blocking
     _decode_kernel[(a.batch, a.num_kv_heads * head_blocks, num_splits)](
         Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
         sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,

@@ -170,10 +170,15 @@ DECODE_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", 
                    ("sparse+sinks", 8), ("full-attention", 4))
 
 
+def _on_device(kwargs, device):
+    """The row's keyword arguments with its tensors (sinks, masks) moved to ``device``."""
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+
+
 def _run_extend_row(row, device, deterministic):
     _name, case, kwargs, tiling = row
     tensors = build_extend(case, device)
-    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    kwargs = _on_device(kwargs, device)
     # The full-attention row keeps the window off in the kernel too.
     results = {b: ops_extend.extend_attention(*tensors, window_left=case.window_left, bounds=b,
                                               block_m=tiling[0], block_n=tiling[1],
@@ -186,7 +191,7 @@ def _run_extend_row(row, device, deterministic):
 def _run_decode_row(row, device):
     _name, case, kwargs, block_n = row
     tensors = build_decode(case, device)
-    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    kwargs = _on_device(kwargs, device)
     if case.sparse_keys:
         kwargs["sparse"] = build_sparse(case, device)
     results = {b: ops_decode.decode_attention(*tensors, window_left=case.window_left, bounds=b,
