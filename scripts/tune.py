@@ -1,11 +1,12 @@
 """Sweep the kernels' tile configs on the GPU for the anchor workloads: the two-stage
-extend kernel on A and B at prefix 8192 (and B at prefix 0, the new tokens alone), the
-decode kernel on C-A and C-B (tile width, warps, stages, split count). One line per
+extend kernel on A and B at prefix 8192 (and B at prefix 0, the new tokens alone; B at
+prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the decode
+kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows). One line per
 config: median us over CUDA-graph replays, each after an L2 flush, and the largest
 difference to the first config's output. Used to choose ops.config; the chosen table is
 recorded in benchmarks/results.
 
-    PYTHONPATH=src python3 scripts/tune.py [A,B,C-A,C-B]
+    PYTHONPATH=src python3 scripts/tune.py [A,B,C-A,C-B,S]
 """
 
 import sys
@@ -17,16 +18,22 @@ from swattn.bench import harness, workloads
 from swattn.ops import decode, extend
 from swattn.ops.config import Config, DecodeConfig
 
-# Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full), over (prefix, extend).
+# Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full, tma), over (prefix,
+# extend, page size).
 EXTEND_SWEEP = {
-    "A": [(64, 32, 4, 2, True, False), (64, 32, 4, 3, True, False), (128, 32, 4, 2, True, False),
-          (64, 32, 4, 2, False, False), (64, 64, 4, 2, True, False)],
-    "B": [(128, 64, 8, 4, True, True), (128, 64, 8, 3, True, True), (128, 64, 8, 4, False, True),
-          (128, 64, 8, 3, False, True), (64, 64, 4, 3, True, True), (128, 128, 8, 2, True, True)],
+    "A": [(64, 32, 4, 2, True, False), (64, 32, 4, 2, True, True), (64, 32, 4, 3, True, True),
+          (64, 64, 4, 2, True, True), (128, 64, 8, 2, True, True)],
+    "B": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
+          (128, 64, 8, 2, True, True, True), (128, 64, 8, 4, True, True, True),
+          (128, 128, 8, 2, True, True, True), (128, 128, 8, 3, True, True, True),
+          (64, 64, 4, 3, True, True, True)],
 }
-EXTEND_CASES = {"A": [(8192, 8192)], "B": [(8192, 8192), (0, 8192)]}
-# Decode: (BLOCK_N, warps, stages, num_splits); num_splits None is the library's choice.
+EXTEND_CASES = {"A": [(8192, 8192, 16)], "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)]}
+# Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H]); num_splits None is the library's
+# choice, BLOCK_H the config function's unless given.
 DECODE_SWEEP = {
+    "S": [(16, 4, 2, None), (16, 4, 2, 1), (32, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, 32),
+          (16, 8, 2, 1, 32), (16, 4, 3, 1), (32, 4, 1, 1), (16, 4, 2, 2), (64, 8, 2, 1, 16)],
     "C-A": [(128, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (128, 8, 2, 1), (128, 2, 2, 1),
             (128, 4, 1, 1)],
     "C-B": [(64, 4, 2, None), (64, 4, 2, 2), (128, 4, 2, 1), (128, 4, 3, 1), (128, 8, 3, 1),
@@ -57,8 +64,8 @@ def sweep(label, configs, prepare, flush):
             print(f"{name}: failed {type(exc).__name__}: {str(exc)[:160]}", flush=True)
 
 
-def tune_extend(name, configs, prefix, extend_len, flush):
-    case = workloads.extend_cases(name, cases=[(prefix, extend_len)])[0]
+def tune_extend(name, configs, prefix, extend_len, page_size, flush):
+    case = workloads.extend_cases(name, cases=[(prefix, extend_len)], page_size=page_size)[0]
     inputs = harness.build_inputs(case)
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
             inputs.cu_seqlens, inputs.prefix_lens)
@@ -68,8 +75,9 @@ def tune_extend(name, configs, prefix, extend_len, flush):
                                     config=Config(*config))
         return fn, out
 
-    print(f"# {name} P{prefix} E{extend_len}: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full)")
-    sweep(f"{name} P{prefix}E{extend_len}", configs, prepare, flush)
+    print(f"# {name} P{prefix} E{extend_len} page {page_size}: (BLOCK_M, BLOCK_N, warps, stages, "
+          "pack_gqa, split_full, tma)")
+    sweep(f"{name} P{prefix}E{extend_len}p{page_size}", configs, prepare, flush)
 
 
 def tune_decode(name, configs, flush):
@@ -79,22 +87,23 @@ def tune_decode(name, configs, flush):
                                    torch.bfloat16, inputs.q.device).block_h
 
     def prepare(config):
-        block_n, warps, stages, splits = config
+        block_n, warps, stages, splits, rows = (*config, block_h)[:5]
         fn, out, _ = decode.prepare(inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window,
                                     inputs.seq_lens, window_left=case.window_left, sinks=inputs.sinks,
                                     sparse=inputs.sparse, num_splits=splits,
-                                    config=DecodeConfig(block_h, block_n, warps, stages))
+                                    config=DecodeConfig(rows, block_n, warps, stages))
         return fn, out
 
-    print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, num_splits)")
+    print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
+          "num_splits[, BLOCK_H])")
     sweep(name, configs, prepare, flush)
 
 
 def main(names):
     flush = harness.Flush()
     for name, configs in EXTEND_SWEEP.items():
-        for prefix, extend_len in EXTEND_CASES[name] if name in names else ():
-            tune_extend(name, configs, prefix, extend_len, flush)
+        for prefix, extend_len, page_size in EXTEND_CASES[name] if name in names else ():
+            tune_extend(name, configs, prefix, extend_len, page_size, flush)
             torch.cuda.empty_cache()
     for name, configs in DECODE_SWEEP.items():
         if name in names:
@@ -104,4 +113,4 @@ def main(names):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["A", "B", "C-A", "C-B"]))
+    sys.exit(main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["A", "B", "C-A", "C-B", "S"]))

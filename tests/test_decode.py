@@ -42,7 +42,7 @@ def _matrix(count, seed):
         hkv = rng.choice([1, 2])
         case = DecodeCase([rng.choice([1, 7, 15, 16, 17, 33, 65]) for _ in range(batch)],
                           num_q_heads=hkv * rng.choice([1, 2, 4, 8, 16]), num_kv_heads=hkv,
-                          head_dim=rng.choice([16, 24]), head_dim_v=rng.choice([16, 8]),
+                          head_dim=rng.choice([16, 24, 40]), head_dim_v=rng.choice([16, 8]),
                           page_size=rng.choice([1, 4, 16]),
                           window_left=rng.choice([0, 1, 14, 15, 16, 17, 40, None]),
                           sparse_keys=rng.choice([0, 0, 5, 17]), seed=i)
@@ -96,7 +96,7 @@ def test_head_blocking():
     assert head_blocking(DecodeConfig(16, 64, 4, 2), 8) == (16, 1)
     assert head_blocking(DecodeConfig(32, 64, 4, 2), 32) == (32, 1)
     # DeepSeek-style heads on the GPU: 16 heads and 16 keys a program.
-    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(16, 16, 4, 2)
+    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
 
 
 @pytest.mark.parametrize("page_size", [1, 4, 16], ids=lambda p: f"ps{p}")
@@ -218,6 +218,20 @@ def test_public_function_with_everything():
     for splits in (None, 1, 3):
         got = swattn.decode_attention(*tensors, num_splits=splits, **kw)
         assert_matches_reference(got, reference.decode_attention(*tensors, **kw))
+
+
+@pytest.mark.parametrize("head_dim", [40, 36, 48], ids=lambda d: f"d{d}")
+def test_key_head_split_into_two_products(head_dim):
+    """A key head past a power of two runs as two products (DeepSeek's 576 as 512 + 64;
+    here 40 = 32 + 16 whole, 36 = 32 + a masked tail, 48 = 32 + 16), with a value head of
+    its own width, sparse keys, sinks, every split count."""
+    from swattn.ops.decode import split_width
+    assert split_width(head_dim)[1] == 16 and split_width(576) == (512, 64)
+    case = DecodeCase([40, 3, 77], num_q_heads=4, num_kv_heads=1, head_dim=head_dim, head_dim_v=32,
+                      window_left=20, sparse_keys=9, page_size=4, seed=head_dim)
+    sinks = torch.randn(4).to(DEVICE)
+    for splits in (1, 2, 3):
+        check_case(case, num_splits=splits, sinks=sinks, return_lse=True)
 
 
 def test_prepared_launch_reads_lengths_at_launch():
@@ -401,11 +415,15 @@ def compile_sm90(fn, pointers, consts, warps):
 bf16 = {n: "*bf16" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
 f32 = {n: "*fp32" for n in ("sinks", "Lse", "Part_o", "Part_lse", "Parts_o", "Parts_lse")}
 i32 = {n: "*i32" for n in ("block_table", "seq_lens", "Idx")}
-for d, window, sparse, partial, tight in ((64, True, False, False, True), (128, False, True, True, False)):
+# (head dim, value dim, main/tail widths, window, sparse, partial, tight): 576 = 512 + 64.
+for d, dv, (bd, bd2), window, sparse, partial, tight in (
+        (64, 64, (64, 0), True, False, False, True), (128, 128, (128, 0), False, True, True, False),
+        (576, 512, (512, 64), True, True, False, True)):
     ptx = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
-        D=d, DV=d, BLOCK_D=d, BLOCK_DV=d, GROUP=8, BLOCK_H=16, BLOCK_N=64, USE_WINDOW=window,
-        HAS_SINKS=True, USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial,
-        RETURN_LSE=True, TIGHT=tight, SKIP=not tight), 4)
+        D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
+        BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
+        USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
+        SKIP=not tight), 4)
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
 compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
              dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True), 1)

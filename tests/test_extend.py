@@ -179,3 +179,49 @@ def test_split_and_single_loop_agree():
                      for s in (True, False))
     assert torch.equal(split, single)
     assert rel_err(split, reference.extend_attention(*tensors, window_left=37)) < TOL
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["two-stage", "deterministic"])
+def test_tma_and_pointer_loads_agree(deterministic):
+    """Mask-free tiles loaded by tensor-memory copy (new k/v, and a cache whose pages hold
+    whole key tiles) give the bits the pointer loads give, and the reference's result. k
+    and v are slices of one fused qkv tensor, so a row's stride is not its width."""
+    from swattn.ops.config import Config
+    case = ExtendCase([70, 0, 33], [40, 50, 19], num_q_heads=4, num_kv_heads=2, head_dim=16,
+                      head_dim_v=16, page_size=32, window_left=41, seed=22)
+    q, k, v, *rest = build_extend(case, DEVICE)
+    qkv = torch.cat([q, k, v], 1)
+    k, v = qkv[:, 4:6], qkv[:, 6:8]
+    tensors = (q, k, v, *rest)
+    configs = [Config(16, 16, 4, 1, True, True, tma) for tma in (True, False)]
+    assert all(d is not None for d in ops_extend._descriptors(configs[0], k, v, *rest[:2], False))
+    with_tma, without = (ops_extend.extend_attention(*tensors, window_left=41, config=c,
+                                                     deterministic=deterministic)
+                         for c in configs)
+    assert torch.equal(with_tma, without)
+    assert rel_err(with_tma, reference.extend_attention(*tensors, window_left=41)) < TOL
+
+
+def test_tma_only_where_the_copy_engine_can_take_it():
+    """No descriptor for a head dim off the box, a row stride off 16 bytes, or pages
+    smaller than a key tile (the cache then loads through pointers)."""
+    from swattn.ops.config import Config
+    cfg = Config(16, 16, 4, 1, True, True)
+    x = torch.zeros(10, 2, 16, dtype=torch.bfloat16)
+    assert ops_extend._row_descriptor(x, 16, 16) is not None
+    assert ops_extend._row_descriptor(torch.zeros(10, 2, 24, dtype=torch.bfloat16), 16, 32) is None
+    assert ops_extend._row_descriptor(torch.zeros(10, 2, 19, dtype=torch.bfloat16)[..., :16], 16, 16) is None
+    assert ops_extend._row_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2], 16, 16) is not None
+    case = ExtendCase([20], [5], head_dim=16, head_dim_v=16, page_size=4, window_left=None)
+    tensors = build_extend(case, "cpu")
+    descs = ops_extend._descriptors(cfg, *tensors[1:5], False)
+    assert descs[0] is not None and descs[2] is None
+
+
+def test_h200_config_follows_the_page_size():
+    """d128 over pages of 64 (whole key tiles, which the cache loads by TMA) takes 64 x 64
+    tiles and 4 warps; over pages of 16, 128 x 64 and 8 warps (scripts/tune.py)."""
+    from swattn.ops.config import Config, extend_config
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(64, 64, 4, 3, True, True)
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(128, 64, 8, 3, True, True)
+    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(64, 32, 4, 2, True, False)

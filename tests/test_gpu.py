@@ -37,6 +37,28 @@ def test_extend_under_torch_compile():
     assert rel_err(out / 2.0, reference.extend_attention(*tensors, window_left=63)) < 1e-2
 
 
+@pytest.mark.parametrize("page_size", [16, 64], ids=lambda p: f"page{p}")
+@pytest.mark.parametrize("deterministic", [False, True], ids=["two-stage", "deterministic"])
+def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
+    """Mistral-style d128 at real size: the mask-free tiles loaded by tensor-memory copy
+    (new k/v; the cache too over pages of 64) give the same bits as pointer loads, and the
+    reference's result, with and without the config's own tiling."""
+    from dataclasses import replace
+    from swattn.ops import extend as ops_extend
+    from swattn.ops.config import extend_config
+    case = ExtendCase([0, 4100, 9000], [3000, 2049, 700], num_q_heads=32, num_kv_heads=8,
+                      head_dim=128, head_dim_v=128, page_size=page_size, window_left=4095,
+                      dtype=torch.bfloat16, seed=page_size)
+    tensors = build_extend(case, "cuda")
+    cfg = extend_config(128, 128, 4, 4095, torch.bfloat16, torch.device("cuda"), page_size)
+    descs = ops_extend._descriptors(cfg, *tensors[1:5], False)
+    assert descs[0] is not None and (descs[2] is not None) == (page_size == 64)
+    outs = [ops_extend.extend_attention(*tensors, window_left=4095, deterministic=deterministic,
+                                        config=replace(cfg, tma=tma)) for tma in (True, False)]
+    assert torch.equal(outs[0], outs[1])
+    assert rel_err(outs[0], reference.extend_attention(*tensors, window_left=4095)) < 1e-2
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_deterministic_chunking_and_repeats(dtype):
     """deterministic=True at gpt-oss size: one chunk, three chunk plans, and 100 repeats of

@@ -62,7 +62,8 @@ def tile_prediction(case, block_m=None, block_n=None):
     tokens, heads = block_m, case.num_q_heads
     if block_m is None or block_n is None:
         from ..ops.config import extend_config, packs_gqa
-        cfg = extend_config(case.head_dim, case.head_dim_v, group, case.window_left, "bfloat16", "cuda")
+        cfg = extend_config(case.head_dim, case.head_dim_v, group, case.window_left, "bfloat16",
+                            "cuda", case.page_size)
         block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
         tokens, heads = block_m, case.num_q_heads
         if packs_gqa(cfg, group):

@@ -11,6 +11,8 @@ class Config:
     num_stages: int
     pack_gqa: bool = False
     split_full: bool = True
+    # Mask-free tiles load by tensor-memory copy (TMA) where the layout allows.
+    tma: bool = True
 
 
 # Every tiling extend_config can return; tests and `swattn verify` walk all of them.
@@ -25,16 +27,20 @@ def packs_gqa(config, group):
             and 2 * group <= config.block_m)
 
 
-def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
-    """(BLOCK_M, BLOCK_N, warps, stages, pack GQA, split off mask-free tiles) of the
+def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size=16):
+    """(BLOCK_M, BLOCK_N, warps, stages, pack GQA, split off mask-free tiles, TMA) of the
     two-stage kernel.
 
     On the GPU the tile shrinks as the head grows so q, the accumulator and one K/V tile
     stay in registers. H200 sweeps (scripts/tune.py, benchmarks/results/): gpt-oss
     (d64, group 8, window 128) is fastest with 8 tokens x 8 heads a block and 32-key
-    tiles (307 us at P8192 E8192 against 348 for 16 tokens); Mistral (d128, group 4,
-    window 4096) with 128 x 64 tiles, 8 warps, 3 stages (5885 us at P8192 E8192 against
-    6112 for 4 stages, once the mask-free tiles load without a row predicate).
+    tiles in one masked loop (304 us at P8192 E8192 against 368 with the mask-free tiles
+    split off and loaded by TMA, 348 for 16 tokens); Mistral (d128, group 4, window 4096)
+    with 128 x 64 tiles, 8 warps, 3 stages over pages of 16 (5697 us at P8192 E8192 with
+    the new tokens' mask-free tiles loaded by TMA, 5857 without; 6148 for 64 x 64 tiles and
+    4 warps), but over pages of 64, whose whole key tiles the cache also loads by TMA, 64 x
+    64 tiles and 4 warps (5209 us against 6021 for 128 x 64 and 8 warps; 3941 against 3931
+    at prefix 0, where the cache is not read).
     Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
     """
@@ -45,6 +51,8 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device):
     if width <= 64:
         return Config(64, 32, 4, 2, True, split)
     if width <= 128:
+        if page_size % 64 == 0:
+            return Config(64, 64, 4, 3, True, split)
         return Config(128, 64, 8, 3, True, split)
     if width <= 256:
         return Config(64, 64, 8, 2, False, split)
@@ -70,9 +78,11 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     K and V in registers next to the accumulator. The interpreter runs small tiles: its
     cost grows with tile area.
 
-    Heads wider than 256 (DeepSeek-style 576/512, padded to 1024/512) take 16 query heads
-    and 16 keys a program: q, a K and a V tile in two stages then fit the 227 KB of
-    shared memory (a group of 64 in one program asked for 320 KB).
+    Heads wider than 256 (DeepSeek-style 576/512: keys as two products of 512 and 64
+    columns) take 16 query heads and 32 keys a program, 4 warps, 2 stages, one split
+    (batch 64 at 32k, 128 window + 480 sparse keys: 84.9 us against 111.1 for 16 keys,
+    98.2 for 32 heads and 8 warps, 121.0 in two splits); before the split into two products
+    (one of 1024 columns), 16 keys and 158.3 us.
     """
     del dtype
     block_h = _rows_for(group)
@@ -80,7 +90,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
         return DecodeConfig(block_h, 16, 4, 1)
     width = max(head_dim, head_dim_v)
     if width > 256:
-        return DecodeConfig(16, 16, 4, 2)
+        return DecodeConfig(16, 32, 4, 2)
     block_n = 128 if width <= 64 else (64 if width <= 128 else 32)
     return DecodeConfig(block_h, block_n, 4, 2)
 

@@ -35,20 +35,39 @@ BOUNDS = ("tight", "skip", "none")
 
 
 @triton.jit
-def _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
+def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
+            USE_SOFTCAP: tl.constexpr, SPLIT_D: tl.constexpr):
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf (their rows
-    were loaded as 0, so unwritten cache rows never reach the row max)."""
-    s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BH, BN]
+    were loaded as 0, so unwritten cache rows never reach the row max). With SPLIT_D the
+    head's tail columns (b_q2, b_k2) add a second product."""
+    qk = tl.dot(b_q, tl.trans(b_k))  # [BH, BN]
+    if SPLIT_D:
+        qk = tl.dot(b_q2, tl.trans(b_k2), qk)
+    s, scale = scores_log2(qk, qk_scale, softcap, USE_SOFTCAP)
     s = tl.where(m_key[None, :], s, float("-inf"))
     return softmax_step(s, scale, b_v, m_i, l_i, acc)
 
 
 @triton.jit
-def _window_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
+def _load_key(p, rows, o_d, m_d, o_d2, m_d2, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
+              SPLIT_D: tl.constexpr):
+    """A key tile's rows (``p``: [BN] row pointers) as its main columns and, with SPLIT_D,
+    its tail columns (else the main part again, unused)."""
+    b_k = load_rows(p[:, None] + o_d[None, :], rows, m_d, EVEN_D)  # [BN, BD]
+    if SPLIT_D:
+        b_k2 = load_rows(p[:, None] + o_d2[None, :], rows, m_d2, EVEN_D2)  # [BN, BD2]
+    else:
+        b_k2 = b_k
+    return b_k, b_k2
+
+
+@triton.jit
+def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
                   stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
-                  stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_dv, m_d, m_dv,
-                  BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr,
-                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+                  stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv,
+                  m_d, m_d2, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+                  SKIP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
+                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
     """Window tiles [start, stop): cached keys at absolute positions, the visible ones
     ``[lo, seq_len)`` loaded through the block table."""
     for start_n in range(start, stop, BLOCK_N):
@@ -64,17 +83,20 @@ def _window_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, bl
             offset = k_pos % page_size
             slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
-            b_k = load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_key, m_d, EVEN_D)  # [BN, BD]
+            b_k, b_k2 = _load_key(K_cache + slot_k, m_key, o_d, m_d, o_d2, m_d2, EVEN_D, EVEN_D2,
+                                  SPLIT_D)
             b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
-            m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
+            m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
+                                    softcap, USE_SOFTCAP, SPLIT_D)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _sparse_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib, num_sparse,
+def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib, num_sparse,
                   K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale, softcap,
-                  o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+                  o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N: tl.constexpr,
+                  USE_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
+                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
     """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``idx >= 0``; -1 (and the
     entries past K) are never dereferenced."""
     for start_n in range(start, stop, BLOCK_N):
@@ -82,11 +104,12 @@ def _sparse_tiles(start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
         row = tl.load(Idx + i_seq * stride_ib + o_i, mask=o_i < num_sparse, other=-1)
         m_key = row >= 0
         row = row.to(tl.int64)
-        b_k = load_rows(K_pool + (row * stride_kpn + i_kvh * stride_kph)[:, None] + o_d[None, :],
-                         m_key, m_d, EVEN_D)  # [BN, BD]
+        b_k, b_k2 = _load_key(K_pool + row * stride_kpn + i_kvh * stride_kph, m_key, o_d, m_d,
+                              o_d2, m_d2, EVEN_D, EVEN_D2, SPLIT_D)
         b_v = load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
                          m_key, m_dv, EVEN_DV)  # [BN, BDV]
-        m_i, l_i, acc = _attend(b_q, b_k, b_v, m_key, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP)
+        m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
+                                softcap, USE_SOFTCAP, SPLIT_D)
     return m_i, l_i, acc
 
 
@@ -98,13 +121,16 @@ def _decode_kernel(
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
     page_size, num_sparse, num_splits, qk_scale, softcap, window_left,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
+    SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr,
 ):
-    EVEN_D: tl.constexpr = D == BLOCK_D
+    # SPLIT_D: the head is BLOCK_D columns and a tail of at most BLOCK_D2 (576 = 512 + 64),
+    # two products instead of one padded to the next power of two.
+    EVEN_D: tl.constexpr = BLOCK_D <= D
+    EVEN_D2: tl.constexpr = BLOCK_D + BLOCK_D2 == D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
     i_seq = tl.program_id(0).to(tl.int64)
     # A group wider than BLOCK_H (a wide head: q and the K/V tiles would not fit in shared
@@ -115,9 +141,11 @@ def _decode_kernel(
     o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)  # rows: query heads within the group
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
+    o_d2 = BLOCK_D + tl.arange(0, BLOCK_D2)
     o_dv = tl.arange(0, BLOCK_DV)
     m_h = o_h < GROUP
     m_d = o_d < D
+    m_d2 = o_d2 < D
     m_dv = o_dv < DV
     head = i_kvh * GROUP + o_h  # [BH]
 
@@ -135,8 +163,11 @@ def _decode_kernel(
     t_start = tl.minimum(i_split * per_split, total_tiles)
     t_stop = tl.minimum(t_start + per_split, total_tiles)
 
-    b_q = load_rows(Q + i_seq * stride_qb + head[:, None] * stride_qh + o_d[None, :],
-                     m_h, m_d, EVEN_D)  # [BH, BD]
+    p_q = Q + i_seq * stride_qb + head[:, None] * stride_qh
+    b_q = load_rows(p_q + o_d[None, :], m_h, m_d, EVEN_D)  # [BH, BD]
+    b_q2 = b_q
+    if SPLIT_D:
+        b_q2 = load_rows(p_q + o_d2[None, :], m_h, m_d2, EVEN_D2)  # [BH, BD2]
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
@@ -149,17 +180,18 @@ def _decode_kernel(
         if t_start == 0:
             start = lo - (lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     m_i, l_i, acc = _window_tiles(
-        start, stop, b_q, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
+        start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
         page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
-        stride_vch, qk_scale, softcap, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, SKIP,
-        EVEN_D, EVEN_DV)
+        stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N,
+        USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV, SPLIT_D)
     if HAS_SPARSE:
         sparse_start = (tl.maximum(t_start, window_tiles) - window_tiles) * BLOCK_N
         sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
         m_i, l_i, acc = _sparse_tiles(
-            sparse_start, sparse_stop, b_q, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
+            sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
             num_sparse, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale,
-            softcap, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, EVEN_D, EVEN_DV)
+            softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N, USE_SOFTCAP, EVEN_D, EVEN_D2,
+            EVEN_DV, SPLIT_D)
 
     if WRITE_PARTIAL:
         # A sink-free partial state; the merge applies the sinks once.
@@ -238,6 +270,16 @@ def _dot_width(dim):
     return max(triton.next_power_of_2(dim), 16)
 
 
+def split_width(dim):
+    """``(main, tail)`` dot widths of a key head dim: one power of two, or, where that
+    wastes columns, the power of two below it and the rest padded (576 -> 512 + 64, 80 ->
+    64 + 16, 96 -> 64 + 32); tail 0 when one product covers it."""
+    whole = _dot_width(dim)
+    main = whole // 2
+    tail = _dot_width(dim - main) if dim > main else 0
+    return (main, tail) if dim > 16 and main + tail < whole else (whole, 0)
+
+
 def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
             softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg, blocking):
     """Launch on validated arguments: no host sync, no allocation."""
@@ -249,6 +291,7 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
     part_o, part_lse = parts if parts is not None else (out, out)
     block_h, head_blocks = blocking
+    block_d, block_d2 = split_width(a.head_dim)
     _decode_kernel[(a.batch, a.num_kv_heads * head_blocks, num_splits)](
         Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
         sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
@@ -264,9 +307,10 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         stride_plb=part_lse.stride(0), stride_plh=part_lse.stride(1),
         page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
         qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
-        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
-        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
-        HEAD_BLOCKS=head_blocks, BLOCK_N=block_n, USE_WINDOW=window_left is not None, HAS_SINKS=sinks is not None,
+        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
+        SPLIT_D=block_d2 > 0, BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
+        HEAD_BLOCKS=head_blocks, BLOCK_N=block_n, USE_WINDOW=window_left is not None,
+        HAS_SINKS=sinks is not None,
         USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
         RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,

@@ -12,11 +12,13 @@ SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so 
 claim that the bounds change nothing is checked bit for bit.
 """
 
+import math
 from dataclasses import replace
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_end,
                       full_tiles_start, load_rows, load_whole, right_key_end, scores_log2,
@@ -63,29 +65,43 @@ def _visible(q_pos, k_pos, k_end, window_left, window_right,
 
 
 @triton.jit
+def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr,
+               MASKED: tl.constexpr):
+    """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
+    applies where MASKED."""
+    s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+    if MASKED:
+        s = tl.where(keep, s, float("-inf"))
+    return softmax_step(s, scale, b_v, m_i, l_i, acc)
+
+
+@triton.jit
+def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
+    """Whether a tile's matrix work is done: always, but for a fully masked tile under SKIP
+    (the state would come out bit-unchanged anyway)."""
+    if SKIP and MASKED:
+        return tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
+    else:
+        return True
+
+
+@triton.jit
 def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
     """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
-    fold the visible logits into the state. SKIP leaves a fully masked tile's matrix work
-    out (the state would come out bit-unchanged anyway); MASKED=False is for tiles every
-    row sees whole (window.full_tile_range), where ``keep`` and ``m_load`` are all true and
-    neither is applied: the loads carry no row predicate."""
-    if SKIP and MASKED:
-        needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
-    else:
-        needed = True
-    if needed:
+    fold the visible logits into the state. MASKED=False is for tiles every row sees whole
+    (window.full_tile_range), where ``keep`` and ``m_load`` are all true and neither is
+    applied: the loads carry no row predicate."""
+    if _any_visible(keep, SKIP, MASKED):
         if MASKED:
             b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
             b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
         else:
             b_k = load_whole(p_k, m_d, EVEN_D)
             b_v = load_whole(p_v, m_dv, EVEN_DV)
-        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
-        if MASKED:
-            s = tl.where(keep, s, float("-inf"))
-        m_i, l_i, acc = softmax_step(s, scale, b_v, m_i, l_i, acc)
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
+                                   USE_SOFTCAP, MASKED)
     return m_i, l_i, acc
 
 
@@ -115,64 +131,81 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
 @triton.jit
 def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
                   block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                  stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale,
-                  softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                  BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                  USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-                  SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
-                  EVEN_DV: tl.constexpr):
+                  stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
+                  mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+                  m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+                  IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
+                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
-    table. No key below ``lowest_key`` is read: its page may be freed (-1)."""
+    table. No key below ``lowest_key`` is read: its page may be freed (-1). With TMA (pages
+    a whole number of key tiles) a mask-free tile is one page's rows: one block-table
+    entry, and K and V come in by tensor-memory copy (desc_k/desc_v: the cache as rows of
+    [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
     for start_n in range(start, stop, BLOCK_N):
-        k_pos = start_n + o_n
-        m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-        if MASKED:
-            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load, other=0)
+        if TMA and not MASKED:
+            page = tl.load(block_table + i_seq * stride_bt + start_n // page_size)
+            row = page * page_size + start_n % page_size
+            m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
+                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
         else:
-            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size)
-        page = page.to(tl.int64)
-        slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
-        slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
-        keep = m_load[None, :]
-        if MASKED:
-            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
-                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
-                keep = keep & (bits != 0)
-        m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
-                                     V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
-                                     m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                     SKIP, MASKED, EVEN_D, EVEN_DV)
+            k_pos = start_n + o_n
+            m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
+            if MASKED:
+                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
+                               other=0)
+            else:
+                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size)
+            page = page.to(tl.int64)
+            slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
+            slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
+            keep = m_load[None, :]
+            if MASKED:
+                keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
+                                USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+                if USE_MASK:
+                    bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+                    keep = keep & (bits != 0)
+            m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
+                                         V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
+                                         m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
+                                         SKIP, MASKED, EVEN_D, EVEN_DV)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len, extend_len,
-               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row,
-               qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-               BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
-               USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-               SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
-               EVEN_DV: tl.constexpr):
+               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k,
+               col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+               m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+               IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
+               USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
+               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
-    first new token."""
+    first new token. With TMA a mask-free tile's K and V come in by tensor-memory copy
+    (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column col_k/col_v)."""
     for start_n in range(start, stop, BLOCK_N):
-        k_pos = start_n + o_n
-        m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
-        keep = m_load[None, :]
-        if MASKED:
-            keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
-                            USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
-                               mask=keep, other=0)
-                keep = keep & (bits != 0)
-        tok = (seq_start + k_pos).to(tl.int64)
-        m_i, l_i, acc = _attend_tile(b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
-                                     V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :],
-                                     m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                                     USE_SOFTCAP, SKIP, MASKED, EVEN_D, EVEN_DV)
+        if TMA and not MASKED:
+            row = seq_start + start_n
+            m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
+                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
+        else:
+            k_pos = start_n + o_n
+            m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
+            keep = m_load[None, :]
+            if MASKED:
+                keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
+                                USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+                if USE_MASK:
+                    bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
+                                   mask=keep, other=0)
+                    keep = keep & (bits != 0)
+            tok = (seq_start + k_pos).to(tl.int64)
+            m_i, l_i, acc = _attend_tile(
+                b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
+                V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :], m_load, keep,
+                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED, EVEN_D,
+                EVEN_DV)
     return m_i, l_i, acc
 
 
@@ -209,11 +242,7 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
             if USE_MASK:
                 bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
                 keep = keep & (bits != 0)
-        if SKIP and MASKED:
-            needed = tl.max(tl.max(keep.to(tl.int32), 1), 0) > 0
-        else:
-            needed = True
-        if needed:
+        if _any_visible(keep, SKIP, MASKED):
             slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
             b_k = tl.where(in_prefix[:, None],
@@ -224,17 +253,15 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
                            load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
                            load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
                                       m_new, m_dv, EVEN_DV))  # [BN, BDV]
-            s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
-            if MASKED:
-                s = tl.where(keep, s, float("-inf"))
-            m_i, l_i, acc = softmax_step(s, scale, b_v, m_i, l_i, acc)
+            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
+                                       USE_SOFTCAP, MASKED)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens, block_offsets,
-    sinks, mask, mask_indptr, Out, Lse,
+    sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
@@ -245,7 +272,7 @@ def _extend_kernel(
     IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
-    UNIFIED: tl.constexpr,
+    UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -279,6 +306,9 @@ def _extend_kernel(
     prefix_len = tl.load(prefix_lens + i_seq)
     last_row = tl.minimum(block_start + TOKENS, extend_len) - 1
 
+    # A head's columns in the rows of the TMA descriptors (unused without them).
+    col_k = (i_kvh * D).to(tl.int32)
+    col_v = (i_kvh * DV).to(tl.int32)
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
     o_dv = tl.arange(0, BLOCK_DV)
@@ -334,9 +364,10 @@ def _extend_kernel(
             m_i, l_i, acc = _prefix_tiles(
                 start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
                 block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale, softcap,
-                window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
-                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
+                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
+                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
+                EVEN_D, EVEN_DV, TMA_CACHE)
             m_i, l_i, acc = _unified_tiles(
                 cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
                 prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
@@ -348,9 +379,10 @@ def _extend_kernel(
             m_i, l_i, acc = _new_tiles(
                 new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, seq_start,
                 i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt, stride_kh,
-                stride_vt, stride_vh, mask, mask_row, qk_scale, softcap, window_left, window_right,
-                o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
-                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
+                stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row, qk_scale,
+                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
+                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV,
+                TMA_NEW)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
@@ -369,9 +401,10 @@ def _extend_kernel(
             m_i, l_i, acc = _prefix_tiles(
                 start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
                 block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, mask, mask_row, qk_scale, softcap,
-                window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
-                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV)
+                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
+                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
+                EVEN_D, EVEN_DV, TMA_CACHE)
 
     if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
@@ -386,10 +419,10 @@ def _extend_kernel(
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _new_tiles(
                 start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len,
-                extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask,
-                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
-                EVEN_D, EVEN_DV)
+                extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
+                desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
+                o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
+                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW)
 
     sink_log2 = 0.0
     if HAS_SINKS:
@@ -434,7 +467,8 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                      window_left=window_left, window_right=window_right, causal=causal,
                      sinks=sinks, softcap=softcap, scale=scale, mask=mask,
                      mask_indptr=mask_indptr, keys=keys, out=out)
-    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, window_left, q.dtype, q.device)
+    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, window_left, q.dtype,
+                                  q.device, k_cache.shape[1])
     cfg = replace(cfg, block_m=block_m or cfg.block_m, block_n=block_n or cfg.block_n,
                   pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
     if out is None:
@@ -454,6 +488,40 @@ def _dot_width(dim):
     return max(triton.next_power_of_2(dim), 16)
 
 
+def _row_descriptor(t, block_rows, block_cols):
+    """A TMA descriptor of ``t`` (``[..., heads, dim]``, each row's heads side by side, the
+    leading dims flattening into rows) as rows ``[n, heads * dim]`` read in boxes of
+    ``[block_rows, dim]``; None where the copy engine cannot take it (a head dim off the
+    box, strides or base not 16-byte aligned, rows past int32)."""
+    *lead, heads, dim = t.shape
+    if dim != block_cols or t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
+        return None
+    if any(t.stride(i) != t.shape[i + 1] * t.stride(i + 1) for i in range(len(lead) - 1)):
+        return None
+    rows, row_stride = math.prod(lead), t.stride(len(lead) - 1)
+    if not 0 < rows < 2 ** 31 or (row_stride * t.element_size()) % 16 or t.data_ptr() % 16:
+        return None
+    return TensorDescriptor(t, [rows, heads * dim], [row_stride, 1], [block_rows, block_cols])
+
+
+def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
+    """``(desc_k, desc_v, desc_kc, desc_vc)`` for the mask-free tiles: new k/v always (when
+    the copy engine can take them), the cache where a page holds whole key tiles. None
+    where a pair cannot (those tiles then load through pointers, the same bits)."""
+    none = (None, None)
+    if not cfg.tma or not cfg.split_full or use_mask:
+        return none + none
+    width_k, width_v = _dot_width(k.shape[-1]), _dot_width(v.shape[-1])
+
+    def pair(kt, vt):
+        dk = _row_descriptor(kt, cfg.block_n, width_k)
+        dv = _row_descriptor(vt, cfg.block_n, width_v)
+        return (dk, dv) if dk is not None and dv is not None else none
+
+    cached = pair(k_cache, v_cache) if k_cache.shape[1] % cfg.block_n == 0 else none
+    return pair(k, v) + cached
+
+
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
             return_lse, bounds, cfg, deterministic=False):
@@ -471,13 +539,14 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
     use_softcap = softcap > 0
     qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
     use_mask = mask is not None
+    desc_k, desc_v, desc_kc, desc_vc = _descriptors(cfg, k, v, k_cache, v_cache, use_mask)
     _extend_kernel[grid](
         Q=q, K=k, V=v, K_cache=k_cache, V_cache=v_cache, block_table=block_table,
         cu_seqlens=cu_seqlens, prefix_lens=prefix_lens, block_offsets=block_offsets,
         sinks=sinks if sinks is not None else q,
         mask=mask.view(torch.uint8) if use_mask else q,
         mask_indptr=mask_indptr if use_mask else cu_seqlens,
-        Out=out, Lse=lse,
+        Out=out, Lse=lse, desc_k=desc_k, desc_v=desc_v, desc_kc=desc_kc, desc_vc=desc_vc,
         stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
         stride_vt=v.stride(0), stride_vh=v.stride(1),
         stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
@@ -493,6 +562,7 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
+        SPLIT_FULL=cfg.split_full, UNIFIED=deterministic, TMA_NEW=desc_k is not None,
+        TMA_CACHE=desc_kc is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

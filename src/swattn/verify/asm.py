@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.tools.disasm import get_sass, path_to_cuobjdump
+from triton.tools.disasm import path_to_cuobjdump
 
 from ..ops import extend as ops_extend
 from ..ops.config import extend_config, packs_gqa
@@ -75,10 +75,17 @@ def compile_extend(shape, bounds, deterministic=False):
         SEQS_POW2=8, USE_WINDOW=shape.window_left is not None, USE_RIGHT=False,
         IS_CAUSAL=shape.causal, HAS_SINKS=shape.sinks, USE_SOFTCAP=False, USE_MASK=False,
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
-        SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic)
+        SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
+        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None)
+    # As the benchmarks launch it: new k/v by tensor-memory copy, the cache (pages of 16,
+    # smaller than a key tile) through pointers.
+    descriptor = f"tensordesc<bf16[{cfg.block_n}, {shape.head_dim}]>"
+    if not constexprs["TMA_NEW"]:
+        constexprs.update(desc_k=None, desc_v=None)
     fn = ops_extend._extend_kernel
     names = list(inspect.signature(fn.fn).parameters)
     signature = {name: "constexpr" if name in constexprs else
+                 descriptor if name.startswith("desc_") else
                  _POINTERS.get(name, "fp32" if name in _FLOATS else "i32") for name in names}
     # A launch marks every 16-byte aligned pointer and every integer divisible by 16 (the
     # strides of these shapes) so; without the marks loads are not vectorised and no
@@ -90,18 +97,27 @@ def compile_extend(shape, bounds, deterministic=False):
     kernel = triton.compile(source, target=TARGET,
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     cubin = kernel.asm["cubin"]
-    sass = [line.strip() for line in get_sass(cubin).splitlines()
-            if line.strip() and not line.startswith("Function:")]
+    sass = _instructions(_cuobjdump(cubin, "-sass"))
     usage = _resource_usage(cubin)
     return Compiled(sass, usage.get("REG", -1), usage.get("STACK", -1), usage.get("LOCAL", -1),
                     kernel.metadata.shared)
 
 
-def _resource_usage(cubin):
+def _cuobjdump(cubin, flag):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.check_output([path_to_cuobjdump(), "--dump-resource-usage", f.name]).decode()
+        return subprocess.check_output([path_to_cuobjdump(), flag, f.name]).decode()
+
+
+def _instructions(text):
+    """The instructions of ``cuobjdump -sass``, addresses and encodings stripped (Triton's
+    own SASS reader drops some lines, tensor-memory copies among them)."""
+    return [m.group(1).strip() for m in re.finditer(r"/\*[0-9a-f]{4,}\*/\s+([^;]*;)", text)]
+
+
+def _resource_usage(cubin):
+    text = _cuobjdump(cubin, "--dump-resource-usage")
     return {key: int(value) for key, value in re.findall(r"\b(REG|STACK|LOCAL|SHARED):(\d+)", text)}
 
 
