@@ -60,15 +60,20 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_deterministic_chunking_and_repeats(dtype):
-    """deterministic=True at gpt-oss size: one chunk, three chunk plans, and 100 repeats of
-    the same launch all give the same bits."""
-    length, page_size, hkv, d = 3000, 16, 2, 64
+@pytest.mark.parametrize("shape", [(16, 2, 64, 127, 16), (32, 8, 128, 4095, 64)],
+                         ids=["gpt-oss", "mistral-page64"])
+def test_deterministic_chunking_and_repeats(dtype, shape):
+    """deterministic=True at gpt-oss size, and Mistral-style over pages of 64 (mask-free
+    tiles by TMA from the cache and from the new tokens, whichever holds them in a chunk
+    plan): one chunk, three chunk plans, and 100 repeats of the same launch all give the
+    same bits."""
+    hq, hkv, d, window_left, page_size = shape
+    length = 3000
     g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(length, 16, d, device="cuda", generator=g).to(dtype)
+    q = torch.randn(length, hq, d, device="cuda", generator=g).to(dtype)
     k = torch.randn(length, hkv, d, device="cuda", generator=g).to(dtype)
     v = torch.randn(length, hkv, d, device="cuda", generator=g).to(dtype)
-    sinks = torch.randn(16, device="cuda")
+    sinks = torch.randn(hq, device="cuda")
     pages = torch.randperm(400)[: -(-length // page_size)].to(torch.int32)
     block_table = pages[None].cuda()
 
@@ -80,8 +85,9 @@ def test_deterministic_chunking_and_repeats(dtype):
             cu = torch.tensor([0, stop - start], dtype=torch.int32, device="cuda")
             prefix = torch.tensor([start], dtype=torch.int32, device="cuda")
             outs.append(swattn.extend_attention(q[start:stop], k[start:stop], v[start:stop], k_cache,
-                                                v_cache, block_table, cu, prefix, window_left=127,
-                                                sinks=sinks, deterministic=True))
+                                                v_cache, block_table, cu, prefix,
+                                                window_left=window_left, sinks=sinks,
+                                                deterministic=True))
             pos = torch.arange(start, stop, device="cuda")
             slots = pages.cuda().long()[pos // page_size] * page_size + pos % page_size
             swattn.write_kv(k[start:stop], v[start:stop], k_cache, v_cache, slots)
