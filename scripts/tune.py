@@ -6,7 +6,7 @@ config: median us over CUDA-graph replays, each after an L2 flush, and the large
 difference to the first config's output. Used to choose ops.config; the chosen table is
 recorded in benchmarks/results.
 
-    PYTHONPATH=src python3 scripts/tune.py [A,B,C-A,C-B,S]
+    PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S]
 """
 
 import sys
@@ -27,8 +27,12 @@ EXTEND_SWEEP = {
           (128, 64, 8, 2, True, True, True), (128, 64, 8, 4, True, True, True),
           (128, 128, 8, 2, True, True, True), (128, 128, 8, 3, True, True, True),
           (64, 64, 4, 3, True, True, True)],
+    # Stage 1 alone (keys="prefix"): the paged loop, by TMA where pages hold whole tiles.
+    "B-prefix": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
+                 (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False)],
 }
-EXTEND_CASES = {"A": [(8192, 8192, 16)], "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)]}
+EXTEND_CASES = {"A": [(8192, 8192, 16)], "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
+                "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
 # Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H]); num_splits None is the library's
 # choice, BLOCK_H the config function's unless given.
 DECODE_SWEEP = {
@@ -65,13 +69,15 @@ def sweep(label, configs, prepare, flush):
 
 
 def tune_extend(name, configs, prefix, extend_len, page_size, flush):
-    case = workloads.extend_cases(name, cases=[(prefix, extend_len)], page_size=page_size)[0]
+    workload, _, part = name.partition("-")
+    case = workloads.extend_cases(workload, cases=[(prefix, extend_len)], page_size=page_size)[0]
     inputs = harness.build_inputs(case)
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
             inputs.cu_seqlens, inputs.prefix_lens)
 
     def prepare(config):
         fn, out, _ = extend.prepare(*args, window_left=case.window_left, sinks=inputs.sinks,
+                                    keys=part or "all", return_lse=bool(part),
                                     config=Config(*config))
         return fn, out
 
