@@ -59,6 +59,39 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
     assert rel_err(outs[0], reference.extend_attention(*tensors, window_left=4095)) < 1e-2
 
 
+@pytest.mark.parametrize("page_size", [16, 64], ids=lambda p: f"page{p}")
+def test_extend_replayed_from_a_cuda_graph(page_size):
+    """prepare()'s launch captured in a CUDA graph (the TMA descriptors are encoded into the
+    captured parameters) and replayed gives the eager launch's bits; with new q/k/v values
+    written in place, the bits of an eager launch on them."""
+    from swattn.ops import extend as ops_extend
+    case = ExtendCase([4100, 0], [2049, 700], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                      head_dim_v=128, page_size=page_size, window_left=4095, dtype=torch.bfloat16,
+                      seed=7)
+    tensors = build_extend(case, "cuda")
+    launch, out, _ = ops_extend.prepare(*tensors, window_left=4095)
+    launch()
+    eager = out.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    for t in tensors[:3]:
+        t.copy_(torch.randn_like(t))
+    graph.replay()
+    torch.cuda.synchronize()
+    fresh = ops_extend.extend_attention(*tensors, window_left=4095)
+    assert torch.equal(out, fresh) and not torch.equal(out, eager)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("shape", [(16, 2, 64, 127, 16), (32, 8, 128, 4095, 64)],
                          ids=["gpt-oss", "mistral-page64"])
