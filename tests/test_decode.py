@@ -225,7 +225,7 @@ def test_key_head_split_into_two_products(head_dim):
     """A key head past a power of two runs as two products (DeepSeek's 576 as 512 + 64;
     here 40 = 32 + 16 whole, 36 = 32 + a masked tail, 48 = 32 + 16), with a value head of
     its own width, sparse keys, sinks, every split count."""
-    from swattn.ops.decode import split_width
+    from swattn.ops.config import split_width
     assert split_width(head_dim)[1] == 16 and split_width(576) == (512, 64)
     case = DecodeCase([40, 3, 77], num_q_heads=4, num_kv_heads=1, head_dim=head_dim, head_dim_v=32,
                       window_left=20, sparse_keys=9, page_size=4, seed=head_dim)

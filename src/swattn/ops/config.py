@@ -85,7 +85,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     (one of 1024 columns), 16 keys and 158.3 us.
     """
     del dtype
-    block_h = _rows_for(group)
+    block_h = dot_side(group)
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h, 16, 4, 1)
     width = max(head_dim, head_dim_v)
@@ -98,14 +98,24 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
 def head_blocking(config, group):
     """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
     (at least 16, tl.dot's smallest side; a power of two), one program each."""
-    block_h = _rows_for(min(config.block_h, group))
+    block_h = dot_side(min(config.block_h, group))
     return block_h, -(-group // block_h)
 
 
-def _rows_for(heads):
-    """Rows of a head block holding ``heads`` query heads: the next power of two, 16 at
-    least."""
-    return max(16, 1 << max(heads - 1, 0).bit_length())
+def dot_side(n):
+    """``n`` (head dim, or query heads of a head block) padded to a side tl.dot takes: the
+    next power of two, 16 at least."""
+    return max(16, 1 << max(n - 1, 0).bit_length())
+
+
+def split_width(dim):
+    """``(main, tail)`` dot widths of a key head dim: one power of two, or, where that
+    wastes columns, the power of two below it and the rest padded (576 -> 512 + 64, 80 ->
+    64 + 16, 96 -> 64 + 32); tail 0 when one product covers it."""
+    whole = dot_side(dim)
+    main = whole // 2
+    tail = dot_side(dim - main) if dim > main else 0
+    return (main, tail) if dim > 16 and main + tail < whole else (whole, 0)
 
 
 # Split-KV programs per SM the chooser aims for (untuned).

@@ -28,7 +28,8 @@ import triton.language as tl
 
 from ._common import LOG2E, decode_first_key, finish, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
-from .config import DECODE_CPU_SMS, decode_config, decode_splits, head_blocking
+from .config import (DECODE_CPU_SMS, decode_config, decode_splits, dot_side, head_blocking,
+                     split_width)
 from .merge import launch_merge
 
 BOUNDS = ("tight", "skip", "none")
@@ -265,21 +266,6 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
     return launch, out, lse
 
 
-def _dot_width(dim):
-    """Head dims padded to a power of two, and to 16 at least (tl.dot's smallest side)."""
-    return max(triton.next_power_of_2(dim), 16)
-
-
-def split_width(dim):
-    """``(main, tail)`` dot widths of a key head dim: one power of two, or, where that
-    wastes columns, the power of two below it and the rest padded (576 -> 512 + 64, 80 ->
-    64 + 16, 96 -> 64 + 32); tail 0 when one product covers it."""
-    whole = _dot_width(dim)
-    main = whole // 2
-    tail = _dot_width(dim - main) if dim > main else 0
-    return (main, tail) if dim > 16 and main + tail < whole else (whole, 0)
-
-
 def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
             softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg, blocking):
     """Launch on validated arguments: no host sync, no allocation."""
@@ -308,7 +294,7 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
         qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
         D=a.head_dim, DV=a.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
-        SPLIT_D=block_d2 > 0, BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
+        SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
         HEAD_BLOCKS=head_blocks, BLOCK_N=block_n, USE_WINDOW=window_left is not None,
         HAS_SINKS=sinks is not None,
         USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,

@@ -24,7 +24,7 @@ from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_
                       full_tiles_start, load_rows, load_whole, right_key_end, scores_log2,
                       softmax_step, visible_key_end)
 from ._validate import ExtendArgs, check_extend
-from .config import extend_config, packs_gqa
+from .config import dot_side, extend_config, packs_gqa
 
 BOUNDS = ("tight", "skip", "none")
 
@@ -474,18 +474,15 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     if out is None:
         out = torch.empty(a.num_tokens, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
     lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
+    # The TMA descriptors once here, not in every launch.
+    descriptors = _descriptors(cfg, k, v, k_cache, v_cache, mask is not None)
 
     def launch():
         _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
                 mask_indptr, out, lse if return_lse else out, window_left, window_right, causal,
-                softcap, keys, return_lse, bounds, cfg, deterministic)
+                softcap, keys, return_lse, bounds, cfg, descriptors, deterministic)
 
     return launch, out, lse
-
-
-def _dot_width(dim):
-    """Head dims padded to a power of two, and to 16 at least (tl.dot's smallest side)."""
-    return max(triton.next_power_of_2(dim), 16)
 
 
 def _row_descriptor(t, block_rows, block_cols):
@@ -511,7 +508,7 @@ def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
     none = (None, None)
     if not cfg.tma or not cfg.split_full or use_mask:
         return none + none
-    width_k, width_v = _dot_width(k.shape[-1]), _dot_width(v.shape[-1])
+    width_k, width_v = dot_side(k.shape[-1]), dot_side(v.shape[-1])
 
     def pair(kt, vt):
         dk = _row_descriptor(kt, cfg.block_n, width_k)
@@ -524,8 +521,9 @@ def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
 
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
-            return_lse, bounds, cfg, deterministic=False):
-    """Launch on validated arguments: no host sync, no allocation but the block offsets."""
+            return_lse, bounds, cfg, descriptors, deterministic=False):
+    """Launch on validated arguments: no host sync, no allocation but the block offsets.
+    ``descriptors``: :func:`_descriptors` of these tensors and ``cfg``."""
     if a.num_tokens == 0:
         return
     pack = packs_gqa(cfg, a.group)
@@ -539,7 +537,7 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
     use_softcap = softcap > 0
     qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
     use_mask = mask is not None
-    desc_k, desc_v, desc_kc, desc_vc = _descriptors(cfg, k, v, k_cache, v_cache, use_mask)
+    desc_k, desc_v, desc_kc, desc_vc = descriptors
     _extend_kernel[grid](
         Q=q, K=k, V=v, K_cache=k_cache, V_cache=v_cache, block_table=block_table,
         cu_seqlens=cu_seqlens, prefix_lens=prefix_lens, block_offsets=block_offsets,
@@ -555,8 +553,8 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         stride_lt=lse.stride(0),
         num_seqs=a.num_seqs, page_size=k_cache.shape[1], qk_scale=qk_scale,
         softcap=float(softcap), window_left=window_left or 0, window_right=window_right or 0,
-        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=_dot_width(a.head_dim),
-        BLOCK_DV=_dot_width(a.head_dim_v), GROUP=a.group, PACK_GQA=pack,
+        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=dot_side(a.head_dim),
+        BLOCK_DV=dot_side(a.head_dim_v), GROUP=a.group, PACK_GQA=pack,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
         USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
         IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
