@@ -84,12 +84,10 @@ WORKLOADS = {
 
 
 @dataclass(frozen=True)
-class Case:
-    """One extend measurement: every sequence's (prefix, new) and the model shape.
-
-    ``window_left`` is the kernels' convention (None = full attention); ``page_size`` is
-    the paged cache's (the token pool of SGLang is a page-size-1 view of the same memory).
-    """
+class _Measured:
+    """What an extend and a decode case share: the model shape, and the batch and FLOPs
+    counted from a subclass's per-sequence entries (``per_seq``) and visible pairs.
+    ``window_left`` is the kernels' convention (None = full attention)."""
 
     workload: str
     num_q_heads: int
@@ -98,17 +96,36 @@ class Case:
     head_dim_v: int
     window_left: int | None
     sinks: bool
+
+    @property
+    def batch(self):
+        return len(self.per_seq)
+
+    @property
+    def uniform(self):
+        return len(set(self.per_seq)) == 1
+
+    def flops(self):
+        """``2 * pairs * Hq * (D + Dv)``: QK^T and PV over the visible (query, key) pairs
+        only (``4 * pairs * D * Hq`` when ``D == Dv``)."""
+        return 2 * self.visible_pairs() * self.num_q_heads * (self.head_dim + self.head_dim_v)
+
+
+@dataclass(frozen=True)
+class Case(_Measured):
+    """One extend measurement: every sequence's (prefix, new) and the model shape.
+
+    ``page_size`` is the paged cache's (the token pool of SGLang is a page-size-1 view of
+    the same memory).
+    """
+
     seqs: tuple[tuple[int, int], ...]
     page_size: int = 16
     layer: str = ""  # "window" / "full" for the layers of a mix, else ""
 
     @property
-    def batch(self):
-        return len(self.seqs)
-
-    @property
-    def uniform(self):
-        return len(set(self.seqs)) == 1
+    def per_seq(self):
+        return self.seqs
 
     @property
     def name(self):
@@ -134,11 +151,6 @@ class Case:
     def keys_in_reach(self):
         """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each."""
         return sum(p + e - self.lowest_key(p) for p, e in self.seqs if e > 0)
-
-    def flops(self):
-        """``2 * pairs * Hq * (D + Dv)``: QK^T and PV over the visible pairs only
-        (``4 * pairs * D * Hq`` when ``D == Dv``)."""
-        return 2 * self.visible_pairs() * self.num_q_heads * (self.head_dim + self.head_dim_v)
 
     def bytes_moved(self, element_size=2):
         """Q and O of the new tokens and K, V within reach, each once."""
@@ -228,22 +240,14 @@ def sparse_invalid(sparse_keys):
 
 
 @dataclass(frozen=True)
-class DecodeCase:
+class DecodeCase(_Measured):
     """One decode measurement: one new token per sequence over its paged cache.
 
     ``seq_lens`` are the tokens in cache per sequence, the new one included (it sits at
-    ``S - 1``); ``window_left`` is the kernels' convention (None = full attention).
-    ``sparse_keys`` is K, the width of the sparse index list of S (each row holds
-    ``sparse_valid`` distinct pool rows and -1 in the rest).
+    ``S - 1``). ``sparse_keys`` is K, the width of the sparse index list of S (each row
+    holds ``sparse_valid`` distinct pool rows and -1 in the rest).
     """
 
-    workload: str
-    num_q_heads: int
-    num_kv_heads: int
-    head_dim: int
-    head_dim_v: int
-    window_left: int | None
-    sinks: bool
     seq_lens: tuple[int, ...]
     sparse_keys: int = 0
     page_size: int = 16
@@ -251,12 +255,8 @@ class DecodeCase:
     kind = "decode"
 
     @property
-    def batch(self):
-        return len(self.seq_lens)
-
-    @property
-    def uniform(self):
-        return len(set(self.seq_lens)) == 1
+    def per_seq(self):
+        return self.seq_lens
 
     @property
     def name(self):
@@ -285,11 +285,6 @@ class DecodeCase:
     def visible_pairs(self):
         """(query, key) pairs over all sequences (one head): one query each, so the keys."""
         return self.keys()
-
-    def flops(self):
-        """``2 * keys * Hq * (D + Dv)``: QK^T and PV over the visible keys only
-        (``4 * keys * D * Hq`` when ``D == Dv``)."""
-        return 2 * self.keys() * self.num_q_heads * (self.head_dim + self.head_dim_v)
 
     def bytes_moved(self, element_size=2):
         """Q and O of the new tokens and the K, V rows of the window (and the sparse rows),
