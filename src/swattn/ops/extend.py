@@ -65,14 +65,14 @@ def _visible(q_pos, k_pos, k_end, window_left, window_right,
 
 
 @triton.jit
-def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr,
-               MASKED: tl.constexpr):
+def _fold_tile(b_q, b_k, b_v, keep, live, m_i, l_i, acc, qk_scale, softcap,
+               USE_SOFTCAP: tl.constexpr, MASKED: tl.constexpr, LAZY: tl.constexpr):
     """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
-    applies where MASKED."""
+    applies where MASKED; ``live`` and LAZY as softmax_step."""
     s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
     if MASKED:
         s = tl.where(keep, s, float("-inf"))
-    return softmax_step(s, scale, b_v, m_i, l_i, acc)
+    return softmax_step(s, scale, b_v, m_i, l_i, acc, live, LAZY)
 
 
 @triton.jit
@@ -86,9 +86,9 @@ def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+def _attend_tile(b_q, p_k, p_v, m_load, keep, live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, LAZY: tl.constexpr):
     """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
     fold the visible logits into the state. MASKED=False is for tiles every row sees whole
     (window.full_tile_range), where ``keep`` and ``m_load`` are all true and neither is
@@ -100,8 +100,8 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
         else:
             b_k = load_whole(p_k, m_d, EVEN_D)
             b_v = load_whole(p_v, m_dv, EVEN_DV)
-        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
-                                   USE_SOFTCAP, MASKED)
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, live, m_i, l_i, acc, qk_scale, softcap,
+                                   USE_SOFTCAP, MASKED, LAZY)
     return m_i, l_i, acc
 
 
@@ -129,14 +129,15 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
 
 
 @triton.jit
-def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                  block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                  stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
-                  mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-                  m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, live, i_seq, i_kvh, prefix_len,
+                  lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
+                  stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k,
+                  col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d,
+                  o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
                   IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
                   USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr,
+                  LAZY: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
     table. No key below ``lowest_key`` is read: its page may be freed (-1). With TMA (pages
     a whole number of key tiles) a mask-free tile is one page's rows: one block-table
@@ -147,7 +148,8 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
             page = tl.load(block_table + i_seq * stride_bt + start_n // page_size)
             row = page * page_size + start_n % page_size
             m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
+                                       True, live, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
+                                       False, LAZY)
         else:
             k_pos = start_n + o_n
             m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
@@ -168,19 +170,19 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
                     keep = keep & (bits != 0)
             m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
                                          V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
-                                         m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                         SKIP, MASKED, EVEN_D, EVEN_DV)
+                                         live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+                                         USE_SOFTCAP, SKIP, MASKED, EVEN_D, EVEN_DV, LAZY)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len, extend_len,
-               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k,
-               col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-               m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, live, seq_start, i_kvh, prefix_len,
+               extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
+               desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
+               o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
                IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
                USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
+               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr):
     """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
     first new token. With TMA a mask-free tile's K and V come in by tensor-memory copy
     (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column col_k/col_v)."""
@@ -188,7 +190,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
         if TMA and not MASKED:
             row = seq_start + start_n
             m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
+                                       True, live, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
+                                       False, LAZY)
         else:
             k_pos = start_n + o_n
             m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
@@ -204,8 +207,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
             m_i, l_i, acc = _attend_tile(
                 b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
                 V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :], m_load, keep,
-                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED, EVEN_D,
-                EVEN_DV)
+                live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED,
+                EVEN_D, EVEN_DV, LAZY)
     return m_i, l_i, acc
 
 
@@ -253,14 +256,14 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
                            load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
                            load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
                                       m_new, m_dv, EVEN_DV))  # [BN, BDV]
-            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
-                                       USE_SOFTCAP, MASKED)
+            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, None, m_i, l_i, acc, qk_scale,
+                                       softcap, USE_SOFTCAP, MASKED, False)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _extend_kernel(
-    Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens, block_offsets,
+    Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens,
     sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
@@ -272,7 +275,7 @@ def _extend_kernel(
     IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
-    UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
+    UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr, LAZY: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -294,13 +297,17 @@ def _extend_kernel(
         i_kvh = tl.program_id(1).to(tl.int64) // GROUP
         head = tl.zeros([BLOCK_M], tl.int64) + tl.program_id(1)  # [BM], one head
         row_token = o_m
-    # Which sequence this block belongs to: block_offsets[b] is the first block of b.
+    # Which sequence this block belongs to, from the lengths themselves (no launch before
+    # this one): sequence b owns ceil(E_b / TOKENS) blocks, after those of 0..b-1.
     o_seq = tl.arange(0, SEQS_POW2)
-    seq_block_ends = tl.load(block_offsets + 1 + o_seq, mask=o_seq < num_seqs, other=2147483647)
+    m_seq = o_seq < num_seqs
+    seq_blocks = (tl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
+                  - tl.load(cu_seqlens + o_seq, mask=m_seq, other=0) + TOKENS - 1) // TOKENS
+    seq_block_ends = tl.where(m_seq, tl.cumsum(seq_blocks, 0), 2147483647)
     i_seq = tl.sum((seq_block_ends <= i_block).to(tl.int32), 0)
     if i_seq >= num_seqs:
         return
-    block_start = (i_block - tl.load(block_offsets + i_seq)) * TOKENS
+    block_start = (i_block - tl.sum(tl.where(o_seq < i_seq, seq_blocks, 0), 0)) * TOKENS
     seq_start = tl.load(cu_seqlens + i_seq)
     extend_len = tl.load(cu_seqlens + i_seq + 1) - seq_start
     prefix_len = tl.load(prefix_lens + i_seq)
@@ -362,12 +369,12 @@ def _extend_kernel(
             new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
                                               start), stop)
             m_i, l_i, acc = _prefix_tiles(
-                start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
-                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
-                EVEN_D, EVEN_DV, TMA_CACHE)
+                start, cached_end, b_q, m_i, l_i, acc, q_pos, m_rows, i_seq, i_kvh, prefix_len,
+                lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
+                stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k,
+                col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+                m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP,
+                part != 1, EVEN_D, EVEN_DV, TMA_CACHE, False)
             m_i, l_i, acc = _unified_tiles(
                 cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
                 prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
@@ -377,12 +384,12 @@ def _extend_kernel(
                 USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
                 EVEN_DV)
             m_i, l_i, acc = _new_tiles(
-                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, seq_start,
-                i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt, stride_kh,
-                stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row, qk_scale,
-                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
-                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV,
-                TMA_NEW)
+                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, m_rows,
+                seq_start, i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt,
+                stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row,
+                qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
+                USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
+                EVEN_DV, TMA_NEW, False)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
@@ -399,12 +406,12 @@ def _extend_kernel(
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _prefix_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
-                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
-                EVEN_D, EVEN_DV, TMA_CACHE)
+                start, stop, b_q, m_i, l_i, acc, q_pos, m_rows, i_seq, i_kvh, prefix_len,
+                lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
+                stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k,
+                col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+                m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP,
+                part != 1, EVEN_D, EVEN_DV, TMA_CACHE, LAZY)
 
     if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
@@ -418,11 +425,11 @@ def _extend_kernel(
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _new_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len,
+                start, stop, b_q, m_i, l_i, acc, q_local, m_rows, seq_start, i_kvh, prefix_len,
                 extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
                 desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
                 o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
-                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW)
+                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW, LAZY)
 
     sink_log2 = 0.0
     if HAS_SINKS:
@@ -452,9 +459,10 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
             deterministic=False, out=None, bounds="tight", block_m=None, block_n=None,
             pack_gqa=None, config=None):
     """Validate once (one small host sync) and return ``(launch, out, lse)``: ``launch()``
-    runs the kernel on these tensors with no host sync and no allocation but the block
-    offsets, so an engine (or a benchmark) can call it many times or capture it in a CUDA
-    graph, as long as the lengths it was validated with still hold.
+    runs the kernel on these tensors, one launch with no host sync and no allocation (each
+    program finds its sequence from ``cu_seqlens`` itself), so an engine (or a benchmark)
+    can call it many times or capture it in a CUDA graph, as long as the lengths it was
+    validated with still hold.
 
     ``bounds`` picks the loop-bound variant; ``block_m``/``block_n``/``pack_gqa`` or a whole
     ``config`` override the config function (tests walk every tiling, packed or not).
@@ -522,16 +530,12 @@ def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
 def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
             mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
             return_lse, bounds, cfg, descriptors, deterministic=False):
-    """Launch on validated arguments: no host sync, no allocation but the block offsets.
+    """Launch on validated arguments: one kernel, no host sync, no allocation.
     ``descriptors``: :func:`_descriptors` of these tensors and ``cfg``."""
     if a.num_tokens == 0:
         return
     pack = packs_gqa(cfg, a.group)
     tokens = cfg.block_m // a.group if pack else cfg.block_m
-    extend_lens = cu_seqlens[1:] - cu_seqlens[:-1]
-    blocks = (extend_lens + tokens - 1) // tokens
-    block_offsets = torch.zeros(a.num_seqs + 1, dtype=torch.int32, device=q.device)
-    torch.cumsum(blocks, 0, out=block_offsets[1:])
     # Upper bound of sum(ceil(E_b / tokens)) without reading the lengths back to the host.
     grid = (triton.cdiv(a.num_tokens, tokens) + a.num_seqs, a.num_kv_heads if pack else a.num_q_heads)
     use_softcap = softcap > 0
@@ -540,7 +544,7 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
     desc_k, desc_v, desc_kc, desc_vc = descriptors
     _extend_kernel[grid](
         Q=q, K=k, V=v, K_cache=k_cache, V_cache=v_cache, block_table=block_table,
-        cu_seqlens=cu_seqlens, prefix_lens=prefix_lens, block_offsets=block_offsets,
+        cu_seqlens=cu_seqlens, prefix_lens=prefix_lens,
         sinks=sinks if sinks is not None else q,
         mask=mask.view(torch.uint8) if use_mask else q,
         mask_indptr=mask_indptr if use_mask else cu_seqlens,
@@ -561,6 +565,6 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
         SPLIT_FULL=cfg.split_full, UNIFIED=deterministic, TMA_NEW=desc_k is not None,
-        TMA_CACHE=desc_kc is not None,
+        TMA_CACHE=desc_kc is not None, LAZY=cfg.lazy and not deterministic,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -29,7 +29,7 @@ from ..ops.config import extend_config, packs_gqa
 TARGET = GPUTarget("cuda", 90, 32)
 _POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_cache": "*bf16", "V_cache": "*bf16",
              "Out": "*bf16", "block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
-             "block_offsets": "*i32", "sinks": "*fp32", "mask": "*u8", "mask_indptr": "*i32",
+             "sinks": "*fp32", "mask": "*u8", "mask_indptr": "*i32",
              "Lse": "*fp32"}
 _FLOATS = {"qk_scale", "softcap"}
 
@@ -76,7 +76,8 @@ def compile_extend(shape, bounds, deterministic=False):
         IS_CAUSAL=shape.causal, HAS_SINKS=shape.sinks, USE_SOFTCAP=False, USE_MASK=False,
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
-        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None)
+        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
+        LAZY=cfg.lazy and not deterministic)
     # As the benchmarks launch it: new k/v by tensor-memory copy, the cache (pages of 16,
     # smaller than a key tile) through pointers.
     descriptor = f"tensordesc<bf16[{cfg.block_n}, {shape.head_dim}]>"
