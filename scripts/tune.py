@@ -18,20 +18,20 @@ from swattn.bench import harness, workloads
 from swattn.ops import decode, extend
 from swattn.ops.config import Config, DecodeConfig
 
-# Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full, tma, lazy), over (prefix,
+# Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full, tma), over (prefix,
 # extend, page size).
 EXTEND_SWEEP = {
-    "A": [(64, 32, 4, 2, True, False, True, True), (64, 32, 4, 2, True, False, True, False),
-          (64, 32, 4, 2, True, True, True, True), (64, 64, 4, 2, True, False, True, True)],
-    "B": [(128, 64, 8, 3, True, True, True, True), (128, 64, 8, 3, True, True, True, False),
-          (64, 64, 4, 3, True, True, True, True), (64, 64, 4, 3, True, True, True, False),
-          (128, 128, 8, 3, True, True, True, True), (64, 128, 4, 2, True, True, True, True)],
+    "A": [(64, 32, 4, 2, True, False), (64, 32, 4, 2, True, True), (64, 32, 4, 3, True, True),
+          (64, 64, 4, 2, True, True), (128, 64, 8, 2, True, True)],
+    "B": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
+          (128, 64, 8, 2, True, True, True), (128, 64, 8, 4, True, True, True),
+          (128, 128, 8, 2, True, True, True), (128, 128, 8, 3, True, True, True),
+          (64, 64, 4, 3, True, True, True)],
     # Stage 1 alone (keys="prefix"): the paged loop, by TMA where pages hold whole tiles.
     "B-prefix": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
                  (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False)],
 }
-EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
-                "B": [(0, 8192, 16), (8192, 8192, 16), (8192, 8192, 64)],
+EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)], "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
 # Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H]); num_splits None is the library's
 # choice, BLOCK_H the config function's unless given.
@@ -82,7 +82,7 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
         return fn, out
 
     print(f"# {name} P{prefix} E{extend_len} page {page_size}: (BLOCK_M, BLOCK_N, warps, stages, "
-          "pack_gqa, split_full, tma, lazy)")
+          "pack_gqa, split_full, tma)")
     sweep(f"{name} P{prefix}E{extend_len}p{page_size}", configs, prepare, flush)
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import swattn
 from swattn import reference
@@ -59,9 +60,21 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
     assert rel_err(outs[0], reference.extend_attention(*tensors, window_left=4095)) < 1e-2
 
 
+class _TorchOps(TorchDispatchMode):
+    """The torch ops run inside the ``with`` (a Triton launch is none)."""
+
+    def __enter__(self):
+        self.names = []
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("page_size", [16, 64], ids=lambda p: f"page{p}")
 def test_extend_replayed_from_a_cuda_graph(page_size):
-    """prepare()'s launch captured in a CUDA graph (the TMA descriptors are encoded into the
+    """prepare()'s launch is one kernel and no torch op; captured in a CUDA graph (the TMA descriptors are encoded into the
     captured parameters) and replayed gives the eager launch's bits; with new q/k/v values
     written in place, the bits of an eager launch on them."""
     from swattn.ops import extend as ops_extend
@@ -70,7 +83,9 @@ def test_extend_replayed_from_a_cuda_graph(page_size):
                       seed=7)
     tensors = build_extend(case, "cuda")
     launch, out, _ = ops_extend.prepare(*tensors, window_left=4095)
-    launch()
+    with _TorchOps() as ops:
+        launch()
+    assert ops.names == []  # one Triton kernel: no torch op before it
     eager = out.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

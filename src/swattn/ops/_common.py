@@ -54,43 +54,20 @@ def scores_log2(qk, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def softmax_step(s, scale, v, m_i, l_i, acc, live, LAZY: tl.constexpr):
+def softmax_step(s, scale, v, m_i, l_i, acc):
     """One online-softmax step over a key tile of logits ``s * scale`` (log2 units, ``s``
     -inf where invisible, ``scale`` > 0). The row max is taken on ``s`` and scaled once
     (the same value, rounding being monotonic), and ``s * scale - m`` is one FMA. A tile
     with every logit -inf leaves ``m_i``, ``l_i`` and ``acc`` bit-unchanged (alpha is
     exactly 1, or 0 on a still-empty state, and p is 0), which is what makes the bounds
-    variants bit-identical.
-
-    LAZY (FlashAttention-4's trick) keeps the old reference ``m_i`` unless some row of the
-    block would raise it by more than 8: ``l`` and ``acc`` are exact relative to any
-    reference, and ``p`` stays at most 2^8, far from overflow, so most tiles skip the
-    rescale of ``acc`` (BM x DV multiplies) and of ``l``. The choice is the block's, made
-    on its ``live`` rows only (rows past a sequence see the mask-free tiles unmasked), so a
-    row's bits depend on which live rows share its block, not on the loop structure or the
-    bounds; the deterministic kernel, whose blocks move with the chunking, leaves it off."""
-    m_tile = tl.max(s, 1) * scale
-    if LAZY:
-        grow = tl.where(live & (m_tile > m_i), m_tile - m_i, 0.0)
-        if tl.max(grow, 0) > 8.0:
-            m_new = tl.maximum(m_i, m_tile)
-            alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
-            l_i = l_i * alpha
-            acc = acc * alpha[:, None]
-            m_i = m_new
-        m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-        p = tl.exp2(s * scale - m_safe[:, None])
-        l_i = l_i + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        return m_i, l_i, acc
-    else:
-        m_new = tl.maximum(m_i, m_tile)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s * scale - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        return m_new, l_i, acc
+    variants bit-identical."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * scale)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s * scale - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
 
 
 @triton.jit

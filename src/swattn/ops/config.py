@@ -13,9 +13,6 @@ class Config:
     split_full: bool = True
     # Mask-free tiles load by tensor-memory copy (TMA) where the layout allows.
     tma: bool = True
-    # The two-stage kernel rescales its state only when a row's max grows by more than a
-    # factor 2^8 (softmax_step's LAZY; the deterministic kernel rescales every tile).
-    lazy: bool = True
 
 
 # Every tiling extend_config can return; tests and `swattn verify` walk all of them.

@@ -46,7 +46,7 @@ def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
         qk = tl.dot(b_q2, tl.trans(b_k2), qk)
     s, scale = scores_log2(qk, qk_scale, softcap, USE_SOFTCAP)
     s = tl.where(m_key[None, :], s, float("-inf"))
-    return softmax_step(s, scale, b_v, m_i, l_i, acc, None, False)
+    return softmax_step(s, scale, b_v, m_i, l_i, acc)
 
 
 @triton.jit

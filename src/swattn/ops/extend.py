@@ -65,14 +65,14 @@ def _visible(q_pos, k_pos, k_end, window_left, window_right,
 
 
 @triton.jit
-def _fold_tile(b_q, b_k, b_v, keep, live, m_i, l_i, acc, qk_scale, softcap,
-               USE_SOFTCAP: tl.constexpr, MASKED: tl.constexpr, LAZY: tl.constexpr):
+def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr,
+               MASKED: tl.constexpr):
     """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
-    applies where MASKED; ``live`` and LAZY as softmax_step."""
+    applies where MASKED."""
     s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
     if MASKED:
         s = tl.where(keep, s, float("-inf"))
-    return softmax_step(s, scale, b_v, m_i, l_i, acc, live, LAZY)
+    return softmax_step(s, scale, b_v, m_i, l_i, acc)
 
 
 @triton.jit
@@ -86,9 +86,9 @@ def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(b_q, p_k, p_v, m_load, keep, live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
+def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, LAZY: tl.constexpr):
+                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
     """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
     fold the visible logits into the state. MASKED=False is for tiles every row sees whole
     (window.full_tile_range), where ``keep`` and ``m_load`` are all true and neither is
@@ -100,8 +100,8 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, live, m_d, m_dv, m_i, l_i, acc, qk
         else:
             b_k = load_whole(p_k, m_d, EVEN_D)
             b_v = load_whole(p_v, m_dv, EVEN_DV)
-        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, live, m_i, l_i, acc, qk_scale, softcap,
-                                   USE_SOFTCAP, MASKED, LAZY)
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
+                                   USE_SOFTCAP, MASKED)
     return m_i, l_i, acc
 
 
@@ -129,15 +129,14 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
 
 
 @triton.jit
-def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, live, i_seq, i_kvh, prefix_len,
-                  lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
-                  stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k,
-                  col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d,
-                  o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                  block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                  stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
+                  mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+                  m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
                   IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
                   USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr,
-                  LAZY: tl.constexpr):
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
     table. No key below ``lowest_key`` is read: its page may be freed (-1). With TMA (pages
     a whole number of key tiles) a mask-free tile is one page's rows: one block-table
@@ -148,8 +147,7 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, live, i_seq, i_kvh, pr
             page = tl.load(block_table + i_seq * stride_bt + start_n // page_size)
             row = page * page_size + start_n % page_size
             m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, live, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                       False, LAZY)
+                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
         else:
             k_pos = start_n + o_n
             m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
@@ -170,19 +168,19 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, live, i_seq, i_kvh, pr
                     keep = keep & (bits != 0)
             m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
                                          V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
-                                         live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                                         USE_SOFTCAP, SKIP, MASKED, EVEN_D, EVEN_DV, LAZY)
+                                         m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
+                                         SKIP, MASKED, EVEN_D, EVEN_DV)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, live, seq_start, i_kvh, prefix_len,
-               extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
-               desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
-               o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
+def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len, extend_len,
+               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k,
+               col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
+               m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
                IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
                USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr):
+               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
     first new token. With TMA a mask-free tile's K and V come in by tensor-memory copy
     (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column col_k/col_v)."""
@@ -190,8 +188,7 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, live, seq_start, i_kvh,
         if TMA and not MASKED:
             row = seq_start + start_n
             m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, live, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                       False, LAZY)
+                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
         else:
             k_pos = start_n + o_n
             m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
@@ -207,8 +204,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, live, seq_start, i_kvh,
             m_i, l_i, acc = _attend_tile(
                 b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
                 V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :], m_load, keep,
-                live, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED,
-                EVEN_D, EVEN_DV, LAZY)
+                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED, EVEN_D,
+                EVEN_DV)
     return m_i, l_i, acc
 
 
@@ -256,8 +253,8 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
                            load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
                            load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
                                       m_new, m_dv, EVEN_DV))  # [BN, BDV]
-            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, None, m_i, l_i, acc, qk_scale,
-                                       softcap, USE_SOFTCAP, MASKED, False)
+            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
+                                       USE_SOFTCAP, MASKED)
     return m_i, l_i, acc
 
 
@@ -275,7 +272,7 @@ def _extend_kernel(
     IS_CAUSAL: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
-    UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr, LAZY: tl.constexpr,
+    UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -369,12 +366,12 @@ def _extend_kernel(
             new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
                                               start), stop)
             m_i, l_i, acc = _prefix_tiles(
-                start, cached_end, b_q, m_i, l_i, acc, q_pos, m_rows, i_seq, i_kvh, prefix_len,
-                lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
-                stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k,
-                col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-                m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP,
-                part != 1, EVEN_D, EVEN_DV, TMA_CACHE, False)
+                start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
+                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
+                EVEN_D, EVEN_DV, TMA_CACHE)
             m_i, l_i, acc = _unified_tiles(
                 cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
                 prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
@@ -384,12 +381,12 @@ def _extend_kernel(
                 USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
                 EVEN_DV)
             m_i, l_i, acc = _new_tiles(
-                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, m_rows,
-                seq_start, i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt,
-                stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row,
-                qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
-                USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
-                EVEN_DV, TMA_NEW, False)
+                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, seq_start,
+                i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt, stride_kh,
+                stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row, qk_scale,
+                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
+                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV,
+                TMA_NEW)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
@@ -406,12 +403,12 @@ def _extend_kernel(
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _prefix_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_pos, m_rows, i_seq, i_kvh, prefix_len,
-                lowest_key, block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp,
-                stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k,
-                col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-                m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP,
-                part != 1, EVEN_D, EVEN_DV, TMA_CACHE, LAZY)
+                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
+                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
+                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
+                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
+                EVEN_D, EVEN_DV, TMA_CACHE)
 
     if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
@@ -425,11 +422,11 @@ def _extend_kernel(
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _new_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_local, m_rows, seq_start, i_kvh, prefix_len,
+                start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len,
                 extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
                 desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
                 o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
-                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW, LAZY)
+                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW)
 
     sink_log2 = 0.0
     if HAS_SINKS:
@@ -565,6 +562,6 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
         USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
         SPLIT_FULL=cfg.split_full, UNIFIED=deterministic, TMA_NEW=desc_k is not None,
-        TMA_CACHE=desc_kc is not None, LAZY=cfg.lazy and not deterministic,
+        TMA_CACHE=desc_kc is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )

@@ -76,8 +76,7 @@ def compile_extend(shape, bounds, deterministic=False):
         IS_CAUSAL=shape.causal, HAS_SINKS=shape.sinks, USE_SOFTCAP=False, USE_MASK=False,
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
-        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
-        LAZY=cfg.lazy and not deterministic)
+        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None)
     # As the benchmarks launch it: new k/v by tensor-memory copy, the cache (pages of 16,
     # smaller than a key tile) through pointers.
     descriptor = f"tensordesc<bf16[{cfg.block_n}, {shape.head_dim}]>"
