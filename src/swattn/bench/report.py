@@ -261,6 +261,54 @@ def _header(w, meta, ceilings, rows, kind):
         w("Variants: " + "; ".join(f"**{_cell(k)}**: {_cell(v)}" for k, v in legend.items()) + "\n\n")
 
 
+def _table(w, columns, items):
+    """A markdown table: ``columns`` are ``(header, cell)``, ``cell(item)`` the text."""
+    w("| " + " | ".join(header for header, _ in columns) + " |\n")
+    w("|" + "---|" * len(columns) + "\n")
+    for item in items:
+        w("| " + " | ".join(cell(item) for _, cell in columns) + " |\n")
+
+
+def _measurement_columns(bandwidth):
+    """One line per measurement; with ``bandwidth`` (decode) TFLOP/s to two decimals and a
+    GB/s column beside it."""
+    columns = [
+        ("case", lambda r: r["case"]),
+        ("variant", lambda r: r["variant"]),
+        ("status", _status),
+        ("median us", lambda r: _num(r["median_us"])),
+        ("p20-p80 us",
+         lambda r: "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"),
+        ("TFLOP/s", lambda r: _num(r["tflops"], "{:.2f}" if bandwidth else "{:.1f}")),
+    ]
+    if bandwidth:
+        columns.append(("GB/s", lambda r: _num(r["gbps"], "{:.0f}")))
+    return columns + [
+        ("roofline", lambda r: _pct(r["roofline"])),
+        ("rel err", lambda r: _err(r["rel_err"])),
+        ("vs fastest peer", lambda r: _ratio(r["ratio_best_peer"], r["verdict"])),
+        ("vs swattn tight", lambda r: _ratio(r["ratio_tight"], r["verdict_tight"])),
+        ("notes", lambda r: _cell(_short_note(r))),
+    ]
+
+
+def _case_columns(rows):
+    """The columns every case line has, after its kind's own: floor, noise, fastest peer,
+    and the tight variant against it and against the roofline."""
+    def tight(s):
+        return next((r for r in rows if r["case"] == s["case"] and r["role"] == "tight"), None)
+
+    return [
+        ("floor us", lambda s: _num(s["floor_us"])),
+        ("noise floor", lambda s: _pct(s["noise"])),
+        ("fastest peer (same function)",
+         lambda s: _cell(f"{s['best_peer']} {s['best_peer_us']:.1f} us" if s["best_peer"]
+                         else "-")),
+        ("swattn tight / it", lambda s: _ratio(s["tight_vs_best_peer"])),
+        ("roofline, tight", lambda s: _pct(tight(s)["roofline"] if tight(s) else None)),
+    ]
+
+
 def markdown(meta, ceilings, summaries, rows):
     """The report: header (GPU, versions, commit, command, date, ceilings, method), a legend
     of the variants, one line per measurement, and last one line per case (work, floor,
@@ -269,29 +317,20 @@ def markdown(meta, ceilings, summaries, rows):
     w = out.write
     _header(w, meta, ceilings, rows, "extend")
     w("## Measurements\n\n")
-    w("| case | variant | status | median us | p20-p80 us | TFLOP/s | roofline | rel err | "
-      "vs fastest peer | vs swattn tight | notes |\n")
-    w("|---|---|---|---|---|---|---|---|---|---|---|\n")
-    for r in rows:
-        spread = "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"
-        status = _status(r)
-        w(f"| {r['case']} | {r['variant']} | {status} | {_num(r['median_us'])} | {spread} | "
-          f"{_num(r['tflops'])} | {_pct(r['roofline'])} | {_err(r['rel_err'])} | "
-          f"{_ratio(r['ratio_best_peer'], r['verdict'])} | {_ratio(r['ratio_tight'], r['verdict_tight'])} | "
-          f"{_cell(_short_note(r))} |\n")
+    _table(w, _measurement_columns(False), rows)
     w("\n## Cases\n\n")
-    w("| case | visible pairs | GFLOP | MB | floor us | noise floor | fastest peer (same function) | "
-      "swattn tight / it | roofline, tight | tiles tight/skip, predicted | measured |\n")
-    w("|---|---|---|---|---|---|---|---|---|---|---|\n")
-    for s in summaries:
-        best = f"{s['best_peer']} {s['best_peer_us']:.1f} us" if s["best_peer"] else "-"
-        tight = next((r for r in rows if r["case"] == s["case"] and r["role"] == "tight"), None)
-        w(f"| {s['case']} | {s['visible_pairs'] / 1e6:.1f}M | {s['flops'] / 1e9:.1f} | "
-          f"{s['bytes'] / 1e6:.1f} | {_num(s['floor_us'])} | {_pct(s['noise'])} | {_cell(best)} | "
-          f"{_ratio(s['tight_vs_best_peer'])} | {_pct(tight['roofline'] if tight else None)} | "
-          f"{_num(s['predicted_tight_over_skip'], '{:.3f}')} "
-          f"({s['tiles_tight']:,}/{s['tiles_skip']:,}, {s['tiling']}) | "
-          f"{_num(s['measured_tight_over_skip'], '{:.3f}')} {s['verdict_tight_vs_skip']} |\n")
+    _table(w, [
+        ("case", lambda s: s["case"]),
+        ("visible pairs", lambda s: f"{s['visible_pairs'] / 1e6:.1f}M"),
+        ("GFLOP", lambda s: f"{s['flops'] / 1e9:.1f}"),
+        ("MB", lambda s: f"{s['bytes'] / 1e6:.1f}"),
+        *_case_columns(rows),
+        ("tiles tight/skip, predicted",
+         lambda s: f"{_num(s['predicted_tight_over_skip'], '{:.3f}')} "
+                   f"({s['tiles_tight']:,}/{s['tiles_skip']:,}, {s['tiling']})"),
+        ("measured", lambda s: f"{_num(s['measured_tight_over_skip'], '{:.3f}')} "
+                               f"{s['verdict_tight_vs_skip']}"),
+    ], summaries)
     return out.getvalue()
 
 
@@ -303,31 +342,24 @@ def decode_markdown(meta, ceilings, summaries, rows):
     w = out.write
     _header(w, meta, ceilings, rows, "decode")
     w("## Measurements\n\n")
-    w("| case | variant | status | median us | p20-p80 us | TFLOP/s | GB/s | roofline | rel err | "
-      "vs fastest peer | vs swattn tight | notes |\n")
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-    for r in rows:
-        spread = "-" if r["p20_us"] is None else f"{r['p20_us']:.1f}-{r['p80_us']:.1f}"
-        w(f"| {r['case']} | {r['variant']} | {_status(r)} | {_num(r['median_us'])} | {spread} | "
-          f"{_num(r['tflops'], '{:.2f}')} | {_num(r['gbps'], '{:.0f}')} | {_pct(r['roofline'])} | "
-          f"{_err(r['rel_err'])} | {_ratio(r['ratio_best_peer'], r['verdict'])} | "
-          f"{_ratio(r['ratio_tight'], r['verdict_tight'])} | {_cell(_short_note(r))} |\n")
+    _table(w, _measurement_columns(True), rows)
     w("\n## Cases\n\n")
-    w("| case | batch | keys / sequence | GFLOP | MB | floor us | noise floor | "
-      "fastest peer (same function) | swattn tight / it | roofline, tight | tight / skip | "
-      "tight / 1 split |\n")
-    w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-    for s in summaries:
-        best = f"{s['best_peer']} {s['best_peer_us']:.1f} us" if s["best_peer"] else "-"
-        tight = next((r for r in rows if r["case"] == s["case"] and r["role"] == "tight"), None)
-        keys = f"{s['keys_per_seq']:g}"
-        if s["sparse_keys"]:
-            keys += f" ({s['sparse_valid']} sparse)"
-        w(f"| {s['case']} | {s['batch']} | {keys} | {s['flops'] / 1e9:.3f} | {s['bytes'] / 1e6:.1f} | "
-          f"{_num(s['floor_us'])} | {_pct(s['noise'])} | {_cell(best)} | "
-          f"{_ratio(s['tight_vs_best_peer'])} | {_pct(tight['roofline'] if tight else None)} | "
-          f"{_num(s['tight_over_skip'], '{:.3f}')} {s['verdict_tight_vs_skip']} | "
-          f"{_num(s['tight_over_one_split'], '{:.3f}')} {s['verdict_tight_vs_one_split']} |\n")
+
+    def keys(s):
+        return f"{s['keys_per_seq']:g}" + (f" ({s['sparse_valid']} sparse)" if s["sparse_keys"] else "")
+
+    _table(w, [
+        ("case", lambda s: s["case"]),
+        ("batch", lambda s: f"{s['batch']}"),
+        ("keys / sequence", keys),
+        ("GFLOP", lambda s: f"{s['flops'] / 1e9:.3f}"),
+        ("MB", lambda s: f"{s['bytes'] / 1e6:.1f}"),
+        *_case_columns(rows),
+        ("tight / skip", lambda s: f"{_num(s['tight_over_skip'], '{:.3f}')} "
+                                   f"{s['verdict_tight_vs_skip']}"),
+        ("tight / 1 split", lambda s: f"{_num(s['tight_over_one_split'], '{:.3f}')} "
+                                      f"{s['verdict_tight_vs_one_split']}"),
+    ], summaries)
     return out.getvalue()
 
 

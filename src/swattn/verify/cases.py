@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 import torch
 
 
-@dataclass
-class ExtendCase:
-    prefix_lens: list
-    extend_lens: list
+@dataclass(kw_only=True)
+class _Shape:
+    """What both case kinds share: heads, head dims, page size, window, dtype, seed and the
+    extra keyword arguments of the call (keyword-only, after each kind's own lengths)."""
     num_q_heads: int = 4
     num_kv_heads: int = 2
     head_dim: int = 16
@@ -20,9 +20,18 @@ class ExtendCase:
     seed: int = 0
     kwargs: dict = field(default_factory=dict)
 
+    def _shape_id(self):
+        return (f"-h{self.num_q_heads}/{self.num_kv_heads}-d{self.head_dim}/{self.head_dim_v}"
+                f"-ps{self.page_size}-L{self.window_left}")
+
+
+@dataclass
+class ExtendCase(_Shape):
+    prefix_lens: list
+    extend_lens: list
+
     def id(self):
-        return (f"P{self.prefix_lens}-E{self.extend_lens}-h{self.num_q_heads}/{self.num_kv_heads}"
-                f"-d{self.head_dim}/{self.head_dim_v}-ps{self.page_size}-L{self.window_left}")
+        return f"P{self.prefix_lens}-E{self.extend_lens}" + self._shape_id()
 
 
 def lowest_readable(prefix_len, extend_len, window_left):
@@ -97,23 +106,13 @@ def rel_err(out, ref):
 
 
 @dataclass
-class DecodeCase:
+class DecodeCase(_Shape):
     seq_lens: list
-    num_q_heads: int = 4
-    num_kv_heads: int = 2
-    head_dim: int = 16
-    head_dim_v: int = 16
-    page_size: int = 4
-    window_left: int | None = None
     sparse_keys: int = 0
     pool_rows: int = 23
-    dtype: torch.dtype = torch.float16
-    seed: int = 0
-    kwargs: dict = field(default_factory=dict)
 
     def id(self):
-        return (f"S{self.seq_lens}-h{self.num_q_heads}/{self.num_kv_heads}"
-                f"-d{self.head_dim}/{self.head_dim_v}-ps{self.page_size}-L{self.window_left}"
+        return (f"S{self.seq_lens}" + self._shape_id()
                 + (f"-K{self.sparse_keys}" if self.sparse_keys else ""))
 
 
