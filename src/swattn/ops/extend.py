@@ -129,15 +129,6 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
 
 
 @triton.jit
-def _tile_pages(entries, k_pos, live, prefix_len, lowest_key, page_size):
-    """The block-table entries (``entries``: the sequence's row) of a tile's keys at
-    ``k_pos``; 0 for keys outside [lowest_key, prefix_len) or a tile that is not ``live``
-    (past the loop), whose entries are never read."""
-    return tl.load(entries + k_pos // page_size,
-                   mask=live & (k_pos < prefix_len) & (k_pos >= lowest_key), other=0)
-
-
-@triton.jit
 def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
                   block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
                   stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
@@ -150,28 +141,22 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
     table. No key below ``lowest_key`` is read: its page may be freed (-1). With TMA (pages
     a whole number of key tiles) a mask-free tile is one page's rows: one block-table
     entry, and K and V come in by tensor-memory copy (desc_k/desc_v: the cache as rows of
-    [num_pages * page_size, heads * D], a head at column col_k/col_v).
-
-    Through pointers, each tile's block-table entries are loaded one tile ahead and carried
-    into the next iteration: loaded in the iteration whose K/V copies they address, they
-    made Triton's pipeliner wait for every copy at the top of each iteration (one tile in
-    flight, against num_stages - 1 in the new tokens' loop)."""
-    entries = block_table + i_seq * stride_bt
-    POINTERS: tl.constexpr = MASKED or not TMA
-    if POINTERS:
-        pages = _tile_pages(entries, start + o_n, start < stop, prefix_len, lowest_key, page_size)
+    [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
     for start_n in range(start, stop, BLOCK_N):
-        if not POINTERS:
-            page = tl.load(entries + start_n // page_size)
+        if TMA and not MASKED:
+            page = tl.load(block_table + i_seq * stride_bt + start_n // page_size)
             row = page * page_size + start_n % page_size
             m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
                                        True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
         else:
             k_pos = start_n + o_n
             m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-            page = pages.to(tl.int64)
-            pages = _tile_pages(entries, k_pos + BLOCK_N, start_n + BLOCK_N < stop, prefix_len,
-                                lowest_key, page_size)
+            if MASKED:
+                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
+                               other=0)
+            else:
+                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size)
+            page = page.to(tl.int64)
             slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
             keep = m_load[None, :]
