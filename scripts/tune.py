@@ -1,5 +1,6 @@
 """Sweep the kernels' tile configs on the GPU for the anchor workloads: the two-stage
-extend kernel on A and B at prefix 8192 (and B at prefix 0, the new tokens alone; B at
+extend kernel on A and B at prefix 8192 (A also a 1024-token chunk over a 7168-token prefix,
+where the fixed cost of a launch shows; B at prefix 0, the new tokens alone; B at
 prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the decode
 kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows). One line per
 config: median us over CUDA-graph replays, each after an L2 flush, and the largest
@@ -31,7 +32,8 @@ EXTEND_SWEEP = {
     "B-prefix": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
                  (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False)],
 }
-EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)], "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
+EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
+                "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
 # Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H]); num_splits None is the library's
 # choice, BLOCK_H the config function's unless given.
