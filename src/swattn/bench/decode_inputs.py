@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .peers import Skip
+from .peers import Skip, _empty_out, _need_cuda, _poisoner, _scale  # noqa: F401 (the adapters')
 
 CHECK_SEQS = 4  # sequences checked against the reference
 
@@ -202,22 +202,3 @@ def _need_device(inputs):
     if inputs.q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
         return
     raise Skip("needs a CUDA device (or TRITON_INTERPRET=1 on the CPU)")
-
-
-def _need_cuda(inputs):
-    if not inputs.q.is_cuda:
-        raise Skip("needs a CUDA device")
-
-
-def _empty_out(inputs):
-    case = inputs.case
-    return torch.empty(case.batch, case.num_q_heads, case.head_dim_v, dtype=inputs.q.dtype,
-                       device=inputs.q.device)
-
-
-def _poisoner(out):
-    return lambda: out.fill_(float("nan"))
-
-
-def _scale(case):
-    return case.head_dim ** -0.5

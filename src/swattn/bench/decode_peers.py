@@ -11,7 +11,7 @@ import torch
 
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import _empty_out, _need_cuda, _need_device, _poisoner, _scale
-from .peers import Prepared, Skip, _compiled_flex, import_peer
+from .peers import Prepared, Skip, _compiled_flex, flashinfer_page_lists, import_peer
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py
@@ -252,11 +252,8 @@ def flashinfer_decode(inputs):
     size = case.page_size
     firsts = [case.lowest_key(s) // size for s in case.seq_lens]
     ends = [-(-s // size) for s in case.seq_lens]
-    seq_pages = inputs.seq_pages.cpu()
-    indices = torch.cat([seq_pages[b, f:e] for b, (f, e) in enumerate(zip(firsts, ends))]).to(torch.int32)
-    indptr = torch.zeros(case.batch + 1, dtype=torch.int32)
-    indptr[1:] = torch.cumsum(torch.tensor([e - f for f, e in zip(firsts, ends)]), 0)
-    last = torch.tensor([(s - 1) % size + 1 for s in case.seq_lens], dtype=torch.int32)
+    indptr, indices, last = flashinfer_page_lists(inputs.seq_pages, firsts, ends, case.seq_lens,
+                                                  size)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, case.num_q_heads, case.num_kv_heads, case.head_dim, size,

@@ -383,6 +383,18 @@ def flex(inputs):
 # FlashInfer, only where it imports.
 # --------------------------------------------------------------------------------------
 
+def flashinfer_page_lists(seq_pages, first_pages, end_pages, lengths, page_size):
+    """FlashInfer's paged-KV lists, int32 on the host: ``(indptr, indices, last)`` for
+    sequence b's pages ``first_pages[b]`` to ``end_pages[b]`` of its block-table row
+    ``seq_pages[b]``, ``lengths[b]`` keys long (``last``: the keys in its last page)."""
+    seq_pages = seq_pages.cpu()
+    indices = torch.cat([seq_pages[b, f:e] for b, (f, e) in enumerate(zip(first_pages, end_pages))])
+    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(torch.tensor([e - f for f, e in zip(first_pages, end_pages)]), 0)
+    last = torch.tensor([(n - 1) % page_size + 1 for n in lengths], dtype=torch.int32)
+    return indptr, indices.to(torch.int32), last
+
+
 def flashinfer(inputs):
     """FlashInfer ``BatchPrefillWithPagedKVCacheWrapper`` (NHD, page 16), planned once,
     ``window_left=W-1``, over every page of each sequence (new tokens included). Its FA2/FA3
@@ -392,11 +404,10 @@ def flashinfer(inputs):
     fi = import_peer("flashinfer")
     case = inputs.case
     device = inputs.q.device
-    pages = [(p + e + case.page_size - 1) // case.page_size for p, e in case.seqs]
-    kv_indptr = torch.zeros(case.batch + 1, dtype=torch.int32)
-    kv_indptr[1:] = torch.cumsum(torch.tensor(pages), 0)
-    kv_indices = torch.cat([inputs.seq_pages[b, :n].cpu() for b, n in enumerate(pages)]).to(torch.int32)
-    last = torch.tensor([(p + e - 1) % case.page_size + 1 for p, e in case.seqs], dtype=torch.int32)
+    lengths = [p + e for p, e in case.seqs]
+    pages = [(n + case.page_size - 1) // case.page_size for n in lengths]
+    kv_indptr, kv_indices, last = flashinfer_page_lists(inputs.seq_pages, [0] * case.batch, pages,
+                                                        lengths, case.page_size)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
     wrapper.plan(inputs.cu_seqlens.cpu(), kv_indptr, kv_indices, last, case.num_q_heads,
