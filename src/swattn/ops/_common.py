@@ -102,4 +102,3 @@ def load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
         return tl.load(p, mask=m_rows[:, None], other=0.0)
     else:
         return tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
-
