@@ -27,10 +27,12 @@ EXTEND_SWEEP = {
     "B": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
           (128, 64, 8, 2, True, True, True), (128, 64, 8, 4, True, True, True),
           (128, 128, 8, 2, True, True, True), (128, 128, 8, 3, True, True, True),
-          (64, 64, 4, 3, True, True, True)],
+          (64, 64, 4, 3, True, True, True), (64, 64, 4, 2, True, True, True),
+          (64, 64, 4, 4, True, True, True)],
     # Stage 1 alone (keys="prefix"): the paged loop, by TMA where pages hold whole tiles.
     "B-prefix": [(128, 64, 8, 3, True, True, True), (128, 64, 8, 3, True, True, False),
-                 (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False)],
+                 (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False),
+                 (64, 64, 4, 2, True, True, True), (64, 64, 4, 4, True, True, True)],
 }
 EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
                 "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],

@@ -87,21 +87,78 @@ def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
 
 @triton.jit
 def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                 EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr):
-    """Load one key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load allows and
-    fold the visible logits into the state. MASKED=False is for tiles every row sees whole
-    (window.full_tile_range), where ``keep`` and ``m_load`` are all true and neither is
-    applied: the loads carry no row predicate."""
-    if _any_visible(keep, SKIP, MASKED):
-        if MASKED:
-            b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
-            b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
-        else:
-            b_k = load_whole(p_k, m_d, EVEN_D)
-            b_v = load_whole(p_v, m_dv, EVEN_DV)
+                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, EVEN_D: tl.constexpr,
+                 EVEN_DV: tl.constexpr):
+    """Load one masked key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load
+    allows and fold the logits ``keep`` leaves visible into the state."""
+    if _any_visible(keep, SKIP, True):
+        b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
+        b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
-                                   USE_SOFTCAP, MASKED)
+                                   USE_SOFTCAP, True)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, col, stride_row, stride_slot,
+                o_n, o_c, m_c, FROM_CACHE: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
+    """The K or V rows of the mask-free tile at ``start_n`` (every row of the block sees it
+    whole, so no row predicate): from the paged cache (FROM_CACHE: ``pages`` the tile's
+    block-table entries, one a key, or with TMA the scalar entry of the page holding the
+    whole tile; ``stride_row`` the page stride, ``stride_slot`` a slot's) or from the new
+    tokens (row ``row0 + start_n`` on, ``stride_row`` a token's). With TMA one copy from
+    ``desc`` (rows of ``[n, heads * dim]``, the head at column ``col``)."""
+    if FROM_CACHE:
+        if TMA:
+            b_t = desc.load([pages * page_size + start_n % page_size, col])
+        else:
+            offsets = pages.to(tl.int64) * stride_row + ((start_n + o_n) % page_size) * stride_slot
+            b_t = load_whole(p_rows + offsets[:, None] + o_c[None, :], m_c, EVEN)
+    else:
+        if TMA:
+            b_t = desc.load([row0 + start_n, col])
+        else:
+            offsets = (row0 + start_n + o_n).to(tl.int64) * stride_row
+            b_t = load_whole(p_rows + offsets[:, None] + o_c[None, :], m_c, EVEN)
+    return b_t
+
+
+@triton.jit
+def _tile_pages(bt_row, start_n, stop, o_n, page_size, TMA: tl.constexpr):
+    """The block-table entries of the mask-free cache tile at ``start_n``: one a key, or
+    with TMA the one entry of the page that holds the whole tile; none is read for a tile
+    at or past ``stop`` (its pages may lie past the sequence), which gets 0."""
+    if TMA:
+        pages = tl.load(bt_row + start_n // page_size, mask=start_n < stop, other=0)
+    else:
+        pages = tl.load(bt_row + (start_n + o_n) // page_size, mask=start_n + o_n < stop, other=0)
+    return pages
+
+
+@triton.jit
+def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v, p_k, p_v,
+                 stride_k, stride_ks, stride_v, stride_vs, row0, bt_row, page_size, col_k, col_v,
+                 o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
+                 FROM_CACHE: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                 TMA: tl.constexpr):
+    """The mask-free tiles [start, stop) of one stage (window.full_tile_range), from the
+    cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries are
+    loaded one tile ahead and carried into the next iteration: loaded in the iteration
+    whose K/V copies they address, they make Triton's pipeliner wait for every copy at the
+    top of each iteration (one tile in flight instead of num_stages - 1)."""
+    pages = o_n
+    if FROM_CACHE:
+        pages = _tile_pages(bt_row, start, stop, o_n, page_size, TMA)
+    for start_n in range(start, stop, BLOCK_N):
+        page = pages
+        if FROM_CACHE:
+            pages = _tile_pages(bt_row, start_n + BLOCK_N, stop, o_n, page_size, TMA)
+        b_k = _whole_tile(desc_k, p_k, start_n, row0, page, page_size, col_k, stride_k, stride_ks,
+                          o_n, o_d, m_d, FROM_CACHE, EVEN_D, TMA)  # [BN, BD]
+        b_v = _whole_tile(desc_v, p_v, start_n, row0, page, page_size, col_v, stride_v, stride_vs,
+                          o_n, o_dv, m_dv, FROM_CACHE, EVEN_DV, TMA)  # [BN, BDV]
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, qk_scale, softcap,
+                                   USE_SOFTCAP, False)
     return m_i, l_i, acc
 
 
@@ -138,38 +195,34 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
                   USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
                   EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
-    table. No key below ``lowest_key`` is read: its page may be freed (-1). With TMA (pages
-    a whole number of key tiles) a mask-free tile is one page's rows: one block-table
-    entry, and K and V come in by tensor-memory copy (desc_k/desc_v: the cache as rows of
-    [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
-    for start_n in range(start, stop, BLOCK_N):
-        if TMA and not MASKED:
-            page = tl.load(block_table + i_seq * stride_bt + start_n // page_size)
-            row = page * page_size + start_n % page_size
-            m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
-        else:
+    table. No key below ``lowest_key`` is read: its page may be freed (-1), and a masked
+    tile's page-index load is masked with its keys. Mask-free tiles (MASKED=False) go to
+    :func:`_whole_tiles`, by TMA where pages hold whole key tiles (desc_k/desc_v: the cache
+    as rows of [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
+    if not MASKED:
+        m_i, l_i, acc = _whole_tiles(
+            start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
+            K_cache + i_kvh * stride_kch, V_cache + i_kvh * stride_vch, stride_kcp, stride_kcs,
+            stride_vcp, stride_vcs, 0, block_table + i_seq * stride_bt, page_size, col_k, col_v,
+            o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, True, EVEN_D, EVEN_DV, TMA)
+    else:
+        for start_n in range(start, stop, BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-            if MASKED:
-                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
-                               other=0)
-            else:
-                page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size)
+            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
+                           other=0)
             page = page.to(tl.int64)
             slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
-            keep = m_load[None, :]
-            if MASKED:
-                keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right,
-                                USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-                if USE_MASK:
-                    bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
-                    keep = keep & (bits != 0)
+            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right, USE_WINDOW,
+                            IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+                keep = keep & (bits != 0)
             m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
                                          V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
                                          m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                         SKIP, MASKED, EVEN_D, EVEN_DV)
+                                         SKIP, EVEN_D, EVEN_DV)
     return m_i, l_i, acc
 
 
@@ -182,30 +235,30 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
                USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
     """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
-    first new token. With TMA a mask-free tile's K and V come in by tensor-memory copy
-    (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column col_k/col_v)."""
-    for start_n in range(start, stop, BLOCK_N):
-        if TMA and not MASKED:
-            row = seq_start + start_n
-            m_i, l_i, acc = _fold_tile(b_q, desc_k.load([row, col_k]), desc_v.load([row, col_v]),
-                                       True, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, False)
-        else:
+    first new token. Mask-free tiles go to :func:`_whole_tiles`, by TMA where the layout
+    allows (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column
+    col_k/col_v)."""
+    if not MASKED:
+        m_i, l_i, acc = _whole_tiles(
+            start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
+            K + i_kvh * stride_kh, V + i_kvh * stride_vh, stride_kt, 0, stride_vt, 0, seq_start,
+            K, 1, col_k, col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP,
+            False, EVEN_D, EVEN_DV, TMA)
+    else:
+        for start_n in range(start, stop, BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
-            keep = m_load[None, :]
-            if MASKED:
-                keep = _visible(q_local, k_pos, extend_len, window_left, window_right,
-                                USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-                if USE_MASK:
-                    bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
-                                   mask=keep, other=0)
-                    keep = keep & (bits != 0)
+            keep = _visible(q_local, k_pos, extend_len, window_left, window_right, USE_WINDOW,
+                            IS_CAUSAL, USE_RIGHT)
+            if USE_MASK:
+                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
+                               mask=keep, other=0)
+                keep = keep & (bits != 0)
             tok = (seq_start + k_pos).to(tl.int64)
             m_i, l_i, acc = _attend_tile(
                 b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
                 V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :], m_load, keep,
-                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, MASKED, EVEN_D,
-                EVEN_DV)
+                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, EVEN_D, EVEN_DV)
     return m_i, l_i, acc
 
 
