@@ -124,14 +124,13 @@ def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, col, stride_row, 
 
 
 @triton.jit
-def _tile_pages(bt_row, start_n, stop, o_n, page_size, TMA: tl.constexpr):
+def _tile_pages(bt_row, start_n, o_n, page_size, TMA: tl.constexpr):
     """The block-table entries of the mask-free cache tile at ``start_n``: one a key, or
-    with TMA the one entry of the page that holds the whole tile; none is read for a tile
-    at or past ``stop`` (its pages may lie past the sequence), which gets 0."""
+    with TMA the one entry of the page that holds the whole tile."""
     if TMA:
-        pages = tl.load(bt_row + start_n // page_size, mask=start_n < stop, other=0)
+        pages = tl.load(bt_row + start_n // page_size)
     else:
-        pages = tl.load(bt_row + (start_n + o_n) // page_size, mask=start_n + o_n < stop, other=0)
+        pages = tl.load(bt_row + (start_n + o_n) // page_size)
     return pages
 
 
@@ -142,20 +141,18 @@ def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, des
                  FROM_CACHE: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                  TMA: tl.constexpr):
     """The mask-free tiles [start, stop) of one stage (window.full_tile_range), from the
-    cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries are
-    loaded one tile ahead and carried into the next iteration: loaded in the iteration
-    whose K/V copies they address, they make Triton's pipeliner wait for every copy at the
-    top of each iteration (one tile in flight instead of num_stages - 1)."""
-    pages = o_n
-    if FROM_CACHE:
-        pages = _tile_pages(bt_row, start, stop, o_n, page_size, TMA)
+    cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries load
+    in the iteration whose copies they address. Loaded one tile ahead, they let Triton's
+    pipeliner keep two tiles in flight, but stage 1 of B over pages of 16 at the config's
+    128 x 64 x 8 warps took 2206 us against 2175 before, and ptxas crashed on the
+    deterministic kernel at d16 with soft-cap (benchmarks/results/2026-12-01-h200-session5)."""
     for start_n in range(start, stop, BLOCK_N):
-        page = pages
+        pages = o_n
         if FROM_CACHE:
-            pages = _tile_pages(bt_row, start_n + BLOCK_N, stop, o_n, page_size, TMA)
-        b_k = _whole_tile(desc_k, p_k, start_n, row0, page, page_size, col_k, stride_k, stride_ks,
+            pages = _tile_pages(bt_row, start_n, o_n, page_size, TMA)
+        b_k = _whole_tile(desc_k, p_k, start_n, row0, pages, page_size, col_k, stride_k, stride_ks,
                           o_n, o_d, m_d, FROM_CACHE, EVEN_D, TMA)  # [BN, BD]
-        b_v = _whole_tile(desc_v, p_v, start_n, row0, page, page_size, col_v, stride_v, stride_vs,
+        b_v = _whole_tile(desc_v, p_v, start_n, row0, pages, page_size, col_v, stride_v, stride_vs,
                           o_n, o_dv, m_dv, FROM_CACHE, EVEN_DV, TMA)  # [BN, BDV]
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, qk_scale, softcap,
                                    USE_SOFTCAP, False)
