@@ -38,14 +38,8 @@ if [[ ,$STEPS, == *,tune,* ]]; then
 fi
 if [[ ,$STEPS, == *,bench,* ]]; then
   echo "== bench"
-  # FlashInfer travels as .peers/fi (../shared/peers/setup_peers.sh with FLASHINFER=1, carried):
-  # unpacked here, it JIT-compiles its kernels with the machine's nvcc on first use.
-  if [[ -f .peers/fi/flashinfer_slim.tar.gz && ! -d /tmp/fi/flashinfer_slim ]]; then
-    mkdir -p /tmp/fi && tar xzf .peers/fi/flashinfer_slim.tar.gz -C /tmp/fi &&
-      python3 -m pip install -q --no-index --no-deps --target /tmp/fi/site .peers/fi/apache_tvm_ffi-*.whl
-  fi
-  [[ -d /tmp/fi/flashinfer_slim ]] && export PYTHONPATH="/tmp/fi/flashinfer_slim:/tmp/fi/site:$PYTHONPATH"
-  (export SWATTN_COMMIT=${SWATTN_COMMIT:-} PYTHONPATH="$PWD/.peers/py:$PYTHONPATH"
+  source scripts/peers_path.sh
+  (export SWATTN_COMMIT=${SWATTN_COMMIT:-}
    limit python3 -m swattn.bench --out "$OUT" ${BENCH_ARGS:-} 2> "$OUT/bench.log") || status=1
   tail -n 5 "$OUT/bench.log"
 fi

@@ -12,7 +12,7 @@ Triton kernel, the library's kernel and FlashInfer on workload B at prefix 0, wi
 same-variant control; the probes' outputs checked against a float64 reference on eight rows.
 Results: benchmarks/results/2026-12-01-h200-session5/README.md.
 
-    PYTHONPATH=src:.peers/py python3 scripts/probes/gluon_probe.py
+    export PYTHONPATH=src; source scripts/peers_path.sh; python3 scripts/probes/gluon_probe.py
 """
 
 import sys
