@@ -55,7 +55,8 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
     descs = ops_extend._descriptors(cfg, *tensors[1:5], False)
     assert descs[0] is not None and (descs[2] is not None) == (page_size == 64)
     outs = [ops_extend.extend_attention(*tensors, window_left=4095, deterministic=deterministic,
-                                        config=replace(cfg, tma=tma)) for tma in (True, False)]
+                                        config=replace(cfg, tma=tma), hopper=False)
+            for tma in (True, False)]
     assert torch.equal(outs[0], outs[1])
     assert rel_err(outs[0], reference.extend_attention(*tensors, window_left=4095)) < 1e-2
 
@@ -72,8 +73,9 @@ class _TorchOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("hopper", [False, True], ids=["triton", "hopper"])
 @pytest.mark.parametrize("page_size", [16, 64], ids=lambda p: f"page{p}")
-def test_extend_replayed_from_a_cuda_graph(page_size):
+def test_extend_replayed_from_a_cuda_graph(page_size, hopper):
     """prepare()'s launch is one kernel and no torch op; captured in a CUDA graph (the TMA descriptors are encoded into the
     captured parameters) and replayed gives the eager launch's bits; with new q/k/v values
     written in place, the bits of an eager launch on them."""
@@ -82,7 +84,7 @@ def test_extend_replayed_from_a_cuda_graph(page_size):
                       head_dim_v=128, page_size=page_size, window_left=4095, dtype=torch.bfloat16,
                       seed=7)
     tensors = build_extend(case, "cuda")
-    launch, out, _ = ops_extend.prepare(*tensors, window_left=4095)
+    launch, out, _ = ops_extend.prepare(*tensors, window_left=4095, hopper=hopper)
     with _TorchOps() as ops:
         launch()
     assert ops.names == []  # one Triton kernel: no torch op before it
@@ -103,7 +105,7 @@ def test_extend_replayed_from_a_cuda_graph(page_size):
         t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
-    fresh = ops_extend.extend_attention(*tensors, window_left=4095)
+    fresh = ops_extend.extend_attention(*tensors, window_left=4095, hopper=hopper)
     assert torch.equal(out, fresh) and not torch.equal(out, eager)
 
 
@@ -180,3 +182,61 @@ def test_deterministic_bits_do_not_depend_on_the_batch(shape):
                                       return_lse=True)
         assert torch.equal(got[0][rows], want[0]) and torch.equal(got[1][rows], want[1]), (prefixes, extends)
     assert rel_err(want[0], reference.extend_attention(*alone, window_left=window, sinks=sinks)) < 1e-2
+
+
+HOPPER_CASES = {
+    # Mistral-style (workload B's heads) over pages of 16 and 64: prefixes off the tile and
+    # page grid, one sequence without a prefix, one shorter than a query block.
+    "mistral-page16": (ExtendCase([0, 4100, 9000, 77], [3000, 2049, 700, 5], num_q_heads=32,
+                                  num_kv_heads=8, head_dim=128, head_dim_v=128, page_size=16,
+                                  window_left=4095, dtype=torch.bfloat16, seed=11), {}),
+    "mistral-page64-fp16": (ExtendCase([4100, 0, 130], [2049, 700, 64], num_q_heads=32,
+                                       num_kv_heads=8, head_dim=128, head_dim_v=128, page_size=64,
+                                       window_left=4095, dtype=torch.float16, seed=12), {}),
+    # gpt-oss heads with sinks, window 128, pages of 32.
+    "gpt-oss-sinks-page32": (ExtendCase([0, 128, 1000, 8192], [700, 513, 64, 1100], num_q_heads=16,
+                                        num_kv_heads=2, head_dim=64, head_dim_v=64, page_size=32,
+                                        window_left=127, dtype=torch.bfloat16, seed=13),
+                             {"sinks": True}),
+    # Full attention, non-causal with a right window, soft-cap and lse, pages of 128.
+    "full-noncausal-softcap-page128": (ExtendCase([300, 0, 1500], [129, 77, 1000], num_q_heads=8,
+                                                  num_kv_heads=2, head_dim=128, head_dim_v=128,
+                                                  page_size=128, window_left=None,
+                                                  dtype=torch.bfloat16, seed=14),
+                                       {"causal": False, "window_right": 200, "softcap": 20.0,
+                                        "return_lse": True}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOPPER_CASES))
+def test_hopper_path_against_the_reference_and_the_triton_kernel(name):
+    """The Gluon fast path at real sizes (NaN in unwritten cache rows, -1 in unread
+    block-table entries): the reference's result, within the Triton kernel's own error,
+    and bit-identical across its bounds variants."""
+    from swattn.ops import extend as ops_extend
+    from swattn.ops import extend_hopper
+    case, extra = HOPPER_CASES[name]
+    tensors = build_extend(case, "cuda")
+    kwargs = dict(extra, window_left=case.window_left)
+    if kwargs.pop("sinks", False):
+        kwargs["sinks"] = torch.randn(case.num_q_heads, device="cuda")
+    assert extend_hopper.unsupported(*tensors[:5], None, False) is None
+    want = reference.extend_attention(*tensors, **kwargs)
+    outs = {b: ops_extend.extend_attention(*tensors, bounds=b, hopper=True, **kwargs)
+            for b in ops_extend.BOUNDS}
+    triton_out = ops_extend.extend_attention(*tensors, hopper=False, **kwargs)
+
+    def parts(x):
+        return x if isinstance(x, tuple) else (x,)
+
+    for b in ("skip", "none"):
+        assert all(torch.equal(x, y) for x, y in zip(parts(outs["tight"]), parts(outs[b]))), b
+    out, want_out = parts(outs["tight"])[0], parts(want)[0]
+    assert not out.isnan().any()
+    err = rel_err(out, want_out)
+    assert err < 1e-2 and err <= 2 * rel_err(parts(triton_out)[0], want_out) + 1e-4
+    if isinstance(want, tuple):
+        lse, want_lse = outs["tight"][1], want[1]
+        assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+        fin = torch.isfinite(want_lse)
+        assert rel_err(lse[fin], want_lse[fin]) < 1e-3

@@ -52,7 +52,7 @@ def parse_args(argv=None, prog=None):
                    help="override the decode contexts (tokens per sequence, the new one included): "
                         "'4096,32768'")
     p.add_argument("--skip", default="",
-                   help="variants to leave out, by key: extend tight-full, skip, det, det-skip, sglang, "
+                   help="variants to leave out, by key: extend triton, hopper, tight-full, skip, det, det-skip, sglang, "
                         "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
                         "sglang, vllm, flex, flashinfer")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")

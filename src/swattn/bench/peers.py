@@ -116,14 +116,16 @@ def control_module(kernel="extend"):
     return _CONTROL[kernel]
 
 
-def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False):
+def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False,
+         hopper=None):
     """swattn's two-stage kernel (``deterministic=True``: its single-pass kernel) over the
     paged pool (page size ``case.page_size``).
 
     ``layout="window"``: the block table holds -1 for every page wholly below the first
     new token's window (what an engine that frees out-of-window pages hands over), so a
     read of one would fault; ``"full"``: the whole prefix is mapped and only the bounds
-    trim it. ``prefix_lens`` is P in both (the positions stay absolute).
+    trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``:
+    the launcher's choice of the Gluon fast path (None: the config's).
     """
     _need_cuda(inputs)
     if control:
@@ -138,7 +140,12 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table,
             inputs.cu_seqlens, inputs.prefix_lens)
     kwargs = {"window_left": case.window_left, "sinks": inputs.sinks, "out": out, "bounds": bounds,
-              "deterministic": deterministic}
+              "deterministic": deterministic, "hopper": hopper}
+    if hopper:
+        from ..ops import extend_hopper
+        reason = extend_hopper.unsupported(*args[:5], None, deterministic)
+        if reason:
+            raise Skip(f"no Hopper path: {reason}")
 
     # prepare() validates once (that reads lengths back to the host, which a CUDA graph
     # cannot hold); the launch it returns only launches, so it is what gets captured.
@@ -442,6 +449,10 @@ VARIANTS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i, bounds="tight", layout="window")),
     Variant("swattn tight (control)", "control", "control",
             lambda i: ours(i, bounds="tight", layout="window", control=True)),
+    Variant("swattn tight, Triton kernel", "triton", "ours",
+            lambda i: ours(i, bounds="tight", layout="window", hopper=False)),
+    Variant("swattn tight, Hopper path", "hopper", "ours",
+            lambda i: ours(i, bounds="tight", layout="window", hopper=True)),
     Variant("swattn tight, full layout", "tight-full", "ours",
             lambda i: ours(i, bounds="tight", layout="full")),
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),

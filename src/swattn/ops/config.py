@@ -13,6 +13,8 @@ class Config:
     split_full: bool = True
     # Mask-free tiles load by tensor-memory copy (TMA) where the layout allows.
     tma: bool = True
+    # The Gluon fast path (ops.extend_hopper) where the launch can take it (sm_90, ...).
+    hopper: bool = False
 
 
 # Every tiling extend_config can return; tests and `swattn verify` walk all of them.

@@ -504,7 +504,7 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
             window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
             scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
             deterministic=False, out=None, bounds="tight", block_m=None, block_n=None,
-            pack_gqa=None, config=None):
+            pack_gqa=None, config=None, hopper=None):
     """Validate once (one small host sync) and return ``(launch, out, lse)``: ``launch()``
     runs the kernel on these tensors, one launch with no host sync and no allocation (each
     program finds its sequence from ``cu_seqlens`` itself), so an engine (or a benchmark)
@@ -513,6 +513,10 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
 
     ``bounds`` picks the loop-bound variant; ``block_m``/``block_n``/``pack_gqa`` or a whole
     ``config`` override the config function (tests walk every tiling, packed or not).
+    ``hopper`` overrides the config's choice of the Gluon fast path (:mod:`.extend_hopper`,
+    sm_90 only): True asks for it (a ValueError says why a launch cannot take it), False
+    keeps the portable Triton kernel; by default the config's ``hopper`` where the launch
+    can take it.
     """
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
@@ -526,9 +530,30 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                                   q.device, k_cache.shape[1])
     cfg = replace(cfg, block_m=block_m or cfg.block_m, block_n=block_n or cfg.block_n,
                   pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
+    if hopper not in (None, True, False):
+        raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
+    use_hopper = cfg.hopper if hopper is None else hopper
+    if use_hopper:
+        from . import extend_hopper
+        reason = extend_hopper.unsupported(q, k, v, k_cache, v_cache, mask, deterministic)
+        if reason is not None and hopper:
+            raise ValueError(f"hopper=True: the Hopper path cannot take this launch: {reason}")
+        use_hopper = reason is None
     if out is None:
         out = torch.empty(a.num_tokens, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
     lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
+    if use_hopper:
+        descs = extend_hopper.descriptors(q, k, v, k_cache, v_cache)
+        page_size = k_cache.shape[1]
+        qk_scale = a.scale / softcap if softcap > 0 else a.scale * LOG2E
+
+        def launch_hopper():
+            extend_hopper.launch(a, block_table, cu_seqlens, prefix_lens, sinks, out,
+                                 lse if return_lse else out, descs, page_size,
+                                 k_cache.shape[0] * page_size, window_left, window_right, causal,
+                                 softcap, keys, return_lse, bounds, qk_scale)
+
+        return launch_hopper, out, lse
     # The TMA descriptors once here, not in every launch.
     descriptors = _descriptors(cfg, k, v, k_cache, v_cache, mask is not None)
 

@@ -103,6 +103,47 @@ def compile_extend(shape, bounds, deterministic=False):
                     kernel.metadata.shared)
 
 
+def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **flags):
+    """The Gluon fast path of the extend kernel (ops.extend_hopper) compiled for sm_90
+    with Triton's ptxas, no GPU needed; ``flags`` override its feature constexprs
+    (USE_WINDOW, IS_CAUSAL, HAS_SINKS, ...). Returns (Compiled, the kernel's PTX)."""
+    import torch
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    from ..ops import extend_hopper as hopper
+
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    t = torch.empty(4 * hopper.BLOCK_M, 2, head_dim, dtype=torch_dtype)
+    cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
+    descs = hopper.descriptors(t, t, t, cache, cache)
+    constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=hopper.BLOCK_M, BN=hopper.BLOCK_N,
+                      STAGES=hopper.STAGES, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
+                      IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
+                      DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
+                      SKIP=bounds == "skip")
+    constexprs.update(flags)
+    fn = hopper._hopper_extend_kernel
+    names = list(inspect.signature(fn.fn).parameters)
+    pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
+                "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
+    desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc")
+    signature = {name: "constexpr" if name in constexprs else
+                 mangle_type(descs[desc_names.index(name)]) if name in desc_names else
+                 pointers.get(name, "fp32" if name in _FLOATS else "i32") for name in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
+             if name in pointers or name.startswith("stride_")}
+    source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
+                            constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    kernel = triton.compile(source, target=TARGET,
+                            options={"num_warps": hopper.NUM_WARPS, "num_stages": 1})
+    cubin = kernel.asm["cubin"]
+    usage = _resource_usage(cubin)
+    compiled = Compiled(_instructions(_cuobjdump(cubin, "-sass")), usage.get("REG", -1),
+                        usage.get("STACK", -1), usage.get("LOCAL", -1), kernel.metadata.shared)
+    return compiled, kernel.asm["ptx"]
+
+
 def _cuobjdump(cubin, flag):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)

@@ -13,8 +13,9 @@ def add_arguments(parser):
     parser.add_argument("--limit", type=int, default=None, help="first N configurations only")
     parser.add_argument("--asm", action="store_true",
                         help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
-    parser.add_argument("--family", default="extend,unified,decode",
-                        help="kernel families to run, comma-separated (extend, unified, decode)")
+    parser.add_argument("--family", default=None,
+                        help="kernel families to run, comma-separated (extend, unified, decode, "
+                             "hopper; default all, hopper on an sm_90 GPU only)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes sharing the matrix (compiles run in parallel; GPU only)")
 
@@ -42,7 +43,11 @@ def run(args):
               file=sys.stderr, flush=True)
 
     tables, ok = [], True
-    for family in args.family.split(","):
+    families = args.family
+    if families is None:
+        hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+        families = "extend,unified,decode" + (",hopper" if hopper else "")
+    for family in families.split(","):
         t0 = time.perf_counter()
         rows = _run(identity, device, args, family, progress)
         title = f"{identity.TITLES[family]}: {scope}, {time.perf_counter() - t0:.0f} s"

@@ -88,6 +88,34 @@ def extend_matrix(gpu=True):
     return rows
 
 
+# The Gluon fast path's matrix (ops.extend_hopper, sm_90): what it takes, D = Dv of 64 or
+# 128, fp16 and bf16, pages of 16 to 128 rows; its tiles are fixed (64 x 64).
+HOPPER_GROUPS = ((128, torch.bfloat16), (64, torch.float16), (128, torch.float16),
+                 (64, torch.bfloat16))
+HOPPER_PAGES = (16, 64, 32, 128)
+
+
+def hopper_matrix(gpu=True):
+    """(name, case, kwargs, None) for every configuration of the Hopper path's matrix:
+    the windows and features of the two-stage matrix but the custom mask (it takes none),
+    over its head dims, dtypes and page sizes."""
+    rows = []
+    for i, w in enumerate(GPU_WINDOWS):
+        head_dim, dtype = HOPPER_GROUPS[i % len(HOPPER_GROUPS)]
+        for j, feature in enumerate(f for f in FEATURES if f != "mask+window"):
+            prefixes, extends = _shape(w, 64, 64, True)
+            case = ExtendCase(prefixes, extends, num_q_heads=8, num_kv_heads=2, head_dim=head_dim,
+                              head_dim_v=head_dim, dtype=dtype,
+                              page_size=HOPPER_PAGES[(i + j) % len(HOPPER_PAGES)],
+                              window_left=w - 1, seed=1000 + 100 * i + j)
+            kwargs = _feature_kwargs(feature, case, w)
+            if feature == "full-attention-bounds":
+                case.window_left = None
+            rows.append((f"W{w} {feature} d{head_dim} {str(dtype)[6:]} ps{case.page_size}", case,
+                         kwargs, None))
+    return rows
+
+
 def _feature_kwargs(feature, case, window):
     g = torch.Generator().manual_seed(case.seed)
     if feature == "sinks":
@@ -180,11 +208,16 @@ def _run_extend_row(row, device, deterministic):
     tensors = build_extend(case, device)
     kwargs = _on_device(kwargs, device)
     # The full-attention row keeps the window off in the kernel too.
+    if tiling is None:
+        # The Hopper path: its own fixed tiles.
+        kwargs = dict(kwargs, hopper=True)
+    else:
+        kwargs = dict(kwargs, block_m=tiling[0], block_n=tiling[1], pack_gqa=tiling[2],
+                      hopper=False)
     results = {b: ops_extend.extend_attention(*tensors, window_left=case.window_left, bounds=b,
-                                              block_m=tiling[0], block_n=tiling[1],
-                                              pack_gqa=tiling[2], deterministic=deterministic,
-                                              **kwargs)
+                                              deterministic=deterministic, **kwargs)
                for b in ops_extend.BOUNDS}
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("block_m", "block_n", "pack_gqa", "hopper")}
     return results, reference.extend_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
@@ -204,8 +237,10 @@ FAMILIES = {
     "extend": (extend_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "unified": (unified_matrix, lambda row, device: _run_extend_row(row, device, True)),
     "decode": (decode_matrix, _run_decode_row),
+    "hopper": (hopper_matrix, lambda row, device: _run_extend_row(row, device, False)),
 }
-TITLES = {"extend": "two-stage extend", "unified": "deterministic single-pass extend",
+TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path (Gluon)",
+          "unified": "deterministic single-pass extend",
           "decode": "decode (split-KV, sparse)"}
 
 

@@ -1,0 +1,519 @@
+"""Hopper fast path of the two-stage extend kernel, in Gluon (Triton's lower-level
+language): the same stages, bounds and results contract as :mod:`.extend`, with the
+scores of key tile j and the P @ V product of tile j - 1 in flight on the tensor cores
+together while the softmax of tile j runs beside them (FlashAttention-3's intra-warpgroup
+overlap, which Triton 3.6 cannot express: it waits for every score product right after
+issuing it). K/V tiles arrive by TMA into two shared-memory stages on mbarriers; from the
+paged cache one copy per page into row slices of the tile (pages of 16 to 64 rows), the
+block-table entries loaded an iteration before their copies are issued.
+
+One program owns 64 new tokens under one query head (4 warps, one warpgroup) and walks
+one list of key tiles: stage 1's (the cached prefix, absolute positions, through the
+block table) then stage 2's (the new tokens' own k/v), with the bounds of window.py
+compiled from the same source as the Triton kernel's (``_stage_bounds``,
+``_full_range``). Tiles every row sees whole skip the mask.
+
+What the copy engine reads that no query may see is kept out of the sums: a page copy is
+issued only for a page holding a key in ``[lowest visible key, stage end)``, so no
+block-table entry below the block's window or past the sequence end is read (the copy
+of a page left out reads past the cache's last row: zeros, no memory touched); the last
+cache tile's V rows at and past the prefix end (unwritten rows of the last page, NaN in
+the tests) are zeroed in shared memory before its product, and its K rows there are
+masked out of the scores.
+
+``bounds="skip"`` and ``"none"`` walk every tile of each stage from 0 in the plain order
+(scores, wait, softmax, product, wait: the same operations, tile for tile, as the
+overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) or
+compute them under the mask (none).
+
+Runs on sm_90 only, for fp16/bf16, D = Dv in (64, 128), page sizes that are multiples of
+16, no custom mask, the two-stage kernel (not ``deterministic``); :func:`unsupported`
+says why a launch cannot take it. Gluon does not run under the interpreter: the CPU suite
+compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
+"""
+
+import types
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .. import window
+
+BLOCK_M = 64
+BLOCK_N = 64
+STAGES = 2
+NUM_WARPS = 4
+HEAD_DIMS = (64, 128)
+
+
+def _compile_bound(fn):
+    """gluon.jit of a window.py primitive, its source and code resolved in this module's
+    globals (as ``_common._compile_bound`` does for triton.jit)."""
+    clone = types.FunctionType(fn.__code__, globals(), fn.__name__, fn.__defaults__)
+    clone.__doc__ = fn.__doc__
+    return gluon.jit(clone)
+
+
+first_key_tile = _compile_bound(window.first_key_tile)
+causal_key_end = _compile_bound(window.causal_key_end)
+right_key_end = _compile_bound(window.right_key_end)
+visible_key_end = _compile_bound(window.visible_key_end)
+full_tiles_start = _compile_bound(window.full_tiles_start)
+full_tiles_end = _compile_bound(window.full_tiles_end)
+
+
+@gluon.jit
+def _stage_bounds(first_q, last_q, range_end, window_left, window_right, BN: gl.constexpr,
+                  USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
+                  TIGHT: gl.constexpr, SKIP: gl.constexpr):
+    """(lo, hi) of one stage, as window.key_bounds and extend._stage_bounds."""
+    lo = 0
+    hi = range_end
+    if TIGHT:
+        if IS_CAUSAL:
+            hi = causal_key_end(last_q, range_end)
+        elif USE_RIGHT:
+            hi = right_key_end(last_q, window_right, range_end)
+        if USE_WINDOW:
+            lo = first_key_tile(first_q, window_left, BN)
+            hi = visible_key_end(first_q, window_left, lo, hi)
+    elif SKIP:
+        if IS_CAUSAL:
+            hi = causal_key_end(last_q, range_end)
+    return lo, gl.maximum(hi, lo)
+
+
+@gluon.jit
+def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right, BN: gl.constexpr,
+                USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr):
+    """(mid_lo, mid_hi) of window.full_tile_range: the tiles no row needs a mask in."""
+    end = range_end
+    if IS_CAUSAL:
+        end = causal_key_end(first_q, range_end)
+    elif USE_RIGHT:
+        end = right_key_end(first_q, window_right, range_end)
+    mid_lo = lo
+    if USE_WINDOW:
+        mid_lo = full_tiles_start(last_q, window_left, lo, BN)
+    mid_lo = gl.minimum(mid_lo, hi)
+    mid_hi = gl.maximum(gl.minimum(full_tiles_end(end, lo, BN), hi), mid_lo)
+    return mid_lo, mid_hi
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _tanh(x):
+    """1 - 2 / (e^{2x} + 1), as _common.tanh."""
+    return 1.0 - 2.0 / (gl.exp(2.0 * x) + 1.0)
+
+
+@gluon.jit
+def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_scale, softcap,
+             USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
+             USE_SOFTCAP: gl.constexpr, MASKED: gl.constexpr):
+    """The softmax half of one tile (_common.scores_log2, extend._visible, the first half
+    of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
+    bit-unchanged and p 0."""
+    scale = qk_scale
+    if USE_SOFTCAP:
+        s = _tanh(s * qk_scale) * (softcap * 1.4426950408889634)
+        scale = 1.0
+    if MASKED:
+        keep = (k_pos < key_end)[None, :] & (q_pos[:, None] >= 0)
+        if USE_WINDOW:
+            keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+        if IS_CAUSAL:
+            keep = keep & (k_pos[None, :] <= q_pos[:, None])
+        elif USE_RIGHT:
+            keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_safe)
+    p = gl.exp2(s * scale - m_safe[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return m_new, l_i, p, alpha
+
+
+@gluon.jit
+def _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
+    """Tile j of the program's list: (is_new, start in its stage's coordinates, absolute
+    position of its first key, absolute end of its stage's keys)."""
+    is_new = j >= n1
+    new = is_new.to(gl.int32)
+    start = lo1 + j * BN + new * (lo2 - lo1 - n1 * BN)
+    return is_new, start, start + new * prefix_len, prefix_len + new * extend_len
+
+
+@gluon.jit
+def _tile_pages(bt_row, start, key_end, lowest, ok, PAGE: gl.constexpr, PR: gl.constexpr,
+                NP: gl.constexpr):
+    """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
+    of a page larger than the tile) and which copies are issued: those holding a key in
+    [lowest, key_end). ``ok``: the tile is a cache tile that will be loaded."""
+    v0 = ok & (start < key_end) & (start + PR > lowest)
+    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=0)
+    v1 = ok & (start + PR < key_end) & (start + 2 * PR > lowest) & (NP > 1)
+    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=0)
+    v2 = ok & (start + 2 * PR < key_end) & (start + 3 * PR > lowest) & (NP > 2)
+    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=0)
+    v3 = ok & (start + 3 * PR < key_end) & (start + 4 * PR > lowest) & (NP > 3)
+    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=0)
+    return (p0, p1, p2, p3), (v0, v1, v2, v3)
+
+
+@gluon.jit
+def _issue(new_desc, cache_desc, bar, dest, ok, is_new, start, row0, col, pages, valid, oob_row,
+           PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
+           D: gl.constexpr):
+    """The copies of one K or V tile into ``dest``, completing on ``bar`` (nothing when
+    not ``ok``): BN rows of the new tokens from row ``row0 + start``, or a cache tile's
+    page copies (:func:`_tile_pages`); a copy not issued for its page reads row
+    ``oob_row`` (past the cache's last) instead, which the copy engine fills with zeros
+    without touching memory, so every tile completes the same bytes."""
+    mbarrier.expect(bar, BN * D * 2, pred=ok)
+    if is_new:
+        tma.async_copy_global_to_shared(new_desc, [row0 + start, col], bar, dest, pred=ok)
+    else:
+        for i in gl.static_range(NP):
+            row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
+            tma.async_copy_global_to_shared(cache_desc, [row, col], bar, dest.slice(i * PR, PR),
+                                            pred=ok)
+
+
+@gluon.jit
+def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
+    """Zero the rows of a cache V tile in shared memory at or past the prefix end: the
+    unwritten rows of the sequence's last page (NaN in the tests). Their weights are 0,
+    but 0 * NaN is not."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    b_v = buf.load(layout)  # [BN, D]
+    keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+    buf.store(gl.where((keys < key_end)[:, None], b_v, gl.zeros_like(b_v)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _hopper_extend_kernel(
+    q_desc, k_desc, v_desc, kc_desc, vc_desc, block_table, cu_seqlens, prefix_lens, sinks, Out,
+    Lse, stride_bt, stride_ot, stride_oh, stride_lt, num_seqs, oob_row, qk_scale, softcap,
+    window_left, window_right,
+    D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, STAGES: gl.constexpr, SEQS_POW2: gl.constexpr,
+    USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
+    DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
+):
+    PR: gl.constexpr = PAGE if PAGE < BN else BN
+    NP: gl.constexpr = BN // PR
+    i_block = gl.program_id(0)
+    i_h = gl.program_id(1)
+    i_kvh = i_h // GROUP
+
+    # Which sequence this block belongs to, from the lengths (as extend._extend_kernel).
+    seq_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    o_seq = gl.arange(0, SEQS_POW2, layout=seq_layout)
+    m_seq = o_seq < num_seqs
+    seq_blocks = (gl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
+                  - gl.load(cu_seqlens + o_seq, mask=m_seq, other=0) + BM - 1) // BM
+    seq_block_ends = gl.where(m_seq, gl.associative_scan(seq_blocks, 0, _add), 2147483647)
+    i_seq = gl.sum((seq_block_ends <= i_block).to(gl.int32), 0)
+    if i_seq >= num_seqs:
+        return
+    block_start = (i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM
+    seq_start = gl.load(cu_seqlens + i_seq)
+    extend_len = gl.load(cu_seqlens + i_seq + 1) - seq_start
+    prefix_len = gl.load(prefix_lens + i_seq)
+    last_row = gl.minimum(block_start + BM, extend_len) - 1
+    first_q = prefix_len + block_start
+    bt_row = block_table + i_seq.to(gl.int64) * stride_bt
+    col = i_kvh * D
+
+    # Stage 1 over [0, prefix_len), stage 2 over [0, extend_len) in its own coordinates.
+    lo1, hi1 = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
+                             window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+    mid1_lo, mid1_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo1, hi1,
+                                   window_left, window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+    lo2, hi2 = _stage_bounds(block_start, last_row, extend_len, window_left, window_right, BN,
+                             USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+    mid2_lo, mid2_hi = _full_range(block_start, last_row, extend_len, lo2, hi2, window_left,
+                                   window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+    n1 = (hi1 - lo1 + BN - 1) // BN
+    n2 = (hi2 - lo2 + BN - 1) // BN
+    if not DO_PREFIX:
+        n1 = 0
+    if not DO_NEW:
+        n2 = 0
+    n = n1 + n2
+    # No key below the block's lowest visible one is read (absolute position; its page
+    # may be freed).
+    lowest = 0
+    if USE_WINDOW:
+        lowest = first_q - window_left
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], v_desc.layout)
+    bar_q = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar_q, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bar_k.index(i), count=1)
+        mbarrier.init(bar_v.index(i), count=1)
+
+    row0 = seq_start
+    mbarrier.expect(bar_q, BM * D * 2)
+    tma.async_copy_global_to_shared(q_desc, [row0 + block_start, i_h * D], bar_q, q_smem)
+    for i in gl.static_range(STAGES):
+        ok = i < n
+        is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
+        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, PAGE, PR, NP)
+        _issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+    mbarrier.wait(bar_q, 0)
+
+    # Rows past the sequence get position -1: they see nothing and are not stored.
+    rows = block_start + gl.arange(0, BM, layout=row_s)
+    q_pos = gl.where(rows < extend_len, prefix_len + rows, -1)
+    o_n = gl.arange(0, BN, layout=col_s)
+    m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([BM], gl.float32, layout=row_s)
+    acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+
+    if TIGHT:
+        if n > 0:
+            # Tile 0's scores and softmax; then for tile j: its scores, tile j - 1's
+            # product issued behind them, wait for the scores only, j's softmax beside
+            # the product, then wait for it.
+            mbarrier.wait(bar_k.index(0), 0)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+            nxt_ok = STAGES < n
+            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
+                                       PR, NP)
+            _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new, nxt_start,
+                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
+            m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+                                          window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
+                                          USE_RIGHT, USE_SOFTCAP, True)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            prev_new = is_new
+            prev_key0 = key0
+            prev_end = key_end
+            for j in range(1, n):
+                st = j % STAGES
+                prev = (j - 1) % STAGES
+                is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+                k_new, k_start, _k0, k_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
+                                                   extend_len, BN)
+                k_ok = j + STAGES < n
+                pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE,
+                                               PR, NP)
+                v_new, v_start, _v0, v_end = _tile(j - 1 + STAGES, n1, lo1, lo2, prefix_len,
+                                                   extend_len, BN)
+                v_ok = j - 1 + STAGES < n
+                pages_v, valid_v = _tile_pages(bt_row, v_start, v_end, lowest, v_ok & ~v_new, PAGE,
+                                               PR, NP)
+                mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
+                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                mbarrier.wait(bar_v.index(prev), ((j - 1) // STAGES) & 1)
+                if (~prev_new) & (prev_key0 + BN > prev_end):
+                    _zero_past_end(v_smem.index(prev), prev_key0, prev_end, BN, D)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+                s = warpgroup_mma_wait(1, deps=(s_tok, ))
+                _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start,
+                       row0, col, pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
+                whole = ((is_new & (start >= mid2_lo) & (start < mid2_hi))
+                         | (~is_new & (start >= mid1_lo) & (start < mid1_hi)))
+                if whole:
+                    m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end,
+                                                  window_left, window_right, qk_scale, softcap,
+                                                  USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP,
+                                                  False)
+                else:
+                    m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end,
+                                                  window_left, window_right, qk_scale, softcap,
+                                                  USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP,
+                                                  True)
+                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+                _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start,
+                       row0, col, pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                prev_new = is_new
+                prev_key0 = key0
+                prev_end = key_end
+            last = (n - 1) % STAGES
+            mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
+            if (~prev_new) & (prev_key0 + BN > prev_end):
+                _zero_past_end(v_smem.index(last), prev_key0, prev_end, BN, D)
+            acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+    else:
+        # skip / none: every tile of each stage from 0, in the plain order, all masked.
+        for j in range(0, n):
+            st = j % STAGES
+            is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+            nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
+                                                     extend_len, BN)
+            nxt_ok = j + STAGES < n
+            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
+                                       PR, NP)
+            mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
+            mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
+            k_pos = key0 + o_n
+            keep = (k_pos < key_end)[None, :] & (q_pos[:, None] >= 0)
+            if USE_WINDOW:
+                keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+            if IS_CAUSAL:
+                keep = keep & (k_pos[None, :] <= q_pos[:, None])
+            elif USE_RIGHT:
+                keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+            work = True
+            if SKIP:
+                work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
+            if work:
+                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=(s_tok, ))
+                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
+                                              window_right, qk_scale, softcap, USE_WINDOW,
+                                              IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                if (~is_new) & (key0 + BN > key_end):
+                    _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+            # Both stages' buffers are free again (their products waited for above).
+            gl.thread_barrier()
+            _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
+                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
+                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bar_k.index(i))
+        mbarrier.invalidate(bar_v.index(i))
+    mbarrier.invalidate(bar_q)
+
+    # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
+    # no key is visible.
+    m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
+    denom = l_i
+    if HAS_SINKS:
+        denom = l_i + gl.exp2(gl.load(sinks + i_h) * 1.4426950408889634 - m_safe)
+    o = gl.where(gl.convert_layout(l_i > 0.0, row_o)[:, None],
+                 acc / gl.convert_layout(denom, row_o)[:, None], 0.0)
+    rows_o = block_start + gl.arange(0, BM, layout=row_o)
+    tok = (seq_start + rows_o).to(gl.int64)
+    cols = gl.arange(0, D, layout=col_o)
+    p_o = Out + tok[:, None] * stride_ot + i_h * stride_oh + cols[None, :]
+    gl.store(p_o, o.to(Out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
+    if RETURN_LSE:
+        lse = gl.where(l_i > 0.0, (m_safe + gl.log2(l_i)) * 0.6931471805599453, float("-inf"))
+        gl.store(Lse + (seq_start + rows).to(gl.int64) * stride_lt + i_h, lse,
+                 mask=rows < extend_len)
+
+
+# --------------------------------------------------------------------------------------
+# Host side.
+# --------------------------------------------------------------------------------------
+
+def unsupported(q, k, v, k_cache, v_cache, mask, deterministic):
+    """Why a launch cannot take the Hopper path (a sentence), or None when it can."""
+    if q.device.type != "cuda":
+        return "it runs on CUDA devices only (not under the interpreter)"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "it needs an sm_90 GPU (Hopper)"
+    if deterministic:
+        return "deterministic=True runs the single-pass kernel"
+    if mask is not None:
+        return "it takes no custom mask"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"it takes fp16 or bf16, got {q.dtype}"
+    if q.shape[-1] not in HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return f"it needs D = Dv in {HEAD_DIMS}, got {q.shape[-1]} and {v.shape[-1]}"
+    page = k_cache.shape[1]
+    if page % 16 or (page < BLOCK_N and BLOCK_N % page) or (page > BLOCK_N and page % BLOCK_N):
+        return f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, got {page}"
+    if any(_descriptor(t, 1) is None for t in (q, k, v, k_cache, v_cache)):
+        return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
+    return None
+
+
+def _descriptor(t, box_rows):
+    """A Gluon TMA descriptor of ``t`` ([..., heads, dim], the leading dims flattening into
+    rows) as rows [n, heads * dim] in boxes of [box_rows, dim]; None where the copy engine
+    cannot take it."""
+    *lead, heads, dim = t.shape
+    if t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
+        return None
+    if any(t.stride(i) != t.shape[i + 1] * t.stride(i + 1) for i in range(len(lead) - 1)):
+        return None
+    rows, row_stride = 1, t.stride(len(lead) - 1)
+    for n in lead:
+        rows *= n
+    if not 0 < rows < 2 ** 31 or (row_stride * t.element_size()) % 16 or t.data_ptr() % 16:
+        return None
+    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    layout = gl.NVMMASharedLayout.get_default_for([box_rows, dim], dtype)
+    return TensorDescriptor(t, [rows, heads * dim], [row_stride, 1], [box_rows, dim], layout)
+
+
+def descriptors(q, k, v, k_cache, v_cache):
+    """(q, k, v, k_cache, v_cache) descriptors of one launch, made once."""
+    page_rows = min(k_cache.shape[1], BLOCK_N)
+    return (_descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+            _descriptor(k_cache, page_rows), _descriptor(v_cache, page_rows))
+
+
+def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page_size, oob_row,
+           window_left, window_right, causal, softcap, keys, return_lse, bounds, qk_scale):
+    """One launch on validated arguments (extend._launch's contract): no host sync, no
+    allocation. ``descs``: :func:`descriptors`."""
+    if a.num_tokens == 0:
+        return
+    seqs_pow2 = max(1 << max(a.num_seqs - 1, 0).bit_length(), 2)
+    grid = (-(-a.num_tokens // BLOCK_M) + a.num_seqs, a.num_q_heads)
+    q_desc, k_desc, v_desc, kc_desc, vc_desc = descs
+    _hopper_extend_kernel[grid](
+        q_desc, k_desc, v_desc, kc_desc, vc_desc, block_table, cu_seqlens, prefix_lens,
+        sinks if sinks is not None else lse, out, lse, block_table.stride(0), out.stride(0),
+        out.stride(1), lse.stride(0), a.num_seqs, oob_row, qk_scale, float(softcap), window_left or 0,
+        window_right or 0,
+        D=a.head_dim, GROUP=a.group, PAGE=page_size,
+        BM=BLOCK_M, BN=BLOCK_N, STAGES=STAGES, SEQS_POW2=seqs_pow2,
+        USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
+        IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
+        DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
+        RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+        num_warps=NUM_WARPS)

@@ -1,0 +1,81 @@
+"""The Hopper fast path (ops.extend_hopper) off the GPU: it compiles for sm_90 in every
+feature combination (Triton's ptxas, in a fresh process: Gluon does not run under the
+interpreter), and a launch that cannot take it says why. Its results are tested on the GPU
+(tests/test_gpu.py, `swattn verify --family hopper`)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swattn.ops import extend as ops_extend
+from swattn.ops import extend_hopper
+from swattn.verify.cases import ExtendCase, build_extend
+
+SCRIPT = """
+from swattn.verify import asm
+variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
+            dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
+            dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False)]
+for flags in variants:
+    c, ptx = asm.compile_hopper(**flags)
+    assert c.local == 0 and c.stack == 0, (flags, c)
+    # Both products asynchronous, the overlap's waits as written.
+    assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
+    print(flags, len(c.sass), "instructions", c.registers, "registers")
+print("compiled")
+"""
+
+
+def test_hopper_path_compiles_for_sm90_without_spills():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiled" in result.stdout
+
+
+def _tensors(**kw):
+    case = ExtendCase([5], [3], num_q_heads=4, num_kv_heads=2, head_dim=64, head_dim_v=64,
+                      page_size=16, window_left=3, **kw)
+    return build_extend(case)
+
+
+def test_hopper_true_off_the_gpu_names_the_reason():
+    with pytest.raises(ValueError, match="hopper=True.*CUDA"):
+        ops_extend.prepare(*_tensors(), window_left=3, hopper=True)
+
+
+def test_hopper_must_be_a_bool():
+    with pytest.raises(TypeError, match="hopper"):
+        ops_extend.prepare(*_tensors(), window_left=3, hopper="yes")
+
+
+def test_unsupported_launches_say_why(monkeypatch):
+    """On a pretend sm_90 GPU, each thing the Gluon path does not take is named."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    q, k, v, kc, vc, *_ = _tensors()
+
+    class Cuda:
+        type = "cuda"
+
+    def why(q=q, k=k, v=v, kc=kc, vc=vc, mask=None, det=False):
+        class Fake:
+            def __init__(self, t):
+                self.t = t
+
+            def __getattr__(self, name):
+                return Cuda() if name == "device" else getattr(self.t, name)
+        return extend_hopper.unsupported(Fake(q), k, v, kc, vc, mask, det)
+
+    assert why() is None
+    assert "deterministic" in why(det=True)
+    assert "mask" in why(mask=torch.ones(1, dtype=torch.bool))
+    assert "fp16 or bf16" in why(q=q.float())
+    assert "D = Dv" in why(q=q[..., :48], v=v[..., :48])
+    kc8 = kc[:, :8]
+    assert "page_size" in why(kc=kc8, vc=vc[:, :8])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert "sm_90" in why()
