@@ -122,10 +122,12 @@ def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_s
     """The softmax half of one tile (_common.scores_log2, extend._visible, the first half
     of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
     bit-unchanged and p 0."""
+    # The mask goes on before the scale in both paths, so the multiply and the subtraction
+    # of the row max compile to the same arithmetic (contracted or not) with and without it.
     scale = qk_scale
     if USE_SOFTCAP:
-        s = _tanh(s * qk_scale) * (softcap * 1.4426950408889634)
-        scale = 1.0
+        s = _tanh(s * qk_scale)
+        scale = softcap * 1.4426950408889634
     if MASKED:
         keep = (k_pos < key_end)[None, :] & (q_pos[:, None] >= 0)
         if USE_WINDOW:
@@ -195,11 +197,74 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
     unwritten rows of the sequence's last page (NaN in the tests). Their weights are 0,
     but 0 * NaN is not."""
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    b_v = buf.load(layout)  # [BN, D]
-    keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
-    buf.store(gl.where((keys < key_end)[:, None], b_v, gl.zeros_like(b_v)))
+    for i in gl.static_range(BN // 16):
+        rows = buf.slice(i * 16, 16)
+        b_v = rows.load(layout)  # [16, D]
+        keys = key0 + i * 16 + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
+        rows.store(gl.where((keys < key_end)[:, None], b_v, gl.zeros_like(b_v)))
     fence_async_shared()
     gl.thread_barrier()
+
+
+@gluon.jit
+def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+                  n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest, bt_row, row0, col,
+                  oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right, qk_scale,
+                  softcap, USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                  USE_RIGHT: gl.constexpr, USE_SOFTCAP: gl.constexpr, FROM_CACHE: gl.constexpr,
+                  PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
+                  D: gl.constexpr, STAGES: gl.constexpr):
+    """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
+    scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
+    copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free.
+    ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage."""
+    o_layout: gl.constexpr = acc.type.layout
+    st = g % STAGES
+    prev = (g - 1) % STAGES
+    _new, start, key0, key_end = _tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
+    k_ok = g + STAGES < n
+    v_ok = g - 1 + STAGES < n
+    k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+    v_new, v_start, _v0, v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+    if FROM_CACHE:
+        # The block-table entries now; the copies that use them after the scores' wait.
+        pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE, PR, NP)
+        pages_v, valid_v = _tile_pages(bt_row, v_start, v_end, lowest, v_ok & ~v_new, PAGE, PR, NP)
+    else:
+        # Past the cache tiles every later tile is new: no entries to load.
+        k_new = True
+        v_new = True
+        pages_k = (0, 0, 0, 0)
+        valid_k = (False, False, False, False)
+        pages_v = pages_k
+        valid_v = valid_k
+    mbarrier.wait(bar_k.index(st), (g // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+    mbarrier.wait(bar_v.index(prev), ((g - 1) // STAGES) & 1)
+    acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    s = warpgroup_mma_wait(1, deps=(s_tok, ))
+    _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0, col,
+           pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
+    if FROM_CACHE:
+        if key0 + BN > key_end:
+            # The prefix's last tile: its V rows past the end zeroed before its product.
+            mbarrier.wait(bar_v.index(st), (g // STAGES) & 1)
+            _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
+    if (start >= mid_lo) & (start < mid_hi):
+        m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+                                      window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
+                                      USE_RIGHT, USE_SOFTCAP, False)
+    else:
+        m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+                                      window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
+                                      USE_RIGHT, USE_SOFTCAP, True)
+    acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+    _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0, col,
+           pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
+    return m_i, l_i, acc, p_op
 
 
 @gluon.jit
@@ -306,9 +371,11 @@ def _hopper_extend_kernel(
 
     if TIGHT:
         if n > 0:
-            # Tile 0's scores and softmax; then for tile j: its scores, tile j - 1's
-            # product issued behind them, wait for the scores only, j's softmax beside
-            # the product, then wait for it.
+            # Tile 0's scores and softmax; then for tile g: its scores, tile g - 1's
+            # product issued behind them, wait for the scores only, g's softmax beside
+            # the product, then wait for it (_overlap_step). The cache tiles and the new
+            # tiles run in two loops, each with only its own loads, as one pipeline.
+            is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
             mbarrier.wait(bar_k.index(0), 0)
             s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
@@ -319,62 +386,29 @@ def _hopper_extend_kernel(
                                        PR, NP)
             _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new, nxt_start,
                    row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
+            if (~is_new) & (key0 + BN > key_end):
+                mbarrier.wait(bar_v.index(0), 0)
+                _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
             m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
                                           window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                           USE_RIGHT, USE_SOFTCAP, True)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-            prev_new = is_new
-            prev_key0 = key0
-            prev_end = key_end
-            for j in range(1, n):
-                st = j % STAGES
-                prev = (j - 1) % STAGES
-                is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-                k_new, k_start, _k0, k_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
-                                                   extend_len, BN)
-                k_ok = j + STAGES < n
-                pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE,
-                                               PR, NP)
-                v_new, v_start, _v0, v_end = _tile(j - 1 + STAGES, n1, lo1, lo2, prefix_len,
-                                                   extend_len, BN)
-                v_ok = j - 1 + STAGES < n
-                pages_v, valid_v = _tile_pages(bt_row, v_start, v_end, lowest, v_ok & ~v_new, PAGE,
-                                               PR, NP)
-                mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
-                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
-                                      use_acc=False, is_async=True)
-                mbarrier.wait(bar_v.index(prev), ((j - 1) // STAGES) & 1)
-                if (~prev_new) & (prev_key0 + BN > prev_end):
-                    _zero_past_end(v_smem.index(prev), prev_key0, prev_end, BN, D)
-                acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
-                s = warpgroup_mma_wait(1, deps=(s_tok, ))
-                _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start,
-                       row0, col, pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
-                whole = ((is_new & (start >= mid2_lo) & (start < mid2_hi))
-                         | (~is_new & (start >= mid1_lo) & (start < mid1_hi)))
-                if whole:
-                    m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end,
-                                                  window_left, window_right, qk_scale, softcap,
-                                                  USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP,
-                                                  False)
-                else:
-                    m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end,
-                                                  window_left, window_right, qk_scale, softcap,
-                                                  USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP,
-                                                  True)
-                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-                _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start,
-                       row0, col, pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
-                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                prev_new = is_new
-                prev_key0 = key0
-                prev_end = key_end
+            for g in range(1, n1):
+                m_i, l_i, acc, p_op = _overlap_step(
+                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+                    n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
+                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
+                    NP, BN, D, STAGES)
+            for g in range(gl.maximum(n1, 1), n):
+                m_i, l_i, acc, p_op = _overlap_step(
+                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+                    n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
+                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
+                    NP, BN, D, STAGES)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
-            if (~prev_new) & (prev_key0 + BN > prev_end):
-                _zero_past_end(v_smem.index(last), prev_key0, prev_end, BN, D)
             acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     else:
