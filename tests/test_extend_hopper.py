@@ -53,6 +53,19 @@ def test_hopper_must_be_a_bool():
         ops_extend.prepare(*_tensors(), window_left=3, hopper="yes")
 
 
+def test_config_takes_the_hopper_path_for_d128_only():
+    """Mistral-style d128 goes to the Gluon path on sm_90 (where the launch can take it);
+    gpt-oss's d64 stays on the packed Triton kernel, measured faster there."""
+    from swattn.ops.config import extend_config
+    for page in (16, 64):
+        assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", page).hopper
+    assert not extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 16).hopper
+    assert not extend_config(128, 128, 4, 4095, torch.float16, "cpu", 16).hopper
+    assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
+    assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
+                                                          (128, 128, 48), (128, 128, 96)))
+
+
 def test_unsupported_launches_say_why(monkeypatch):
     """On a pretend sm_90 GPU, each thing the Gluon path does not take is named."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))

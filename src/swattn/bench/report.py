@@ -65,8 +65,16 @@ def tile_prediction(case, block_m=None, block_n=None):
         cfg = extend_config(case.head_dim, case.head_dim_v, group, case.window_left, "bfloat16",
                             "cuda", case.page_size)
         block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
+        import torch
+        from ..ops import extend_hopper
+        hopper = (cfg.hopper and torch.cuda.is_available()
+                  and torch.cuda.get_device_capability() == (9, 0)
+                  and extend_hopper.takes_shape(case.head_dim, case.head_dim_v, case.page_size))
+        if hopper:
+            # The Hopper path's own tiles, one query head a block.
+            block_m, block_n = extend_hopper.BLOCK_M, extend_hopper.BLOCK_N
         tokens, heads = block_m, case.num_q_heads
-        if packs_gqa(cfg, group):
+        if packs_gqa(cfg, group) and not hopper:
             tokens, heads = block_m // group, case.num_kv_heads
     counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, tokens,
                                   block_n, heads=heads)

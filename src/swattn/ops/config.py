@@ -42,7 +42,10 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
     the new tokens' mask-free tiles loaded by TMA, 5857 without; 6148 for 64 x 64 tiles and
     4 warps), but over pages of 64, whose whole key tiles the cache also loads by TMA, 64 x
     64 tiles and 4 warps (5209 us against 6021 for 128 x 64 and 8 warps; 3941 against 3931
-    at prefix 0, where the cache is not read).
+    at prefix 0, where the cache is not read). On sm_90 the Gluon fast path takes d128
+    (ops.extend_hopper: 64 x 64 tiles, 4 warps, the products overlapped with the softmax;
+    benchmarks/results/2026-12-01-h200-session6); for gpt-oss's d64 it is 1-2% slower than
+    the packed Triton kernel (297.6 against 293.1 us at P0 E8192), which keeps it.
     Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
     """
@@ -53,9 +56,10 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
     if width <= 64:
         return Config(64, 32, 4, 2, True, split)
     if width <= 128:
+        # The Gluon fast path where the launch can take it (sm_90, D = Dv, ...).
         if page_size % 64 == 0:
-            return Config(64, 64, 4, 3, True, split)
-        return Config(128, 64, 8, 3, True, split)
+            return Config(64, 64, 4, 3, True, split, hopper=True)
+        return Config(128, 64, 8, 3, True, split, hopper=True)
     if width <= 256:
         return Config(64, 64, 8, 2, False, split)
     return Config(32, 64, 8, 1, False, split)

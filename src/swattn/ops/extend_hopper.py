@@ -48,6 +48,7 @@ BLOCK_N = 64
 STAGES = 2
 NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
+HEADS_FIRST = True
 
 
 def _compile_bound(fn):
@@ -110,6 +111,17 @@ def _add(a, b):
 
 
 @gluon.jit
+def _uniform(x):
+    """``x`` (an int32 scalar every thread holds the same value of) broadcast from lane 0,
+    which tells ptxas it is warp-uniform: the loop bounds and branch conditions derived
+    from it then live in uniform registers, and the warpgroup products and copies under
+    them need no divergence handling (without it, a value from a load or a reduction is
+    per-thread to ptxas, and the loop runs ~15% slower on workload B)."""
+    return gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;", "=r,r",
+                                     [x], dtype=gl.int32, is_pure=True, pack=1)
+
+
+@gluon.jit
 def _tanh(x):
     """1 - 2 / (e^{2x} + 1), as _common.tanh."""
     return 1.0 - 2.0 / (gl.exp(2.0 * x) + 1.0)
@@ -129,7 +141,7 @@ def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_s
         s = _tanh(s * qk_scale)
         scale = softcap * 1.4426950408889634
     if MASKED:
-        keep = (k_pos < key_end)[None, :] & (q_pos[:, None] >= 0)
+        keep = (k_pos < key_end)[None, :]
         if USE_WINDOW:
             keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
         if IS_CAUSAL:
@@ -277,11 +289,14 @@ def _hopper_extend_kernel(
     USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
+    HEADS_FIRST: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
-    i_block = gl.program_id(0)
-    i_h = gl.program_id(1)
+    # HEADS_FIRST: the heads are the grid's fastest dimension, so the query heads of a KV
+    # group run the same block side by side and share its K/V tiles in L2.
+    i_block = gl.program_id(1) if HEADS_FIRST else gl.program_id(0)
+    i_h = gl.program_id(0) if HEADS_FIRST else gl.program_id(1)
     i_kvh = i_h // GROUP
 
     # Which sequence this block belongs to, from the lengths (as extend._extend_kernel).
@@ -294,10 +309,11 @@ def _hopper_extend_kernel(
     i_seq = gl.sum((seq_block_ends <= i_block).to(gl.int32), 0)
     if i_seq >= num_seqs:
         return
-    block_start = (i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM
-    seq_start = gl.load(cu_seqlens + i_seq)
-    extend_len = gl.load(cu_seqlens + i_seq + 1) - seq_start
-    prefix_len = gl.load(prefix_lens + i_seq)
+    i_seq = _uniform(i_seq)
+    block_start = _uniform((i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM)
+    seq_start = _uniform(gl.load(cu_seqlens + i_seq))
+    extend_len = _uniform(gl.load(cu_seqlens + i_seq + 1)) - seq_start
+    prefix_len = _uniform(gl.load(prefix_lens + i_seq))
     last_row = gl.minimum(block_start + BM, extend_len) - 1
     first_q = prefix_len + block_start
     bt_row = block_table + i_seq.to(gl.int64) * stride_bt
@@ -360,9 +376,10 @@ def _hopper_extend_kernel(
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
     mbarrier.wait(bar_q, 0)
 
-    # Rows past the sequence get position -1: they see nothing and are not stored.
+    # Rows past the sequence's end (not stored) keep their positions: what they see is
+    # finite, and it spares the masked tiles a term.
     rows = block_start + gl.arange(0, BM, layout=row_s)
-    q_pos = gl.where(rows < extend_len, prefix_len + rows, -1)
+    q_pos = prefix_len + rows
     o_n = gl.arange(0, BN, layout=col_s)
     m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([BM], gl.float32, layout=row_s)
@@ -424,7 +441,7 @@ def _hopper_extend_kernel(
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
-            keep = (k_pos < key_end)[None, :] & (q_pos[:, None] >= 0)
+            keep = (k_pos < key_end)[None, :]
             if USE_WINDOW:
                 keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
             if IS_CAUSAL:
@@ -482,6 +499,16 @@ def _hopper_extend_kernel(
 # Host side.
 # --------------------------------------------------------------------------------------
 
+def takes_shape(head_dim, head_dim_v, page_size):
+    """Whether the path takes these head dims and this page size (a pure function: the
+    config and the tile model ask it too)."""
+    if head_dim not in HEAD_DIMS or head_dim_v != head_dim or page_size % 16:
+        return False
+    if page_size < BLOCK_N:
+        return BLOCK_N % page_size == 0
+    return page_size % BLOCK_N == 0
+
+
 def unsupported(q, k, v, k_cache, v_cache, mask, deterministic):
     """Why a launch cannot take the Hopper path (a sentence), or None when it can."""
     if q.device.type != "cuda":
@@ -496,9 +523,9 @@ def unsupported(q, k, v, k_cache, v_cache, mask, deterministic):
         return f"it takes fp16 or bf16, got {q.dtype}"
     if q.shape[-1] not in HEAD_DIMS or v.shape[-1] != q.shape[-1]:
         return f"it needs D = Dv in {HEAD_DIMS}, got {q.shape[-1]} and {v.shape[-1]}"
-    page = k_cache.shape[1]
-    if page % 16 or (page < BLOCK_N and BLOCK_N % page) or (page > BLOCK_N and page % BLOCK_N):
-        return f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, got {page}"
+    if not takes_shape(q.shape[-1], v.shape[-1], k_cache.shape[1]):
+        return (f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, "
+                f"got {k_cache.shape[1]}")
     if any(_descriptor(t, 1) is None for t in (q, k, v, k_cache, v_cache)):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
     return None
@@ -538,6 +565,8 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
         return
     seqs_pow2 = max(1 << max(a.num_seqs - 1, 0).bit_length(), 2)
     grid = (-(-a.num_tokens // BLOCK_M) + a.num_seqs, a.num_q_heads)
+    if HEADS_FIRST:
+        grid = grid[::-1]
     q_desc, k_desc, v_desc, kc_desc, vc_desc = descs
     _hopper_extend_kernel[grid](
         q_desc, k_desc, v_desc, kc_desc, vc_desc, block_table, cu_seqlens, prefix_lens,
@@ -550,4 +579,4 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
         IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
         DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        num_warps=NUM_WARPS)
+        HEADS_FIRST=HEADS_FIRST, num_warps=NUM_WARPS)

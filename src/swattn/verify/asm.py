@@ -121,7 +121,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
                       STAGES=hopper.STAGES, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
-                      SKIP=bounds == "skip")
+                      SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST)
     constexprs.update(flags)
     fn = hopper._hopper_extend_kernel
     names = list(inspect.signature(fn.fn).parameters)
