@@ -14,6 +14,8 @@ from swattn.ops import extend as ops_extend
 from swattn.ops import extend_hopper
 from swattn.verify.cases import ExtendCase, build_extend
 
+from conftest import DEVICE
+
 SCRIPT = """
 from swattn.verify import asm
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
@@ -40,9 +42,10 @@ def test_hopper_path_compiles_for_sm90_without_spills():
 def _tensors(**kw):
     case = ExtendCase([5], [3], num_q_heads=4, num_kv_heads=2, head_dim=64, head_dim_v=64,
                       page_size=16, window_left=3, **kw)
-    return build_extend(case)
+    return build_extend(case, DEVICE)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="off the GPU only")
 def test_hopper_true_off_the_gpu_names_the_reason():
     with pytest.raises(ValueError, match="hopper=True.*CUDA"):
         ops_extend.prepare(*_tensors(), window_left=3, hopper=True)
@@ -69,7 +72,7 @@ def test_config_takes_the_hopper_path_for_d128_only():
 def test_unsupported_launches_say_why(monkeypatch):
     """On a pretend sm_90 GPU, each thing the Gluon path does not take is named."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    q, k, v, kc, vc, *_ = _tensors()
+    q, k, v, kc, vc, *_ = (t.cpu() for t in _tensors())
 
     class Cuda:
         type = "cuda"
