@@ -4,8 +4,9 @@ scores of key tile j and the P @ V product of tile j - 1 in flight on the tensor
 together while the softmax of tile j runs beside them (FlashAttention-3's intra-warpgroup
 overlap, which Triton 3.6 cannot express: it waits for every score product right after
 issuing it). K/V tiles arrive by TMA into two shared-memory stages on mbarriers; from the
-paged cache one copy per page into row slices of the tile (pages of 16 to 64 rows), the
-block-table entries loaded an iteration before their copies are issued.
+paged cache one copy per page into row slices of the tile (pages of 16 to 64 rows; 64 rows
+of a larger page), each tile's block-table entries loaded once, a step before its K copy
+is issued, and kept for its V copy.
 
 One program owns 64 new tokens under one query head (4 warps, one warpgroup) and walks
 one list of key tiles: stage 1's (the cached prefix, absolute positions, through the
@@ -220,8 +221,9 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 @gluon.jit
 def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
-                  n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest, bt_row, row0, col,
-                  oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right, qk_scale,
+                  pages_v, valid_v, n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest,
+                  bt_row, row0, col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left,
+                  window_right, qk_scale,
                   softcap, USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr,
                   USE_RIGHT: gl.constexpr, USE_SOFTCAP: gl.constexpr, FROM_CACHE: gl.constexpr,
                   PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
@@ -229,7 +231,9 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free.
-    ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage."""
+    ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage. ``pages_v``/``valid_v``: the
+    block-table entries of tile g - 1 + STAGES, loaded for its K copy one step before;
+    returned for the next step, those of tile g + STAGES."""
     o_layout: gl.constexpr = acc.type.layout
     st = g % STAGES
     prev = (g - 1) % STAGES
@@ -237,11 +241,10 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
     k_ok = g + STAGES < n
     v_ok = g - 1 + STAGES < n
     k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-    v_new, v_start, _v0, v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+    v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     if FROM_CACHE:
         # The block-table entries now; the copies that use them after the scores' wait.
         pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE, PR, NP)
-        pages_v, valid_v = _tile_pages(bt_row, v_start, v_end, lowest, v_ok & ~v_new, PAGE, PR, NP)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
         k_new = True
@@ -276,7 +279,7 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
            pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
-    return m_i, l_i, acc, p_op
+    return m_i, l_i, acc, p_op, pages_k, valid_k
 
 
 @gluon.jit
@@ -411,16 +414,16 @@ def _hopper_extend_kernel(
                                           USE_RIGHT, USE_SOFTCAP, True)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             for g in range(1, n1):
-                m_i, l_i, acc, p_op = _overlap_step(
+                m_i, l_i, acc, p_op, pages, valid = _overlap_step(
                     g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
-                    n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
                     NP, BN, D, STAGES)
             for g in range(gl.maximum(n1, 1), n):
-                m_i, l_i, acc, p_op = _overlap_step(
+                m_i, l_i, acc, p_op, _pages, _valid = _overlap_step(
                     g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
-                    n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
                     NP, BN, D, STAGES)
