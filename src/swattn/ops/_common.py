@@ -12,23 +12,25 @@ from .. import window
 LOG2E = math.log2(math.e)
 
 
-def _compile_bound(fn):
-    """triton.jit of a window.py primitive, same source and code, but resolved in this
-    module's globals: the interpreter wants triton.language visible to a jit function,
-    and window.py must not import it."""
-    clone = types.FunctionType(fn.__code__, globals(), fn.__name__, fn.__defaults__)
+def compile_bound(fn, jit=triton.jit, namespace=None):
+    """``jit`` (triton.jit, or gluon.jit for the Hopper path) of a window.py primitive,
+    same source and code, but resolved in ``namespace`` (this module's globals by
+    default): the interpreter wants triton.language visible to a jit function, and
+    window.py must not import it."""
+    clone = types.FunctionType(fn.__code__, globals() if namespace is None else namespace,
+                               fn.__name__, fn.__defaults__)
     clone.__doc__ = fn.__doc__
-    return triton.jit(clone)
+    return jit(clone)
 
 
 # The bounds of window.py, compiled as they are written there (see its docstring).
-first_key_tile = _compile_bound(window.first_key_tile)
-causal_key_end = _compile_bound(window.causal_key_end)
-right_key_end = _compile_bound(window.right_key_end)
-visible_key_end = _compile_bound(window.visible_key_end)
-full_tiles_start = _compile_bound(window.full_tiles_start)
-full_tiles_end = _compile_bound(window.full_tiles_end)
-decode_first_key = _compile_bound(window.decode_first_key)
+first_key_tile = compile_bound(window.first_key_tile)
+causal_key_end = compile_bound(window.causal_key_end)
+right_key_end = compile_bound(window.right_key_end)
+visible_key_end = compile_bound(window.visible_key_end)
+full_tiles_start = compile_bound(window.full_tiles_start)
+full_tiles_end = compile_bound(window.full_tiles_end)
+decode_first_key = compile_bound(window.decode_first_key)
 
 
 @triton.jit

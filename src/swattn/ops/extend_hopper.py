@@ -33,8 +33,6 @@ says why a launch cannot take it. Gluon does not run under the interpreter: the 
 compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
 """
 
-import types
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -43,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
+from ._common import compile_bound
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -52,20 +51,13 @@ HEAD_DIMS = (64, 128)
 HEADS_FIRST = True
 
 
-def _compile_bound(fn):
-    """gluon.jit of a window.py primitive, its source and code resolved in this module's
-    globals (as ``_common._compile_bound`` does for triton.jit)."""
-    clone = types.FunctionType(fn.__code__, globals(), fn.__name__, fn.__defaults__)
-    clone.__doc__ = fn.__doc__
-    return gluon.jit(clone)
-
-
-first_key_tile = _compile_bound(window.first_key_tile)
-causal_key_end = _compile_bound(window.causal_key_end)
-right_key_end = _compile_bound(window.right_key_end)
-visible_key_end = _compile_bound(window.visible_key_end)
-full_tiles_start = _compile_bound(window.full_tiles_start)
-full_tiles_end = _compile_bound(window.full_tiles_end)
+# The bounds of window.py, compiled for Gluon as they are written there.
+first_key_tile = compile_bound(window.first_key_tile, gluon.jit, globals())
+causal_key_end = compile_bound(window.causal_key_end, gluon.jit, globals())
+right_key_end = compile_bound(window.right_key_end, gluon.jit, globals())
+visible_key_end = compile_bound(window.visible_key_end, gluon.jit, globals())
+full_tiles_start = compile_bound(window.full_tiles_start, gluon.jit, globals())
+full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 
 
 @gluon.jit
@@ -129,6 +121,21 @@ def _tanh(x):
 
 
 @gluon.jit
+def _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW: gl.constexpr,
+             IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr):
+    """The mask predicate of window.visible on a [BM, BN] tile, keys past key_end dropped
+    (as extend._visible)."""
+    keep = (k_pos < key_end)[None, :]
+    if USE_WINDOW:
+        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+    if IS_CAUSAL:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None])
+    elif USE_RIGHT:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+    return keep
+
+
+@gluon.jit
 def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_scale, softcap,
              USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
              USE_SOFTCAP: gl.constexpr, MASKED: gl.constexpr):
@@ -142,13 +149,8 @@ def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_s
         s = _tanh(s * qk_scale)
         scale = softcap * 1.4426950408889634
     if MASKED:
-        keep = (k_pos < key_end)[None, :]
-        if USE_WINDOW:
-            keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
-        if IS_CAUSAL:
-            keep = keep & (k_pos[None, :] <= q_pos[:, None])
-        elif USE_RIGHT:
-            keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+        keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW, IS_CAUSAL,
+                        USE_RIGHT)
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -444,13 +446,8 @@ def _hopper_extend_kernel(
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
-            keep = (k_pos < key_end)[None, :]
-            if USE_WINDOW:
-                keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
-            if IS_CAUSAL:
-                keep = keep & (k_pos[None, :] <= q_pos[:, None])
-            elif USE_RIGHT:
-                keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+            keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
+                            IS_CAUSAL, USE_RIGHT)
             work = True
             if SKIP:
                 work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
