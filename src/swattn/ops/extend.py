@@ -516,7 +516,7 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     ``hopper`` overrides the config's choice of the Gluon fast path (:mod:`.extend_hopper`,
     sm_90 only): True asks for it (a ValueError says why a launch cannot take it), False
     keeps the portable Triton kernel; by default the config's ``hopper`` where the launch
-    can take it.
+    can take it and no Triton tiling (``block_m``, ``block_n``, ``pack_gqa``) is asked for.
     """
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
@@ -532,7 +532,8 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                   pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
     if hopper not in (None, True, False):
         raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
-    use_hopper = cfg.hopper if hopper is None else hopper
+    tiling_asked = block_m is not None or block_n is not None or pack_gqa is not None
+    use_hopper = (cfg.hopper and not tiling_asked) if hopper is None else hopper
     if use_hopper:
         from . import extend_hopper
         reason = extend_hopper.unsupported(q, k, v, k_cache, v_cache, mask, deterministic)
