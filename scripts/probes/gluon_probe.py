@@ -30,6 +30,7 @@ import tma_probe  # noqa: E402
 
 from swattn.bench import harness, peers, workloads  # noqa: E402
 from swattn.ops import extend  # noqa: E402
+from swattn.ops.extend_hopper import _add, _uniform  # noqa: E402
 
 
 @gluon.jit
@@ -75,9 +76,10 @@ def _load_tile(desc, row0, start_n, col, bar, dest, ok, pages, PAGE: gl.constexp
 
 @gluon.jit
 def _window_fwd(q_desc, k_desc, v_desc, O, N, qk_scale, window, block_table, stride_bt,
-                H: gl.constexpr, HKV: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                D: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
-                MASK_ALL: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
+                cu_seqlens, num_seqs, H: gl.constexpr, HKV: gl.constexpr, BM: gl.constexpr,
+                BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                MASK_ALL: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
+                LOOKUP: gl.constexpr = False):
     pid_m = gl.program_id(0)
     pid_bh = gl.program_id(1)
     b = pid_bh // H
@@ -85,6 +87,20 @@ def _window_fwd(q_desc, k_desc, v_desc, O, N, qk_scale, window, block_table, str
     kvh = h // (H // HKV)
     m0 = pid_m * BM
     row0 = b * N
+    if LOOKUP:
+        # The library's prologue (ops.extend_hopper): the block's sequence, start and first
+        # row found from cu_seqlens by dependent loads and a scan (the same values).
+        seq_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        o_seq = gl.arange(0, 8, layout=seq_layout)
+        m_seq = o_seq < num_seqs
+        seq_blocks = (gl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
+                      - gl.load(cu_seqlens + o_seq, mask=m_seq, other=0) + BM - 1) // BM
+        ends = gl.where(m_seq, gl.associative_scan(seq_blocks, 0, _add), 2147483647)
+        i_block = b * (N // BM) + pid_m
+        i_seq = _uniform(gl.sum((ends <= i_block).to(gl.int32), 0))
+        m0 = _uniform((i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM)
+        row0 = _uniform(gl.load(cu_seqlens + i_seq))
+        b = i_seq
     bt_row = block_table + b * stride_bt
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -221,7 +237,8 @@ def _window_fwd(q_desc, k_desc, v_desc, O, N, qk_scale, window, block_table, str
     gl.store(O + rows[:, None] * (H * D) + h * D + cols[None, :], o.to(gl.bfloat16))
 
 
-def gluon_launch(q, k, v, out, N, H, HKV, D, W, BM, BN, stages, overlap, mask_all, paged=None):
+def gluon_launch(q, k, v, out, N, H, HKV, D, W, BM, BN, stages, overlap, mask_all, paged=None,
+                 cu_seqlens=None):
     """The launch of one variant; ``paged=(k_cache, v_cache, block_table)`` reads k/v from
     pages of 16 rows instead (the same keys)."""
     rows = q.shape[0]
@@ -242,9 +259,10 @@ def gluon_launch(q, k, v, out, N, H, HKV, D, W, BM, BN, stages, overlap, mask_al
 
     def call():
         _window_fwd[(N // BM, B * H)](qd, kd, vd, out, N, D ** -0.5 * 1.4426950408889634, W,
-                                      block_table, block_table.stride(0), H, HKV, BM, BN, D,
-                                      stages, overlap, mask_all, paged is not None, page,
-                                      num_warps=4)
+                                      block_table, block_table.stride(0),
+                                      block_table if cu_seqlens is None else cu_seqlens, B, H,
+                                      HKV, BM, BN, D, stages, overlap, mask_all, paged is not None,
+                                      page, cu_seqlens is not None, num_warps=4)
     return call
 
 

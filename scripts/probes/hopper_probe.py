@@ -1,7 +1,10 @@
 """Probe (not part of the library): the Hopper path (ops.extend_hopper) on workload B at
 prefix 0 against scripts/probes/gluon_probe.py's dense loop, in one run with a control:
 with both stages compiled in (keys="all") or stage 2 only (keys="new", the same result at
-prefix 0), and with the grid's heads or blocks fastest.
+prefix 0), and the probe loop with and without the library's sequence look-up (the look-up
+variant was added after the session's last device call: compiled for sm_90 on the CPU, not
+yet run; benchmarks/results/2026-12-01-h200-session6/hopper-probe-*.log are runs of the
+version before it).
 
     export PYTHONPATH=src; python3 scripts/probes/hopper_probe.py
 """
@@ -23,7 +26,7 @@ def main():
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
             inputs.cu_seqlens, inputs.prefix_lens)
     variants, outs = {}, {}
-    for heads_first in (True, False):
+    for heads_first in (True,):
         for keys in ("all", "new"):
             extend_hopper.HEADS_FIRST = heads_first
             fn, out, _ = extend.prepare(*args, window_left=case.window_left, keys=keys, hopper=True)
@@ -43,6 +46,12 @@ def main():
                                     True, False)
     variants["gluon probe dense"] = harness.capture(call)[0]
     outs["gluon probe dense"] = probe_out
+    # The probe with the library's prologue: the block's sequence looked up from cu_seqlens.
+    lookup_out = torch.empty_like(q)
+    call = gluon_probe.gluon_launch(q, k, v, lookup_out, N, H, HKV, D, case.window_left, 64, 64, 2,
+                                    True, False, cu_seqlens=inputs.cu_seqlens)
+    variants["gluon probe dense, sequence look-up"] = harness.capture(call)[0]
+    outs["gluon probe dense, sequence look-up"] = lookup_out
     first = next(iter(variants))
     variants[first + " (control)"] = harness.capture(variants[first])[0]
     flush = harness.Flush()
