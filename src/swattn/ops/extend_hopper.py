@@ -43,6 +43,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .. import window
 from ._common import compile_bound
 
+# Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
+# shared memory at d128, so two CTAs an SM). Session 5's probe of B's loop on the H200
+# (benchmarks/results/2026-12-01-h200-session5/gluon-probe-*.log): 2 stages 3501.7 / 3475.1 /
+# 3149.8 / 3474.6 us against 3 stages 3532.7 / 3432.3 / 3508.3 / 3502.6 in four runs. The
+# grid runs the heads fastest (HEADS_FIRST): 3940.7 against 3952.3 us, and 3745.7 against
+# 3792.5 (session 6's hopper-probe-*.log).
 BLOCK_M = 64
 BLOCK_N = 64
 STAGES = 2
