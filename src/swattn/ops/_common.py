@@ -40,6 +40,12 @@ def tanh(x):
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
 
 
+def kernel_scale(scale, softcap):
+    """The ``qk_scale`` a launcher hands the kernels (see :func:`scores_log2`): ``scale /
+    softcap`` with a cap, ``scale * log2 e`` without."""
+    return scale / softcap if softcap > 0 else scale * LOG2E
+
+
 @triton.jit
 def scores_log2(qk, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
     """``(s, scale)``: the logits in log2 units are ``s * scale``.

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import LOG2E, decode_first_key, finish, load_rows, scores_log2, softmax_step
+from ._common import decode_first_key, finish, kernel_scale, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
 from .config import (DECODE_CPU_SMS, decode_config, decode_splits, dot_side, head_blocking,
                      split_width)
@@ -272,7 +272,7 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     if a.batch == 0:
         return
     use_softcap = softcap > 0
-    qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
+    qk_scale = kernel_scale(a.scale, softcap)
     has_sparse = sparse is not None and a.sparse_keys > 0
     k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
     part_o, part_lse = parts if parts is not None else (out, out)

@@ -20,8 +20,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ._common import (LOG2E, causal_key_end, finish, first_key_tile, full_tiles_end,
-                      full_tiles_start, load_rows, load_whole, right_key_end, scores_log2,
+from ._common import (causal_key_end, finish, first_key_tile, full_tiles_end, full_tiles_start,
+                      kernel_scale, load_rows, load_whole, right_key_end, scores_log2,
                       softmax_step, visible_key_end)
 from ._validate import ExtendArgs, check_extend
 from .config import dot_side, extend_config, packs_gqa
@@ -546,7 +546,7 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     if use_hopper:
         descs = extend_hopper.descriptors(q, k, v, k_cache, v_cache)
         page_size = k_cache.shape[1]
-        qk_scale = a.scale / softcap if softcap > 0 else a.scale * LOG2E
+        qk_scale = kernel_scale(a.scale, softcap)
 
         def launch_hopper():
             extend_hopper.launch(a, block_table, cu_seqlens, prefix_lens, sinks, out,
@@ -566,20 +566,32 @@ def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
     return launch, out, lse
 
 
-def _row_descriptor(t, block_rows, block_cols):
-    """A TMA descriptor of ``t`` (``[..., heads, dim]``, each row's heads side by side, the
-    leading dims flattening into rows) as rows ``[n, heads * dim]`` read in boxes of
-    ``[block_rows, dim]``; None where the copy engine cannot take it (a head dim off the
-    box, strides or base not 16-byte aligned, rows past int32)."""
+def tma_rows(t):
+    """``(rows, row_stride)`` of ``t`` (``[..., heads, dim]``, each row's heads side by
+    side, the leading dims flattening into rows) seen as rows ``[rows, heads * dim]`` for a
+    TMA descriptor; None where the copy engine cannot take it (strides or base not 16-byte
+    aligned, heads not side by side, rows past int32)."""
     *lead, heads, dim = t.shape
-    if dim != block_cols or t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
+    if t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
         return None
     if any(t.stride(i) != t.shape[i + 1] * t.stride(i + 1) for i in range(len(lead) - 1)):
         return None
     rows, row_stride = math.prod(lead), t.stride(len(lead) - 1)
     if not 0 < rows < 2 ** 31 or (row_stride * t.element_size()) % 16 or t.data_ptr() % 16:
         return None
-    return TensorDescriptor(t, [rows, heads * dim], [row_stride, 1], [block_rows, block_cols])
+    return rows, row_stride
+
+
+def _row_descriptor(t, block_rows, block_cols):
+    """A TMA descriptor of ``t`` as rows (:func:`tma_rows`) read in boxes of
+    ``[block_rows, dim]``; None where the copy engine cannot take it (also a head dim off
+    the box)."""
+    view = tma_rows(t)
+    if t.shape[-1] != block_cols or view is None:
+        return None
+    rows, row_stride = view
+    return TensorDescriptor(t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1],
+                            [block_rows, block_cols])
 
 
 def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
@@ -612,7 +624,7 @@ def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, p
     # Upper bound of sum(ceil(E_b / tokens)) without reading the lengths back to the host.
     grid = (triton.cdiv(a.num_tokens, tokens) + a.num_seqs, a.num_kv_heads if pack else a.num_q_heads)
     use_softcap = softcap > 0
-    qk_scale = a.scale / softcap if use_softcap else a.scale * LOG2E
+    qk_scale = kernel_scale(a.scale, softcap)
     use_mask = mask is not None
     desc_k, desc_v, desc_kc, desc_vc = descriptors
     _extend_kernel[grid](

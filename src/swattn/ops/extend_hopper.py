@@ -42,6 +42,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
 from ._common import compile_bound
+from .extend import tma_rows
 
 # Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
 # shared memory at d128, so two CTAs an SM). Session 5's probe of B's loop on the H200
@@ -532,28 +533,22 @@ def unsupported(q, k, v, k_cache, v_cache, mask, deterministic):
     if not takes_shape(q.shape[-1], v.shape[-1], k_cache.shape[1]):
         return (f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, "
                 f"got {k_cache.shape[1]}")
-    if any(_descriptor(t, 1) is None for t in (q, k, v, k_cache, v_cache)):
+    if any(tma_rows(t) is None for t in (q, k, v, k_cache, v_cache)):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
     return None
 
 
 def _descriptor(t, box_rows):
-    """A Gluon TMA descriptor of ``t`` ([..., heads, dim], the leading dims flattening into
-    rows) as rows [n, heads * dim] in boxes of [box_rows, dim]; None where the copy engine
-    cannot take it."""
-    *lead, heads, dim = t.shape
-    if t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
+    """A Gluon TMA descriptor of ``t`` as rows (extend.tma_rows) in boxes of [box_rows,
+    dim]; None where the copy engine cannot take it."""
+    view = tma_rows(t)
+    if view is None:
         return None
-    if any(t.stride(i) != t.shape[i + 1] * t.stride(i + 1) for i in range(len(lead) - 1)):
-        return None
-    rows, row_stride = 1, t.stride(len(lead) - 1)
-    for n in lead:
-        rows *= n
-    if not 0 < rows < 2 ** 31 or (row_stride * t.element_size()) % 16 or t.data_ptr() % 16:
-        return None
+    rows, row_stride = view
+    dim = t.shape[-1]
     dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
     layout = gl.NVMMASharedLayout.get_default_for([box_rows, dim], dtype)
-    return TensorDescriptor(t, [rows, heads * dim], [row_stride, 1], [box_rows, dim], layout)
+    return TensorDescriptor(t, [rows, t.shape[-2] * dim], [row_stride, 1], [box_rows, dim], layout)
 
 
 def descriptors(q, k, v, k_cache, v_cache):

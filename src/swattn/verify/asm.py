@@ -82,25 +82,33 @@ def compile_extend(shape, bounds, deterministic=False):
     descriptor = f"tensordesc<bf16[{cfg.block_n}, {shape.head_dim}]>"
     if not constexprs["TMA_NEW"]:
         constexprs.update(desc_k=None, desc_v=None)
-    fn = ops_extend._extend_kernel
+    compiled, _kernel = _compile(
+        ASTSource, ops_extend._extend_kernel, constexprs,
+        lambda name: descriptor if name.startswith("desc_") else
+        _POINTERS.get(name, "fp32" if name in _FLOATS else "i32"), _POINTERS,
+        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    return compiled
+
+
+def _compile(source_class, fn, constexprs, arg_type, pointers, options):
+    """``fn`` compiled for sm_90 with Triton's ptxas: ``(Compiled, kernel)``. Every
+    argument not in ``constexprs`` gets ``arg_type(name)``; ``pointers`` and strides are
+    marked 16-divisible."""
     names = list(inspect.signature(fn.fn).parameters)
-    signature = {name: "constexpr" if name in constexprs else
-                 descriptor if name.startswith("desc_") else
-                 _POINTERS.get(name, "fp32" if name in _FLOATS else "i32") for name in names}
+    signature = {name: "constexpr" if name in constexprs else arg_type(name) for name in names}
     # A launch marks every 16-byte aligned pointer and every integer divisible by 16 (the
     # strides of these shapes) so; without the marks loads are not vectorised and no
     # loop is pipelined, and the registers would be those of another kernel.
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if name in _POINTERS or name.startswith("stride_")}
-    source = ASTSource(fn=fn, signature=signature, attrs=attrs,
-                       constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    kernel = triton.compile(source, target=TARGET,
-                            options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+             if name in pointers or name.startswith("stride_")}
+    source = source_class(fn=fn, signature=signature, attrs=attrs,
+                          constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    kernel = triton.compile(source, target=TARGET, options=options)
     cubin = kernel.asm["cubin"]
-    sass = _instructions(_cuobjdump(cubin, "-sass"))
     usage = _resource_usage(cubin)
-    return Compiled(sass, usage.get("REG", -1), usage.get("STACK", -1), usage.get("LOCAL", -1),
-                    kernel.metadata.shared)
+    compiled = Compiled(_instructions(_cuobjdump(cubin, "-sass")), usage.get("REG", -1),
+                        usage.get("STACK", -1), usage.get("LOCAL", -1), kernel.metadata.shared)
+    return compiled, kernel
 
 
 def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **flags):
@@ -123,24 +131,14 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
                       SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST)
     constexprs.update(flags)
-    fn = hopper._hopper_extend_kernel
-    names = list(inspect.signature(fn.fn).parameters)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc")
-    signature = {name: "constexpr" if name in constexprs else
-                 mangle_type(descs[desc_names.index(name)]) if name in desc_names else
-                 pointers.get(name, "fp32" if name in _FLOATS else "i32") for name in names}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if name in pointers or name.startswith("stride_")}
-    source = GluonASTSource(fn=fn, signature=signature, attrs=attrs,
-                            constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    kernel = triton.compile(source, target=TARGET,
-                            options={"num_warps": hopper.NUM_WARPS, "num_stages": 1})
-    cubin = kernel.asm["cubin"]
-    usage = _resource_usage(cubin)
-    compiled = Compiled(_instructions(_cuobjdump(cubin, "-sass")), usage.get("REG", -1),
-                        usage.get("STACK", -1), usage.get("LOCAL", -1), kernel.metadata.shared)
+    compiled, kernel = _compile(
+        GluonASTSource, hopper._hopper_extend_kernel, constexprs,
+        lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
+        pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
+        {"num_warps": hopper.NUM_WARPS, "num_stages": 1})
     return compiled, kernel.asm["ptx"]
 
 
