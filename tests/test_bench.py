@@ -402,6 +402,36 @@ def test_run_case_records_every_variant_and_keeps_going(monkeypatch):
     assert by["crash"].rounds_us == [] and result.noise is not None and result.noise <= 0.01
 
 
+def test_interleave_times_the_variants_turn_by_turn(monkeypatch):
+    """Each round times every variant once a turn (order rotated every turn and round),
+    a slow variant only for its fewer repetitions, one that raises dropped from then on."""
+    calls = []
+    monkeypatch.setattr(harness, "measure", lambda replay, reps, flush: [replay()] * reps)
+
+    def variant(name, us, fail_at=None):
+        def replay():
+            calls.append(name)
+            if fail_at is not None and calls.count(name) == fail_at:
+                raise RuntimeError("lost")
+            return us
+        return replay
+
+    replays = {"a": variant("a", 100.0), "b": variant("b", 100.0), "slow": variant("slow", 1e6),
+               "bad": variant("bad", 100.0, fail_at=5)}
+    times, errors = harness.interleave(replays, reps=6, rounds=2, flush=lambda: None,
+                                       budget_ms=1000.0)
+    # Sizing (a call and a timed one each), then round 1: a warm call each, then turns.
+    assert calls[:8] == ["a", "a", "b", "b", "slow", "slow", "bad", "bad"]
+    assert calls[8:12] == ["a", "b", "slow", "bad"]
+    assert calls[12:16] == ["a", "b", "slow", "bad"]  # turn 0
+    assert calls[16:20] == ["b", "slow", "bad", "a"]  # turn 1, rotated; "bad" raises here
+    assert calls[20:23] == ["slow", "a", "b"]  # turn 2: "bad" is out
+    # "slow" gets the fewest repetitions, 5 (reps_for), so turn 5 (rotated by 1) is b, a.
+    assert calls[29:31] == ["b", "a"] and calls[31:34] == ["b", "slow", "a"]  # round 2 warm calls
+    assert [len(r) for r in times["a"]] == [6, 6] and [len(r) for r in times["slow"]] == [5, 5]
+    assert times["bad"] == [] and "lost" in errors["bad"]
+
+
 def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
     from swattn.bench import cli
     real_gpu = torch.cuda.is_available()

@@ -1,16 +1,21 @@
-"""Probe (not part of the library): the Hopper path (ops.extend_hopper) on workload B at
-prefix 0 against scripts/probes/gluon_probe.py's dense loop, in one run with a control:
-with both stages compiled in (keys="all") or stage 2 only (keys="new", the same result at
-prefix 0), and the probe loop with and without the library's sequence look-up (the look-up
-variant was added after the session's last device call: compiled for sm_90 on the CPU, not
-yet run; benchmarks/results/2026-12-01-h200-session6/hopper-probe-*.log are runs of the
-version before it).
+"""Probe (not part of the library): A/B of the Hopper path's (ops.extend_hopper) module
+switches on workload B (prefixes 0 and 8192, pages of 16), against the Triton kernel and,
+at prefix 0, scripts/probes/gluon_probe.py's dense loop with and without the library's
+sequence look-up, outputs compared bit for bit.
+
+Timed by the bench's harness.interleave (every variant once a turn, back to back, L2
+flushed before each, the order rotated every turn), so a slow drift of the clocks lands on
+every variant alike, with a same-variant control for the floor; each variant's ratio to
+the first is also taken turn by turn (the median of its per-turn ratios). SWITCH names
+the boolean of extend_hopper to flip (default HEADS_FIRST; ROUNDS, REPS).
 
     export PYTHONPATH=src; python3 scripts/probes/hopper_probe.py
 """
 
+import os
 import sys
 
+import numpy as np
 import torch
 
 sys.path.insert(0, "scripts/probes")
@@ -21,48 +26,53 @@ from swattn.ops import extend, extend_hopper  # noqa: E402
 
 
 def main():
-    case = workloads.extend_cases("B", cases=[(0, 8192)])[0]
-    inputs = harness.build_inputs(case)
-    args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
-            inputs.cu_seqlens, inputs.prefix_lens)
-    variants, outs = {}, {}
-    for heads_first in (True,):
-        for keys in ("all", "new"):
-            extend_hopper.HEADS_FIRST = heads_first
-            fn, out, _ = extend.prepare(*args, window_left=case.window_left, keys=keys, hopper=True)
-            fn()
-            torch.cuda.synchronize()
-            name = f"hopper path keys={keys} heads_first={int(heads_first)}"
-            variants[name], outs[name] = harness.capture(fn)[0], out
-    extend_hopper.HEADS_FIRST = True
-    fn, out, _ = extend.prepare(*args, window_left=case.window_left, hopper=False)
-    variants["triton kernel"], outs["triton kernel"] = harness.capture(fn)[0], out
-    B, N, H, HKV, D = 4, 8192, 32, 8, 128
-    q = inputs.q.view(B * N, H, D)
-    k = inputs.k.view(B * N, HKV, D)
-    v = inputs.v.view(B * N, HKV, D)
-    probe_out = torch.empty_like(q)
-    call = gluon_probe.gluon_launch(q, k, v, probe_out, N, H, HKV, D, case.window_left, 64, 64, 2,
-                                    True, False)
-    variants["gluon probe dense"] = harness.capture(call)[0]
-    outs["gluon probe dense"] = probe_out
-    # The probe with the library's prologue: the block's sequence looked up from cu_seqlens.
-    lookup_out = torch.empty_like(q)
-    call = gluon_probe.gluon_launch(q, k, v, lookup_out, N, H, HKV, D, case.window_left, 64, 64, 2,
-                                    True, False, cu_seqlens=inputs.cu_seqlens)
-    variants["gluon probe dense, sequence look-up"] = harness.capture(call)[0]
-    outs["gluon probe dense, sequence look-up"] = lookup_out
-    first = next(iter(variants))
-    variants[first + " (control)"] = harness.capture(variants[first])[0]
+    switch = os.environ.get("SWITCH", "HEADS_FIRST")
+    rounds, reps = int(os.environ.get("ROUNDS", 2)), int(os.environ.get("REPS", 20))
+    default = getattr(extend_hopper, switch)
     flush = harness.Flush()
-    times = {name: [] for name in variants}
-    for _ in range(3):
-        for name, replay in variants.items():
-            times[name] += harness.measure(replay, 20, flush)
-    base = outs[first].float()
-    for name in variants:
-        diff = (outs[name].float() - base).abs().max().item() if name in outs else 0.0
-        print(f"{name}: {float(torch.tensor(times[name]).median()):9.1f} us  max diff {diff:.1e}")
+    for prefix in (0, 8192):
+        case = workloads.extend_cases("B", cases=[(prefix, 8192)])[0]
+        inputs = harness.build_inputs(case)
+        args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool,
+                inputs.block_table_window, inputs.cu_seqlens, inputs.prefix_lens)
+        replays, outs = {}, {}
+        for value in (default, not default):
+            setattr(extend_hopper, switch, value)
+            fn, out, _ = extend.prepare(*args, window_left=case.window_left, hopper=True)
+            name = f"hopper {switch}={int(value)}"
+            replays[name], outs[name] = harness.capture(fn)[0], out
+            if value == default:
+                replays[name + " (control)"] = harness.capture(fn)[0]
+        setattr(extend_hopper, switch, default)
+        fn, out, _ = extend.prepare(*args, window_left=case.window_left, hopper=False)
+        replays["triton kernel"], outs["triton kernel"] = harness.capture(fn)[0], out
+        if not prefix:
+            B, N, H, HKV, D = 4, 8192, 32, 8, 128
+            q, k, v = (t.view(B * N, -1, D) for t in (inputs.q, inputs.k, inputs.v))
+            for name, seqlens in (("dense", None), ("dense, sequence look-up", inputs.cu_seqlens)):
+                probe_out = torch.empty_like(q)
+                call = gluon_probe.gluon_launch(q, k, v, probe_out, N, H, HKV, D, case.window_left,
+                                                64, 64, 2, True, False, cu_seqlens=seqlens)
+                replays[f"gluon probe {name}"] = harness.capture(call)[0]
+                outs[f"gluon probe {name}"] = probe_out
+        for replay in replays.values():
+            replay()
+        torch.cuda.synchronize()
+        rounds_us, errors = harness.interleave(replays, reps, rounds, flush)
+        times = {name: [t for r in rs for t in r] for name, rs in rounds_us.items()}
+        first = f"hopper {switch}={int(default)}"
+        floor = harness.noise_floor(rounds_us[first], rounds_us[first + " (control)"])
+        print(f"== B P{prefix} E8192 ({rounds} rounds x {reps} repetitions; noise floor "
+              f"{100 * floor:.1f}%)")
+        for name, us in times.items():
+            ratio = (np.median(np.array(us) / np.array(times[first]))
+                     if len(us) == len(times[first]) else float("nan"))
+            same = torch.equal(outs[name], outs[first]) if name in outs else "-"
+            print(f"{name}: median {np.median(us):9.1f} us  p20-p80 {np.percentile(us, 20):.0f}-"
+                  f"{np.percentile(us, 80):.0f}  per-turn ratio to {first} {ratio:.3f}  "
+                  f"equal: {same}  {errors.get(name, '')}")
+        del inputs, replays, outs
+        torch.cuda.empty_cache()
     return 0
 
 

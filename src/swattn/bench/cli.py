@@ -20,7 +20,8 @@ import sys
 from . import workloads as wl
 
 METHOD = ("median of repetitions, each one CUDA-graph replay after a 256 MB write that "
-          "flushes L2; variants interleaved over rounds (order rotated each round); a "
+          "flushes L2; variants interleaved repetition by repetition (order rotated each "
+          "repetition and round); a "
           "same-variant control (the tight kernel's module loaded and compiled a second time) "
           "gives the noise floor, and a ratio within it reads 'no change'; every output "
           "checked against the float64 reference on the first sequence (poisoned with NaN "

@@ -8,8 +8,9 @@ same checks, capture, interleaved timing and noise floor (:func:`run_case`).
 * Each variant is checked against the float64 reference on the first sequence (output
   poisoned with NaN first; NaN anywhere in the output fails), then captured in a CUDA
   graph (plain launches if capture fails, and the table says so).
-* Variants are timed interleaved, A/B/C/A/B/C over rounds, each repetition one graph
-  replay after a 256 MB write that flushes L2; median and 20th/80th percentiles.
+* Variants are timed interleaved repetition by repetition, A/B/C, B/C/A, ... within each
+  round, each repetition one graph replay after a 256 MB write that flushes L2; median and
+  20th/80th percentiles.
 * The ceilings (bf16 matmul 8192^3, device-to-device copy) are measured in the same run.
 """
 
@@ -256,9 +257,14 @@ def reps_for(estimate_us, reps, budget_ms, min_reps=5):
 
 
 def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
-    """``({name: [[us, ...] per round]}, {name: error})``: every variant timed once per
-    round, the order rotated each round (A/B/C, B/C/A, ...) so no variant always follows
-    the same one. A variant that raises is dropped from the later rounds."""
+    """``({name: [[us, ...] per round]}, {name: error})``: every variant timed in every
+    round, repetition by repetition: a round's i-th turn times each variant once (those
+    with an i-th repetition to do, :func:`reps_for`), back to back, the order rotated by
+    one every turn and every round (A/B/C, B/C/A, ...) so no variant always follows the
+    same one. Workload B draws enough power to move the clocks by 10% within a second:
+    timed in blocks of a variant's repetitions, the same kernel differed from its own
+    control by 13-15% (session 7); turn by turn, by 0.2-0.5%. A variant that raises is
+    dropped from that round on."""
     names = list(replays)
     counts, errors = {}, {}
     times = {name: [] for name in names}
@@ -276,17 +282,25 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
         if first is not None:
             counts[name] = reps_for(first[0], reps, budget_ms)
     for r in range(rounds):
-        shift = r % len(names) if names else 0
-        for name in names[shift:] + names[:shift]:
-            if name in errors:
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        samples = {name: [] for name in order}
+        for name in order:
+            if name not in errors:
+                attempt(name, replays[name])
+        for i in range(max((counts.get(name, 0) for name in order), default=0)):
+            for name in order[i % len(order):] + order[:i % len(order)]:
+                if name in errors or i >= counts[name]:
+                    continue
+                got = attempt(name, lambda replay=replays[name]: measure(replay, 1, flush))
+                if got is not None:
+                    samples[name] += got
+        for name in order:
+            if name in errors or not samples[name]:
                 continue
-            sample = attempt(name, lambda replay=replays[name], n=counts[name]: (replay(), measure(replay, n, flush))[1])
-            if sample is None:
-                continue
-            times[name].append(sample)
+            times[name].append(samples[name])
             PROGRESS.advance()
-            log(f"{label} | {name} | round {r + 1}/{rounds}: median {np.median(sample):.1f} us "
-                f"over {len(sample)} reps")
+            log(f"{label} | {name} | round {r + 1}/{rounds}: median {np.median(samples[name]):.1f} us "
+                f"over {len(samples[name])} reps")
     return times, errors
 
 
