@@ -12,6 +12,7 @@ the boolean of extend_hopper to flip (default HEADS_FIRST; ROUNDS, REPS).
     export PYTHONPATH=src; python3 scripts/probes/hopper_probe.py
 """
 
+import importlib.util
 import os
 import sys
 
@@ -23,6 +24,25 @@ import gluon_probe  # noqa: E402
 
 from swattn.bench import harness, workloads  # noqa: E402
 from swattn.ops import extend, extend_hopper  # noqa: E402
+
+
+def baseline_module(path):
+    """An earlier extend_hopper.py loaded beside the current one (same package)."""
+    spec = importlib.util.spec_from_file_location("swattn.ops.extend_hopper_baseline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prepare_with(module, *args, **kw):
+    """extend.prepare with ``module`` as the Hopper path (prepare imports it by name)."""
+    import swattn.ops
+    saved = sys.modules["swattn.ops.extend_hopper"]
+    sys.modules["swattn.ops.extend_hopper"] = swattn.ops.extend_hopper = module
+    try:
+        return extend.prepare(*args, **kw)
+    finally:
+        sys.modules["swattn.ops.extend_hopper"] = swattn.ops.extend_hopper = saved
 
 
 def main():
@@ -44,6 +64,10 @@ def main():
             if value == default:
                 replays[name + " (control)"] = harness.capture(fn)[0]
         setattr(extend_hopper, switch, default)
+        if os.environ.get("BASELINE"):
+            fn, out, _ = prepare_with(baseline_module(os.environ["BASELINE"]), *args,
+                                      window_left=case.window_left, hopper=True)
+            replays["hopper baseline"], outs["hopper baseline"] = harness.capture(fn)[0], out
         fn, out, _ = extend.prepare(*args, window_left=case.window_left, hopper=False)
         replays["triton kernel"], outs["triton kernel"] = harness.capture(fn)[0], out
         if not prefix:

@@ -229,7 +229,7 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n,
                   pages_v, valid_v, n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest,
                   bt_row, row0, col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left,
                   window_right, qk_scale,
@@ -242,8 +242,15 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free.
     ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage. ``pages_v``/``valid_v``: the
     block-table entries of tile g - 1 + STAGES, loaded for its K copy one step before;
-    returned for the next step, those of tile g + STAGES."""
+    returned for the next step, those of tile g + STAGES.
+
+    ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
+    operand here: carried as bf16 through the two loops, ptxas swapped the halves of
+    their 16 registers at each step's end and back at its start (32 PRMT a step); fp32
+    costs 13 registers and measured 4.1% / 3.4% faster on B at prefix 0 / 8192, the same
+    bits (benchmarks/results/2026-12-01-h200-session7/hopper-probe-p32.log)."""
     o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     st = g % STAGES
     prev = (g - 1) % STAGES
     _new, start, key0, key_end = _tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
@@ -265,6 +272,7 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
     mbarrier.wait(bar_k.index(st), (g // STAGES) & 1)
     s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
+    p_op = gl.convert_layout(p_prev.to(k_smem.dtype), p_layout)
     mbarrier.wait(bar_v.index(prev), ((g - 1) // STAGES) & 1)
     acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(1, deps=(s_tok, ))
@@ -287,8 +295,7 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, 
     _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0, col,
            pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
-    return m_i, l_i, acc, p_op, pages_k, valid_k
+    return m_i, l_i, acc, p, pages_k, valid_k
 
 
 @gluon.jit
@@ -421,23 +428,23 @@ def _hopper_extend_kernel(
             m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
                                           window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                           USE_RIGHT, USE_SOFTCAP, True)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
             for g in range(1, n1):
-                m_i, l_i, acc, p_op, pages, valid = _overlap_step(
-                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+                m_i, l_i, acc, p, pages, valid = _overlap_step(
+                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
                     pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
                     NP, BN, D, STAGES)
             for g in range(gl.maximum(n1, 1), n):
-                m_i, l_i, acc, p_op, _pages, _valid = _overlap_step(
-                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_op, s_zero, q_pos, o_n,
+                m_i, l_i, acc, p, _pages, _valid = _overlap_step(
+                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
                     pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
                     NP, BN, D, STAGES)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     else:
