@@ -56,6 +56,11 @@ STAGES = 2
 NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
 HEADS_FIRST = True
+# The query tile in registers for the score products (d128 only): 7.2% / 8.9% faster on B
+# at prefix 0 / 8192, the same bits (session 7's hopper-probe-qregs-paired.log, floors 0.1%
+# / 1.0%), 16 more registers. At d64 the load into the operand layout gave wrong results
+# (verify-hopper-qregs.md: every d64 row), so d64 keeps the tile in shared memory.
+Q_REGS = True
 
 
 # The bounds of window.py, compiled for Gluon as they are written there.
@@ -229,7 +234,7 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n,
+def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n,
                   pages_v, valid_v, n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest,
                   bt_row, row0, col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left,
                   window_right, qk_scale,
@@ -270,7 +275,7 @@ def _overlap_step(g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev
         pages_v = pages_k
         valid_v = valid_k
     mbarrier.wait(bar_k.index(st), (g // STAGES) & 1)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+    s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
     p_op = gl.convert_layout(p_prev.to(k_smem.dtype), p_layout)
     mbarrier.wait(bar_v.index(prev), ((g - 1) // STAGES) & 1)
@@ -308,7 +313,7 @@ def _hopper_extend_kernel(
     USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
-    HEADS_FIRST: gl.constexpr,
+    HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -394,6 +399,11 @@ def _hopper_extend_kernel(
         _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
     mbarrier.wait(bar_q, 0)
+    q_a = q_smem
+    if Q_REGS:
+        # The query tile in registers for the score products (d128, see Q_REGS): their A
+        # operand is then read once, not from shared memory at every product.
+        q_a = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
 
     # Rows past the sequence's end (not stored) keep their positions: what they see is
     # finite, and it spares the masked tiles a term.
@@ -413,7 +423,7 @@ def _hopper_extend_kernel(
             # tiles run in two loops, each with only its own loads, as one pipeline.
             is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
             mbarrier.wait(bar_k.index(0), 0)
-            s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+            s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
@@ -430,14 +440,14 @@ def _hopper_extend_kernel(
                                           USE_RIGHT, USE_SOFTCAP, True)
             for g in range(1, n1):
                 m_i, l_i, acc, p, pages, valid = _overlap_step(
-                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
+                    g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
                     pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
                     NP, BN, D, STAGES)
             for g in range(gl.maximum(n1, 1), n):
                 m_i, l_i, acc, p, _pages, _valid = _overlap_step(
-                    g, q_smem, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
+                    g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
                     pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
                     col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
                     qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
@@ -466,7 +476,7 @@ def _hopper_extend_kernel(
             if SKIP:
                 work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
             if work:
-                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s_tok, ))
                 m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
@@ -587,4 +597,4 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
         IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
         DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        HEADS_FIRST=HEADS_FIRST, num_warps=NUM_WARPS)
+        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS and a.head_dim == 128, num_warps=NUM_WARPS)

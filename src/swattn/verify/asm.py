@@ -129,7 +129,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
                       STAGES=hopper.STAGES, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
-                      SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST)
+                      SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST,
+                      Q_REGS=hopper.Q_REGS and head_dim == 128)
     constexprs.update(flags)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
