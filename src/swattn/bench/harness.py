@@ -263,7 +263,8 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
     one every turn and every round (A/B/C, B/C/A, ...) so no variant always follows the
     same one. Workload B draws enough power to move the clocks by 10% within a second:
     timed in blocks of a variant's repetitions, the same kernel differed from its own
-    control by 13-15% (session 7); turn by turn, by 0.2-0.5%. A variant that raises is
+    control by 13-15%; turn by turn, by 0.1-1.0%
+    (benchmarks/results/2026-12-01-h200-session7/README.md). A variant that raises is
     dropped from that round on."""
     names = list(replays)
     counts, errors = {}, {}

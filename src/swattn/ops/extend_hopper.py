@@ -6,7 +6,8 @@ overlap, which Triton 3.6 cannot express: it waits for every score product right
 issuing it). K/V tiles arrive by TMA into two shared-memory stages on mbarriers; from the
 paged cache one copy per page into row slices of the tile (pages of 16 to 64 rows; 64 rows
 of a larger page), each tile's block-table entries loaded once, a step before its K copy
-is issued, and kept for its V copy.
+is issued, and kept for its V copy. At d128 the score products read the query tile from
+registers (Q_REGS); tile g - 1's weights cross a step in fp32 (see _overlap_step).
 
 One program owns 64 new tokens under one query head (4 warps, one warpgroup) and walks
 one list of key tiles: stage 1's (the cached prefix, absolute positions, through the
