@@ -79,9 +79,6 @@ def main():
                                                 64, 64, 2, True, False, cu_seqlens=seqlens)
                 replays[f"gluon probe {name}"] = harness.capture(call)[0]
                 outs[f"gluon probe {name}"] = probe_out
-        for replay in replays.values():
-            replay()
-        torch.cuda.synchronize()
         rounds_us, errors = harness.interleave(replays, reps, rounds, flush)
         times = {name: [t for r in rs for t in r] for name, rs in rounds_us.items()}
         first = f"hopper {switch}={int(default)}"

@@ -401,7 +401,7 @@ def _hopper_extend_kernel(
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
     mbarrier.wait(bar_q, 0)
     q_a = q_smem
-    if Q_REGS:
+    if Q_REGS and D == 128:
         # The query tile in registers for the score products (d128, see Q_REGS): their A
         # operand is then read once, not from shared memory at every product.
         q_a = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
@@ -598,4 +598,4 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
         IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
         DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS and a.head_dim == 128, num_warps=NUM_WARPS)
+        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, num_warps=NUM_WARPS)

@@ -130,7 +130,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
                       SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST,
-                      Q_REGS=hopper.Q_REGS and head_dim == 128)
+                      Q_REGS=hopper.Q_REGS)
     constexprs.update(flags)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
