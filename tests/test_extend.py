@@ -233,8 +233,8 @@ def test_tma_only_where_the_copy_engine_can_take_it():
 def test_h200_config_follows_the_page_size():
     """d128 over pages of 64 (whole key tiles, which the cache loads by TMA) takes 64 x 64
     tiles and 4 warps; over pages of 16, 128 x 64 and 8 warps (scripts/tune.py). Both take
-    the Hopper path where the launch can."""
+    the Hopper path where the launch can, and so does gpt-oss's d64."""
     from swattn.ops.config import Config, extend_config
     assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(64, 64, 4, 3, True, True, hopper=True)
     assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(128, 64, 8, 3, True, True, hopper=True)
-    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(64, 32, 4, 2, True, False)
+    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(64, 32, 4, 2, True, False, hopper=True)

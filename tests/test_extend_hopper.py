@@ -21,26 +21,34 @@ import re
 from swattn.verify import asm
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
             dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
-            dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False)]
+            dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False),
+            dict(WS=False), dict(WS=False, head_dim=64, page_size=64)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c)
     # Both products asynchronous, the overlap's waits as written.
     assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
-    # The loop's bounds and branches warp-uniform to ptxas (_uniform): no divergence
+    # The loops holding warpgroup products (conditional backward branches; the spin-waits'
+    # returns are unconditional).
+    loops = []
+    for end, ins in enumerate(c.sass):
+        m = re.search(r"^@!?U?P\\d+ BRA (0x[0-9a-f]+)", ins)
+        if m and int(m.group(1), 16) // 16 < end:
+            body = c.sass[int(m.group(1), 16) // 16:end + 1]
+            if any("HGMMA" in i for i in body):
+                loops.append(body)
+    assert loops, flags
+    # The loops' bounds and branches warp-uniform to ptxas (_uniform): no divergence
     # handling around the warpgroup products and copies (with it, B ran ~5% slower).
-    assert not any("WARPSYNC" in i or "ENDCOLLECTIVE" in i for i in c.sass), flags
+    # Warp-specialized, the sequence look-up before the partitions keeps a cold
+    # fallback for its shuffles (ptxas cannot see the partition's warps converged).
+    divergent = [i for i in (c.sass if "setmaxnreg" not in ptx else sum(loops, []))
+                 if "WARPSYNC" in i or "ENDCOLLECTIVE" in i]
+    assert not divergent, (flags, divergent[:4])
     if not flags:
         # The new-token loop (the smallest loop holding warpgroup products) moves no
         # register halves: carried as bf16 across the two loops, the weights were swapped
         # and swapped back every step (32 PRMT; 4% of B's time).
-        loops = []
-        for end, ins in enumerate(c.sass):
-            m = re.search(r"BRA (0x[0-9a-f]+)", ins)
-            if m and int(m.group(1), 16) // 16 < end:
-                body = c.sass[int(m.group(1), 16) // 16:end + 1]
-                if any("HGMMA" in i for i in body):
-                    loops.append(body)
         assert not any("PRMT" in i for i in min(loops, key=len)), flags
     print(flags, len(c.sass), "instructions", c.registers, "registers")
 print("compiled")
@@ -75,14 +83,19 @@ def test_hopper_must_be_a_bool():
         ops_extend.prepare(*_tensors(), window_left=3, hopper="yes")
 
 
-def test_config_takes_the_hopper_path_for_d128_only():
-    """Mistral-style d128 goes to the Gluon path on sm_90 (where the launch can take it);
-    gpt-oss's d64 stays on the packed Triton kernel, measured faster there."""
+def test_config_takes_the_hopper_path_for_d64_and_d128():
+    """Mistral-style d128 and gpt-oss's d64 go to the Gluon path on sm_90 (where the launch
+    can take it; both measured faster there); other widths and the CPU do not; the loop
+    is warp-specialized for long windows and full attention only (tight bounds)."""
     from swattn.ops.config import extend_config
     for page in (16, 64):
         assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", page).hopper
-    assert not extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 16).hopper
+    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 16).hopper
+    assert not extend_config(256, 256, 4, 127, torch.bfloat16, "cuda", 16).hopper
     assert not extend_config(128, 128, 4, 4095, torch.float16, "cpu", 16).hopper
+    assert extend_hopper.warp_specialized("tight", 4095) and extend_hopper.warp_specialized("tight", None)
+    assert not any(extend_hopper.warp_specialized(*a) for a in (("tight", 127), ("skip", 4095),
+                                                                ("none", None)))
     assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
     assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
                                                           (128, 128, 48), (128, 128, 96)))

@@ -198,6 +198,12 @@ HOPPER_CASES = {
                                         num_kv_heads=2, head_dim=64, head_dim_v=64, page_size=32,
                                         window_left=127, dtype=torch.bfloat16, seed=13),
                              {"sinks": True}),
+    # An odd KV group, a window under extend_hopper.WS_MIN_WINDOW at d128 (the loop
+    # not warp-specialized), sinks and lse.
+    "group3-sinks-lse-page16": (ExtendCase([70, 0, 4200], [1000, 300, 129], num_q_heads=6,
+                                           num_kv_heads=2, head_dim=128, head_dim_v=128,
+                                           page_size=16, window_left=1000, dtype=torch.float16,
+                                           seed=15), {"sinks": True, "return_lse": True}),
     # Full attention, non-causal with a right window, soft-cap and lse, pages of 128.
     "full-noncausal-softcap-page128": (ExtendCase([300, 0, 1500], [129, 77, 1000], num_q_heads=8,
                                                   num_kv_heads=2, head_dim=128, head_dim_v=128,

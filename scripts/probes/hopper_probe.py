@@ -7,11 +7,13 @@ Timed by the bench's harness.interleave (every variant once a turn, back to back
 flushed before each, the order rotated every turn), so a slow drift of the clocks lands on
 every variant alike, with a same-variant control for the floor; each variant's ratio to
 the first is also taken turn by turn (the median of its per-turn ratios). SWITCH names
-the boolean of extend_hopper to flip (default HEADS_FIRST; ROUNDS, REPS).
+the constant of extend_hopper to vary (default HEADS_FIRST), VALUES its values (Python
+literals, comma-separated; default: the boolean flipped), ROUNDS, REPS.
 
     export PYTHONPATH=src; python3 scripts/probes/hopper_probe.py
 """
 
+import ast
 import importlib.util
 import os
 import sys
@@ -49,6 +51,10 @@ def main():
     switch = os.environ.get("SWITCH", "HEADS_FIRST")
     rounds, reps = int(os.environ.get("ROUNDS", 2)), int(os.environ.get("REPS", 20))
     default = getattr(extend_hopper, switch)
+    values = [default, not default]
+    if os.environ.get("VALUES"):
+        values = [default] + [v for v in ast.literal_eval(os.environ["VALUES"] + ",")
+                              if v != default]
     flush = harness.Flush()
     for prefix in (0, 8192):
         case = workloads.extend_cases("B", cases=[(prefix, 8192)])[0]
@@ -56,7 +62,7 @@ def main():
         args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool,
                 inputs.block_table_window, inputs.cu_seqlens, inputs.prefix_lens)
         replays, outs = {}, {}
-        for value in (default, not default):
+        for value in values:
             setattr(extend_hopper, switch, value)
             fn, out, _ = extend.prepare(*args, window_left=case.window_left, hopper=True)
             name = f"hopper {switch}={int(value)}"

@@ -67,8 +67,11 @@ def tile_prediction(case, block_m=None, block_n=None):
         block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
         import torch
         from ..ops import extend_hopper
-        hopper = (cfg.hopper and torch.cuda.is_available()
-                  and torch.cuda.get_device_capability() == (9, 0)
+        try:
+            sm90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+        except (AssertionError, RuntimeError):  # a CPU build of torch told a GPU is there
+            sm90 = False
+        hopper = (cfg.hopper and sm90
                   and extend_hopper.takes_shape(case.head_dim, case.head_dim_v, case.page_size))
         if hopper:
             # The Hopper path's own tiles, one query head a block.

@@ -44,12 +44,11 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
     64 tiles and 4 warps (5209 us against 6021 for 128 x 64 and 8 warps; 3941 against 3931
     at prefix 0, where the cache is not read). On sm_90 the Gluon fast path takes d128
     (ops.extend_hopper: 64 x 64 tiles, 4 warps, the products overlapped with the softmax;
-    benchmarks/results/2026-12-01-h200-session6). For gpt-oss's d64 it was 1-2% slower than
-    the packed Triton kernel (297.6 against 293.1 us at P0 E8192), which keeps it; since
-    session 7's changes to the Hopper loop it measures 6% faster on every row of workload
-    A (274.9 against 291.6 us at P0 E8192; benchmarks/results/2026-12-01-h200-session7/
-    extend-A-8f06f04.md), but the GPU suite has not yet run with d64 sent to it, so the
-    choice waits for that run.
+    benchmarks/results/2026-12-01-h200-session6), and gpt-oss's d64 too: 1-2% slower than
+    the packed Triton kernel in session 6 (297.6 against 293.1 us at P0 E8192), 6% faster
+    on every row of workload A since session 7's changes to the Hopper loop (274.9 against
+    291.6 us at P0 E8192; benchmarks/results/2026-12-01-h200-session7/extend-A-8f06f04.md).
+    The Triton config stays for launches the Hopper path does not take.
     Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
     """
@@ -58,7 +57,7 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
         return Config(16, 16, 4, 1, False, True)
     width = max(head_dim, head_dim_v)
     if width <= 64:
-        return Config(64, 32, 4, 2, True, split)
+        return Config(64, 32, 4, 2, True, split, hopper=True)
     if width <= 128:
         # The Gluon fast path where the launch can take it (sm_90, D = Dv, ...).
         if page_size % 64 == 0:

@@ -9,11 +9,13 @@ of a larger page), each tile's block-table entries loaded once, a step before it
 is issued, and kept for its V copy. At d128 the score products read the query tile from
 registers (Q_REGS); tile g - 1's weights cross a step in fp32 (see _overlap_step).
 
-One program owns 64 new tokens under one query head (4 warps, one warpgroup) and walks
-one list of key tiles: stage 1's (the cached prefix, absolute positions, through the
-block table) then stage 2's (the new tokens' own k/v), with the bounds of window.py
-compiled from the same source as the Triton kernel's (``_stage_bounds``,
-``_full_range``). Tiles every row sees whole skip the mask.
+One program owns 64 new tokens under one query head (4 warps, one warpgroup; for long
+windows and full attention, WARP_SPECIALIZE, with a producer warp that loads the block
+table and issues every copy while the warpgroup computes) and walks one list of key
+tiles: stage 1's (the cached prefix, absolute positions, through the block table) then
+stage 2's (the new tokens' own k/v), with the bounds of window.py compiled from the same
+source as the Triton kernel's (``_stage_bounds``, ``_full_range``). Tiles every row sees
+whole skip the mask.
 
 What the copy engine reads that no query may see is kept out of the sums: a page copy is
 issued only for a page holding a key in ``[lowest visible key, stage end)``, so no
@@ -62,6 +64,21 @@ HEADS_FIRST = True
 # / 1.0%), 16 more registers. At d64 the load into the operand layout gave wrong results
 # (verify-hopper-qregs.md: every d64 row), so d64 keeps the tile in shared memory.
 Q_REGS = True
+# The tight loop warp-specialized (WS) for windows of WS_MIN_WINDOW keys or more (and
+# full attention): a producer warp loads the block-table entries and issues the K/V
+# copies, the warpgroup only waits for them and signals each buffer's release. Session 8
+# on the H200 (benchmarks/results/2026-12-01-h200-session8/hopper-probe-ws1-*.log, turn
+# by turn with a control): workload B (d128, window 4096) 5.4% faster at prefix 8192,
+# 0.7% slower at prefix 0; workload A (d64, window 128) 10% slower (322.5 against 293.0
+# us for the Triton kernel at P0 E8192, where the loop is 3 tiles long). 128 registers a
+# thread at launch keep two programs an SM: the warpgroup takes 232 (setmaxnreg), the
+# producer's warpgroup 24. Two query heads a program (two warpgroups sharing each K/V
+# tile, one producer) measured 4.1% slower than one at prefix 8192
+# (hopper-probe-ws-PAIR_HEADS.log) and was left out.
+WARP_SPECIALIZE = True
+WS_MIN_WINDOW = 1024
+WS_MAXNREG = 128
+WS_PRODUCER_REGS = 24
 
 
 # The bounds of window.py, compiled for Gluon as they are written there.
@@ -235,17 +252,20 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n,
+def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p_prev,
+                  s_zero, q_pos, o_n,
                   pages_v, valid_v, n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest,
                   bt_row, row0, col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left,
                   window_right, qk_scale,
                   softcap, USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr,
                   USE_RIGHT: gl.constexpr, USE_SOFTCAP: gl.constexpr, FROM_CACHE: gl.constexpr,
                   PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-                  D: gl.constexpr, STAGES: gl.constexpr):
+                  D: gl.constexpr, STAGES: gl.constexpr, WS: gl.constexpr):
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
-    copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free.
+    copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free
+    (WS: no copies; the buffers' release signalled on ``empty_k``/``empty_v`` to the
+    producer warp instead).
     ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage. ``pages_v``/``valid_v``: the
     block-table entries of tile g - 1 + STAGES, loaded for its K copy one step before;
     returned for the next step, those of tile g + STAGES.
@@ -264,7 +284,7 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s
     v_ok = g - 1 + STAGES < n
     k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-    if FROM_CACHE:
+    if FROM_CACHE and not WS:
         # The block-table entries now; the copies that use them after the scores' wait.
         pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE, PR, NP)
     else:
@@ -282,8 +302,11 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s
     mbarrier.wait(bar_v.index(prev), ((g - 1) // STAGES) & 1)
     acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(1, deps=(s_tok, ))
-    _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0, col,
-           pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
+    if WS:
+        mbarrier.arrive(empty_k.index(st))
+    else:
+        _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0,
+               col, pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
     if FROM_CACHE:
         if key0 + BN > key_end:
             # The prefix's last tile: its V rows past the end zeroed before its product.
@@ -298,10 +321,196 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p_prev, s
                                       window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                       USE_RIGHT, USE_SOFTCAP, True)
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-    _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0, col,
-           pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
+    if WS:
+        mbarrier.arrive(empty_v.index(prev))
+    else:
+        _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0,
+               col, pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_i, l_i, acc, p, pages_k, valid_k
+
+
+@gluon.jit
+def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc, v_desc,
+            kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start,
+            block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo, mid1_hi, mid2_lo,
+            mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale, softcap, window_left,
+            window_right, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+            STAGES: gl.constexpr, PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr,
+            USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
+            HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, RETURN_LSE: gl.constexpr,
+            TIGHT: gl.constexpr, SKIP: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr):
+    """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
+    tiles, output and lse stored: the warpgroup's work. Not WS, it issues the copies of
+    the tiles it walks as well (the first STAGES issued before it); WS (the tight loop
+    only), a producer warp issues them (:func:`_produce`) and the warpgroup signals each
+    buffer's release on ``empty_k``/``empty_v``."""
+    if WS:
+        # A worker partition's arguments come through shared memory, per-thread values to
+        # ptxas: the loop bounds and branch conditions made warp-uniform again (_uniform).
+        n, n1, lo1, lo2 = _uniform(n), _uniform(n1), _uniform(lo1), _uniform(lo2)
+        mid1_lo, mid1_hi = _uniform(mid1_lo), _uniform(mid1_hi)
+        mid2_lo, mid2_hi = _uniform(mid2_lo), _uniform(mid2_hi)
+        prefix_len, extend_len = _uniform(prefix_len), _uniform(extend_len)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    dtype: gl.constexpr = k_smem.dtype
+
+
+    mbarrier.wait(bar_q, 0)
+    q_a = q_smem
+    if Q_REGS and D == 128:
+        # The query tile in registers for the score products (d128, see Q_REGS): their A
+        # operand is then read once, not from shared memory at every product.
+        q_a = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+
+    # Rows past the sequence's end (not stored) keep their positions: what they see is
+    # finite, and it spares the masked tiles a term.
+    rows = block_start + gl.arange(0, BM, layout=row_s)
+    q_pos = prefix_len + rows
+    o_n = gl.arange(0, BN, layout=col_s)
+    m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([BM], gl.float32, layout=row_s)
+    acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+
+    if TIGHT:
+        if n > 0:
+            # Tile 0's scores and softmax; then for tile g: its scores, tile g - 1's
+            # product issued behind them, wait for the scores only, g's softmax beside
+            # the product, then wait for it (_overlap_step). The cache tiles and the new
+            # tiles run in two loops, each with only its own loads, as one pipeline.
+            is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
+            mbarrier.wait(bar_k.index(0), 0)
+            s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            if WS:
+                mbarrier.arrive(empty_k.index(0))
+                pages = (0, 0, 0, 0)
+                valid = (False, False, False, False)
+            else:
+                nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len,
+                                                         extend_len, BN)
+                nxt_ok = STAGES < n
+                pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
+                                           PAGE, PR, NP)
+                _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
+                       nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            if (~is_new) & (key0 + BN > key_end):
+                mbarrier.wait(bar_v.index(0), 0)
+                _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
+            m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+                                          window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
+                                          USE_RIGHT, USE_SOFTCAP, True)
+            for g in range(1, n1):
+                m_i, l_i, acc, p, pages, valid = _overlap_step(
+                    g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p,
+                    s_zero, q_pos, o_n,
+                    pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
+                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
+                    NP, BN, D, STAGES, WS)
+            for g in range(gl.maximum(n1, 1), n):
+                m_i, l_i, acc, p, _pages, _valid = _overlap_step(
+                    g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p,
+                    s_zero, q_pos, o_n,
+                    pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
+                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
+                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
+                    NP, BN, D, STAGES, WS)
+            last = (n - 1) % STAGES
+            mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+    else:
+        # skip / none: every tile of each stage from 0, in the plain order, all masked.
+        for j in range(0, n):
+            st = j % STAGES
+            is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+            nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
+                                                     extend_len, BN)
+            nxt_ok = j + STAGES < n
+            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
+                                       PR, NP)
+            mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
+            mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
+            k_pos = key0 + o_n
+            keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
+                            IS_CAUSAL, USE_RIGHT)
+            work = True
+            if SKIP:
+                work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
+            if work:
+                s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=(s_tok, ))
+                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
+                                              window_right, qk_scale, softcap, USE_WINDOW,
+                                              IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True)
+                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+                p_op = gl.convert_layout(p.to(dtype), p_layout)
+                if (~is_new) & (key0 + BN > key_end):
+                    _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
+                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+            # Both stages' buffers are free again (their products waited for above).
+            gl.thread_barrier()
+            _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
+                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
+                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+
+    # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
+    # no key is visible.
+    m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
+    denom = l_i
+    if HAS_SINKS:
+        denom = l_i + gl.exp2(gl.load(sinks + i_h) * 1.4426950408889634 - m_safe)
+    o = gl.where(gl.convert_layout(l_i > 0.0, row_o)[:, None],
+                 acc / gl.convert_layout(denom, row_o)[:, None], 0.0)
+    rows_o = block_start + gl.arange(0, BM, layout=row_o)
+    tok = (seq_start + rows_o).to(gl.int64)
+    cols = gl.arange(0, D, layout=col_o)
+    p_o = Out + tok[:, None] * stride_ot + i_h * stride_oh + cols[None, :]
+    gl.store(p_o, o.to(Out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
+    if RETURN_LSE:
+        lse = gl.where(l_i > 0.0, (m_safe + gl.log2(l_i)) * 0.6931471805599453, float("-inf"))
+        gl.store(Lse + (seq_start + rows).to(gl.int64) * stride_lt + i_h, lse,
+                 mask=rows < extend_len)
+
+
+@gluon.jit
+def _produce(k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, n,
+             n1, lo1, lo2, prefix_len, extend_len, lowest, bt_row, row0, col, oob_row,
+             PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
+             D: gl.constexpr, STAGES: gl.constexpr):
+    """The producer warp of a warp-specialized program (WS): the copies of every key
+    tile of the program's list, tile j's K and V into stage j % STAGES once the
+    warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
+    first round passes at once), its block-table entries loaded just before. The
+    arguments come through shared memory: made warp-uniform again (_uniform)."""
+    n, n1, lo1, lo2 = _uniform(n), _uniform(n1), _uniform(lo1), _uniform(lo2)
+    prefix_len, extend_len, lowest = _uniform(prefix_len), _uniform(extend_len), _uniform(lowest)
+    for j in range(n):
+        st = j % STAGES
+        free = ((j // STAGES) & 1) ^ 1
+        is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ~is_new, PAGE, PR, NP)
+        mbarrier.wait(empty_k.index(st), free)
+        _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, is_new, start, row0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        mbarrier.wait(empty_v.index(st), free)
+        _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, is_new, start, row0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
 
 @gluon.jit
@@ -314,7 +523,8 @@ def _hopper_extend_kernel(
     USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
-    HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr,
+    HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -366,163 +576,79 @@ def _hopper_extend_kernel(
     if USE_WINDOW:
         lowest = first_q - window_left
 
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     dtype: gl.constexpr = q_desc.dtype
-
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], v_desc.layout)
     bar_q = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(bar_q, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bar_k.index(i), count=1)
         mbarrier.init(bar_v.index(i), count=1)
+        mbarrier.init(empty_k.index(i), count=1)
+        mbarrier.init(empty_v.index(i), count=1)
 
     row0 = seq_start
     mbarrier.expect(bar_q, BM * D * 2)
     tma.async_copy_global_to_shared(q_desc, [row0 + block_start, i_h * D], bar_q, q_smem)
-    for i in gl.static_range(STAGES):
-        ok = i < n
-        is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
-        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, PAGE, PR, NP)
-        _issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
-        _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
-    mbarrier.wait(bar_q, 0)
-    q_a = q_smem
-    if Q_REGS and D == 128:
-        # The query tile in registers for the score products (d128, see Q_REGS): their A
-        # operand is then read once, not from shared memory at every product.
-        q_a = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-
-    # Rows past the sequence's end (not stored) keep their positions: what they see is
-    # finite, and it spares the masked tiles a term.
-    rows = block_start + gl.arange(0, BM, layout=row_s)
-    q_pos = prefix_len + rows
-    o_n = gl.arange(0, BN, layout=col_s)
-    m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
-    l_i = gl.zeros([BM], gl.float32, layout=row_s)
-    acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
-
-    if TIGHT:
-        if n > 0:
-            # Tile 0's scores and softmax; then for tile g: its scores, tile g - 1's
-            # product issued behind them, wait for the scores only, g's softmax beside
-            # the product, then wait for it (_overlap_step). The cache tiles and the new
-            # tiles run in two loops, each with only its own loads, as one pipeline.
-            is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
-            mbarrier.wait(bar_k.index(0), 0)
-            s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, ))
-            nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-            nxt_ok = STAGES < n
-            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
-                                       PR, NP)
-            _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new, nxt_start,
-                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            if (~is_new) & (key0 + BN > key_end):
-                mbarrier.wait(bar_v.index(0), 0)
-                _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
-            m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
-                                          window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
-                                          USE_RIGHT, USE_SOFTCAP, True)
-            for g in range(1, n1):
-                m_i, l_i, acc, p, pages, valid = _overlap_step(
-                    g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
-                    pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
-                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
-                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
-                    NP, BN, D, STAGES)
-            for g in range(gl.maximum(n1, 1), n):
-                m_i, l_i, acc, p, _pages, _valid = _overlap_step(
-                    g, q_a, k_smem, v_smem, bar_k, bar_v, m_i, l_i, acc, p, s_zero, q_pos, o_n,
-                    pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
-                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
-                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
-                    NP, BN, D, STAGES)
-            last = (n - 1) % STAGES
-            mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+    if WS:
+        # The partitions' arguments are written out in the call: a tuple held in a variable
+        # loses its constexprs on the way into a partition (Triton 3.6).
+        gl.warp_specialize([
+            (_attend, (i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc,
+                       v_desc, kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt,
+                       seq_start, block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo,
+                       mid1_hi, mid2_lo, mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale,
+                       softcap, window_left, window_right, D, BM, BN, STAGES, PAGE, PR, NP,
+                       USE_WINDOW, USE_RIGHT, IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT,
+                       SKIP, Q_REGS, WS)),
+            (_produce, (k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty_k,
+                        empty_v, n, n1, lo1, lo2, prefix_len, extend_len, lowest, bt_row, row0, col,
+                        oob_row, PAGE, PR, NP, BN, D, STAGES)),
+        ], [1], [PRODUCER_REGS])
     else:
-        # skip / none: every tile of each stage from 0, in the plain order, all masked.
-        for j in range(0, n):
-            st = j % STAGES
-            is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-            nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
-                                                     extend_len, BN)
-            nxt_ok = j + STAGES < n
-            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
-                                       PR, NP)
-            mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
-            mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
-            k_pos = key0 + o_n
-            keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
-                            IS_CAUSAL, USE_RIGHT)
-            work = True
-            if SKIP:
-                work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
-            if work:
-                s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
-                                      use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=(s_tok, ))
-                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
-                                              window_right, qk_scale, softcap, USE_WINDOW,
-                                              IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True)
-                acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                if (~is_new) & (key0 + BN > key_end):
-                    _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
-                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            # Both stages' buffers are free again (their products waited for above).
-            gl.thread_barrier()
-            _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
-                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
-                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        for i in gl.static_range(STAGES):
+            ok = i < n
+            is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
+            pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, PAGE, PR, NP)
+            _issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
+                   pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
+                   pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc,
+                v_desc, kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt,
+                seq_start, block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo, mid1_hi,
+                mid2_lo, mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale, softcap,
+                window_left, window_right, D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
+                IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP, Q_REGS, WS)
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bar_k.index(i))
         mbarrier.invalidate(bar_v.index(i))
+        mbarrier.invalidate(empty_k.index(i))
+        mbarrier.invalidate(empty_v.index(i))
     mbarrier.invalidate(bar_q)
-
-    # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
-    # no key is visible.
-    m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
-    denom = l_i
-    if HAS_SINKS:
-        denom = l_i + gl.exp2(gl.load(sinks + i_h) * 1.4426950408889634 - m_safe)
-    o = gl.where(gl.convert_layout(l_i > 0.0, row_o)[:, None],
-                 acc / gl.convert_layout(denom, row_o)[:, None], 0.0)
-    rows_o = block_start + gl.arange(0, BM, layout=row_o)
-    tok = (seq_start + rows_o).to(gl.int64)
-    cols = gl.arange(0, D, layout=col_o)
-    p_o = Out + tok[:, None] * stride_ot + i_h * stride_oh + cols[None, :]
-    gl.store(p_o, o.to(Out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
-    if RETURN_LSE:
-        lse = gl.where(l_i > 0.0, (m_safe + gl.log2(l_i)) * 0.6931471805599453, float("-inf"))
-        gl.store(Lse + (seq_start + rows).to(gl.int64) * stride_lt + i_h, lse,
-                 mask=rows < extend_len)
 
 
 # --------------------------------------------------------------------------------------
 # Host side.
 # --------------------------------------------------------------------------------------
+
+def warp_specialized(bounds, window_left):
+    """Whether a launch runs the warp-specialized tight loop (see WARP_SPECIALIZE)."""
+    return (WARP_SPECIALIZE and bounds == "tight"
+            and (window_left is None or window_left >= WS_MIN_WINDOW))
+
+
+def launch_options(ws):
+    """The compile options of a launch (WS: the register limit that keeps two programs
+    an SM)."""
+    return {"num_warps": NUM_WARPS, "maxnreg": WS_MAXNREG} if ws else {"num_warps": NUM_WARPS}
+
 
 def takes_shape(head_dim, head_dim_v, page_size):
     """Whether the path takes these head dims and this page size (a pure function: the
@@ -583,6 +709,7 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
     if a.num_tokens == 0:
         return
     seqs_pow2 = max(1 << max(a.num_seqs - 1, 0).bit_length(), 2)
+    ws = warp_specialized(bounds, window_left)
     grid = (-(-a.num_tokens // BLOCK_M) + a.num_seqs, a.num_q_heads)
     if HEADS_FIRST:
         grid = grid[::-1]
@@ -598,4 +725,5 @@ def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page
         IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
         DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
         RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, num_warps=NUM_WARPS)
+        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, WS=ws, PRODUCER_REGS=WS_PRODUCER_REGS,
+        **launch_options(ws))

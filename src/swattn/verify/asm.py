@@ -130,7 +130,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
                       SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST,
-                      Q_REGS=hopper.Q_REGS)
+                      Q_REGS=hopper.Q_REGS, WS=hopper.warp_specialized(bounds, None),
+                      PRODUCER_REGS=hopper.WS_PRODUCER_REGS)
     constexprs.update(flags)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
@@ -139,7 +140,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
         GluonASTSource, hopper._hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
-        {"num_warps": hopper.NUM_WARPS, "num_stages": 1})
+        dict(hopper.launch_options(constexprs["WS"]), num_stages=1))
     return compiled, kernel.asm["ptx"]
 
 

@@ -104,15 +104,17 @@ def hopper_matrix(gpu=True):
         head_dim, dtype = HOPPER_GROUPS[i % len(HOPPER_GROUPS)]
         for j, feature in enumerate(f for f in FEATURES if f != "mask+window"):
             prefixes, extends = _shape(w, 64, 64, True)
-            case = ExtendCase(prefixes, extends, num_q_heads=8, num_kv_heads=2, head_dim=head_dim,
-                              head_dim_v=head_dim, dtype=dtype,
+            # KV groups of 4 and 3 (an odd group).
+            group = 4 - j % 2
+            case = ExtendCase(prefixes, extends, num_q_heads=2 * group, num_kv_heads=2,
+                              head_dim=head_dim, head_dim_v=head_dim, dtype=dtype,
                               page_size=HOPPER_PAGES[(i + j) % len(HOPPER_PAGES)],
                               window_left=w - 1, seed=1000 + 100 * i + j)
             kwargs = _feature_kwargs(feature, case, w)
             if feature == "full-attention-bounds":
                 case.window_left = None
-            rows.append((f"W{w} {feature} d{head_dim} {str(dtype)[6:]} ps{case.page_size}", case,
-                         kwargs, None))
+            rows.append((f"W{w} {feature} d{head_dim} {str(dtype)[6:]} ps{case.page_size} "
+                         f"group{group}", case, kwargs, None))
     return rows
 
 
