@@ -166,11 +166,19 @@ def test_tile_prediction_at_a_given_tiling():
     assert pred["skip"] == 16 * (64 * 128 + sum(2 * (k + 1) for k in range(64)))
 
 
-def test_tile_prediction_follows_gqa_packing():
-    """gpt-oss packs its 8 query heads into a block: 16 tokens a block, one per KV head."""
+def test_tile_prediction_follows_the_kernel_that_runs(monkeypatch):
+    """gpt-oss on the Triton kernel packs its 8 query heads into a block's rows (BLOCK_M / 8
+    tokens a block, one block per KV head); on an sm_90 GPU it takes the Hopper path: one
+    query head and 64 tokens a block, 64-key tiles."""
     case = wl.extend_cases("A", cases=[(8192, 8192)], batch=1)[0]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     pred = report.tile_prediction(case)
-    assert pred["tokens_per_block"] == pred["block_m"] // 8
+    assert pred["tokens_per_block"] == pred["block_m"] // 8 and pred["block_n"] == 32
+    assert pred["ratio"] < 0.05
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    pred = report.tile_prediction(case)
+    assert pred["tokens_per_block"] == pred["block_m"] == 64 and pred["block_n"] == 64
     assert pred["ratio"] < 0.05
 
 
