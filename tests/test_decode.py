@@ -370,8 +370,9 @@ def test_bad_bounds():
 
 def test_decode_config():
     assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2)
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda").block_n == 64
-    assert decode_config(256, 256, 4, torch.bfloat16, "cuda").block_n == 32
+    # d128: 32-key tiles in 3 stages (double-buffered copies, 4 programs an SM on the H200).
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 3)
+    assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
 
@@ -401,7 +402,7 @@ from triton.compiler import ASTSource
 from swattn.ops.decode import _decode_kernel
 from swattn.ops.merge import _merge_kernel
 
-def compile_sm90(fn, pointers, consts, warps):
+def compile_sm90(fn, pointers, consts, warps, stages=2):
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         sig[name] = ("constexpr" if name in consts else pointers.get(name)
@@ -409,8 +410,8 @@ def compile_sm90(fn, pointers, consts, warps):
         if name in pointers or name.startswith("stride_"):
             attrs[(i,)] = [["tt.divisibility", 16]]  # what the JIT specialises typical strides to
     kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs),
-                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=2))
-    return kernel.asm["ptx"]
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+    return kernel.asm
 
 bf16 = {n: "*bf16" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
 f32 = {n: "*fp32" for n in ("sinks", "Lse", "Part_o", "Part_lse", "Parts_o", "Parts_lse")}
@@ -423,8 +424,17 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
-        SKIP=not tight), 4)
+        SKIP=not tight), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
+# C-B's config (d128, 32-key tiles, 3 stages): the block-table entries carried a tile ahead
+# let the pipeliner double-buffer the K and V copies (one buffer each when the entries were
+# loaded in the iteration that uses them).
+ttgir = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
+    D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4, BLOCK_H=16,
+    BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, HAS_SPARSE=False,
+    WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False), 4, stages=3)["ttgir"]
+buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
+assert buffers == 2, f"K/V copies not double-buffered ({buffers} two-deep allocations)"
 compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
              dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True), 1)
 print("compiled")

@@ -82,10 +82,13 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     BLOCK_H rows hold the query heads of one KV group (rows past the group are masked):
     at least 16, tl.dot's smallest side, so the group is the M of a tensor-core product.
     H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
-    tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 64-key
-    tiles, 2 stages, 269 us (128-key tiles 268, 3 stages 359); 32-key tiles above d128 keep
-    K and V in registers next to the accumulator. The interpreter runs small tiles: its
-    cost grows with tile area.
+    tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 32-key
+    tiles, 3 stages: the K/V copies double-buffered two tiles deep, 4 programs an SM, so
+    C-B's 512 programs are one wave (scripts/probes/decode_probe.py, session 9: 263.8 us
+    against 268.7 for 64-key tiles and 2 stages; 64-key tiles in 3 stages need 70 KB of
+    shared memory, 3 programs an SM, 1.29 waves: 346 us); 32-key tiles above d128 keep K
+    and V in registers next to the accumulator. The interpreter runs small tiles: its cost
+    grows with tile area.
 
     Heads wider than 256 (DeepSeek-style 576/512: keys as two products of 512 and 64
     columns) take 16 query heads and 32 keys a program, 4 warps, 2 stages, one split
@@ -100,8 +103,9 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     width = max(head_dim, head_dim_v)
     if width > 256:
         return DecodeConfig(16, 32, 4, 2)
-    block_n = 128 if width <= 64 else (64 if width <= 128 else 32)
-    return DecodeConfig(block_h, block_n, 4, 2)
+    if width <= 64:
+        return DecodeConfig(block_h, 128, 4, 2)
+    return DecodeConfig(block_h, 32, 4, 3 if width <= 128 else 2)
 
 
 def head_blocking(config, group):

@@ -70,25 +70,39 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
                   SKIP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
                   EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
     """Window tiles [start, stop): cached keys at absolute positions, the visible ones
-    ``[lo, seq_len)`` loaded through the block table."""
+    ``[lo, seq_len)`` loaded through the block table.
+
+    Each iteration loads the block-table entries of the next tile and carries them: the
+    K/V row addresses then come from the loop's own state, not from a load in the same
+    iteration, so with ``num_stages`` s the pipeliner gives the K/V copies s - 1 shared
+    buffers and issues them s - 1 tiles ahead (a page load in the same iteration held
+    them to one buffer, each copy waited on before its tile's products). Only the
+    entries of visible keys are loaded: the masks are the keys'.
+    """
+    p_table = block_table + i_seq * stride_bt
+    k_pos = start + o_n
+    page = tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=0)
     for start_n in range(start, stop, BLOCK_N):
         k_pos = start_n + o_n
         m_key = (k_pos >= lo) & (k_pos < seq_len)
+        k_next = k_pos + BLOCK_N
+        page_next = tl.load(p_table + k_next // page_size,
+                            mask=(k_next >= lo) & (k_next < seq_len), other=0)
         if SKIP:
             needed = tl.max(m_key.to(tl.int32), 0) > 0
         else:
             needed = True
         if needed:
-            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_key, other=0)
-            page = page.to(tl.int64)
+            row = page.to(tl.int64)
             offset = k_pos % page_size
-            slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
-            slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
+            slot_k = row * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
+            slot_v = row * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
             b_k, b_k2 = _load_key(K_cache + slot_k, m_key, o_d, m_d, o_d2, m_d2, EVEN_D, EVEN_D2,
                                   SPLIT_D)
             b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
             m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
                                     softcap, USE_SOFTCAP, SPLIT_D)
+        page = page_next
     return m_i, l_i, acc
 
 
@@ -121,7 +135,7 @@ def _decode_kernel(
     stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
-    page_size, num_sparse, num_splits, qk_scale, softcap, window_left,
+    page_size, num_sparse, num_splits, head_programs, qk_scale, softcap, window_left,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
@@ -133,12 +147,17 @@ def _decode_kernel(
     EVEN_D: tl.constexpr = BLOCK_D <= D
     EVEN_D2: tl.constexpr = BLOCK_D + BLOCK_D2 == D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
-    i_seq = tl.program_id(0).to(tl.int64)
-    # A group wider than BLOCK_H (a wide head: q and the K/V tiles would not fit in shared
-    # memory) is cut into HEAD_BLOCKS blocks of query heads, each its own program.
-    i_kvh = tl.program_id(1).to(tl.int64) // HEAD_BLOCKS
-    i_hb = tl.program_id(1) % HEAD_BLOCKS
-    i_split = tl.program_id(2)
+    # Axis 0 runs over (sequence, head block) with the head block fastest: a sequence's
+    # programs start side by side and read the rows of its pages (every KV head of a
+    # token is one contiguous run) at about the same time (0.8% faster on C-B than the
+    # sequence fastest). A group wider than BLOCK_H (a wide head: q and the K/V tiles would
+    # not fit in shared memory) is cut into HEAD_BLOCKS blocks of query heads, each its own
+    # program.
+    i_seq = (tl.program_id(0) // head_programs).to(tl.int64)
+    i_head = tl.program_id(0) % head_programs
+    i_kvh = i_head.to(tl.int64) // HEAD_BLOCKS
+    i_hb = i_head % HEAD_BLOCKS
+    i_split = tl.program_id(1)
     o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)  # rows: query heads within the group
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
@@ -278,7 +297,8 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     part_o, part_lse = parts if parts is not None else (out, out)
     block_h, head_blocks = blocking
     block_d, block_d2 = split_width(a.head_dim)
-    _decode_kernel[(a.batch, a.num_kv_heads * head_blocks, num_splits)](
+    head_programs = a.num_kv_heads * head_blocks
+    _decode_kernel[(a.batch * head_programs, num_splits)](
         Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
         sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
         Out=out, Lse=lse if lse is not None else out, Part_o=part_o, Part_lse=part_lse,
@@ -292,6 +312,7 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         stride_pb=part_o.stride(0), stride_ph=part_o.stride(1), stride_ps=part_o.stride(2),
         stride_plb=part_lse.stride(0), stride_plh=part_lse.stride(1),
         page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
+        head_programs=head_programs,
         qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
         D=a.head_dim, DV=a.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
         SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
