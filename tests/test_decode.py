@@ -28,6 +28,7 @@ def check_case(case, **kwargs):
     if case.sparse_keys:
         kw["sparse"] = build_sparse(case, DEVICE)
     got = run_all_bounds(tensors, **kw)
+    kw.pop("config", None)  # the kernel's tile config: the reference has none
     want = reference.decode_attention(*tensors, **kw)
     assert_matches_reference(got, want)
     return got
@@ -53,6 +54,10 @@ def _matrix(count, seed):
             kw["softcap"] = 5.0
         if rng.random() < 0.3:
             kw["return_lse"] = True
+        if i % 2:
+            # The GPU's d128 path: three stages (the block-table entries carried a tile
+            # ahead) and the grid heads first.
+            kw["config"] = DecodeConfig(16, 16, 4, 3, heads_first=True)
         case.kwargs = kw
         cases.append(case)
     return cases
@@ -85,8 +90,9 @@ def test_group_cut_into_head_blocks(sparse_keys):
     if sparse_keys:
         kw["sparse"] = build_sparse(case, DEVICE)
     want = reference.decode_attention(*tensors, **kw)
-    for splits in (1, 3):
-        got = run_all_bounds(tensors, num_splits=splits, config=DecodeConfig(16, 16, 4, 1), **kw)
+    for splits, config in ((1, DecodeConfig(16, 16, 4, 1)), (3, DecodeConfig(16, 16, 4, 1)),
+                           (3, DecodeConfig(16, 16, 4, 3, heads_first=True))):
+        got = run_all_bounds(tensors, num_splits=splits, config=config, **kw)
         assert_matches_reference(got, want)
 
 
@@ -370,8 +376,9 @@ def test_bad_bounds():
 
 def test_decode_config():
     assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2)
-    # d128: 32-key tiles in 3 stages (double-buffered copies, 4 programs an SM on the H200).
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 3)
+    # d128: 32-key tiles in 3 stages (double-buffered copies, 4 programs an SM on the H200),
+    # the grid heads first.
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 3, True)
     assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
@@ -424,17 +431,19 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
-        SKIP=not tight), 4)["ptx"]
+        SKIP=not tight, CARRY=not tight, HEADS_FIRST=not tight), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
 # C-B's config (d128, 32-key tiles, 3 stages): the block-table entries carried a tile ahead
-# let the pipeliner double-buffer the K and V copies (one buffer each when the entries were
-# loaded in the iteration that uses them).
-ttgir = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
-    D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4, BLOCK_H=16,
-    BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, HAS_SPARSE=False,
-    WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False), 4, stages=3)["ttgir"]
-buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
-assert buffers == 2, f"K/V copies not double-buffered ({buffers} two-deep allocations)"
+# let the pipeliner double-buffer the K and V copies; loaded in the iteration that uses
+# them, they hold each copy to one buffer.
+for carry, want in ((True, 2), (False, 0)):
+    ttgir = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
+        D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4,
+        BLOCK_H=16, BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False,
+        HAS_SPARSE=False, WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False,
+        CARRY=carry, HEADS_FIRST=True), 4, stages=3)["ttgir"]
+    buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
+    assert buffers == want, f"carry {carry}: {buffers} two-deep K/V buffers, expected {want}"
 compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
              dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True), 1)
 print("compiled")

@@ -3,8 +3,10 @@
 the library's default, an earlier decode.py (BASELINE) and FlashInfer, outputs compared bit
 for bit with the default's.
 
-Each variant is (BLOCK_N, warps, stages, splits) of ops.decode (VARIANTS, a Python list of
-tuples; splits None is the library's count). BASELINE=path loads that file as a second
+Each variant is (BLOCK_N, warps, stages, splits[, carry]) of ops.decode (VARIANTS, a
+Python list of tuples; splits None is the library's count; carry sets ops.decode.CARRY_PAGES,
+the block-table entries carried a tile ahead or loaded in the iteration that uses them);
+the head-first grid order is the config function's. BASELINE=path loads that file as a second
 decode module (its imports resolve to the current package) and times it with
 BASELINE_CONFIG (a tuple, default the current config function's). For each of ours, the
 compiled kernel's registers, spills and shared memory and the programs an SM holds (from
@@ -19,6 +21,7 @@ read-only Triton stream over the workload's bytes: the read ceiling beside the c
 """
 
 import ast
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -32,7 +35,6 @@ import triton.language as tl
 from swattn.bench import decode as decode_bench
 from swattn.bench import harness, workloads
 from swattn.ops import decode
-from swattn.ops.config import DecodeConfig
 
 VARIANTS = [(64, 4, 2, None), (32, 4, 4, None), (64, 2, 3, None)]
 SMEM_PER_SM, REGS_PER_SM, MAX_THREADS = 233472, 65536, 2048
@@ -76,8 +78,9 @@ def prepare(module, inputs, case, config, splits):
 
 
 def with_config(config, variant):
-    block_n, warps, stages, _ = variant
-    return DecodeConfig(config.block_h, block_n, warps, stages)
+    block_n, warps, stages = variant[:3]
+    decode.CARRY_PAGES = variant[4] if len(variant) > 4 else None
+    return dataclasses.replace(config, block_n=block_n, num_warps=warps, num_stages=stages)
 
 
 def check(variant):
@@ -88,6 +91,7 @@ def check(variant):
         launch, out = prepare(decode, inputs, case, cfg, splits)
         out.fill_(float("nan"))
         launch()
+        decode.CARRY_PAGES = None
         torch.cuda.synchronize()
         outs.append(out.float())
     diff = (outs[0] - outs[1]).abs().max().item()
@@ -145,6 +149,7 @@ def main():
         launch, out = prepare(decode, inputs, case, with_config(config, variant), variant[3])
         name = str(variant) + (" default" if variant == default else "")
         replays[name], outs[name] = harness.capture(launch)[0], out
+        decode.CARRY_PAGES = None
         new = [k for k in compiled() if id(k) not in before]
         if new:
             info[name] = occupancy(new[-1], variant[1])

@@ -74,6 +74,9 @@ class DecodeConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # The grid's fastest axis: the head block (a sequence's programs start side by side and
+    # read its pages' rows together) or, False, the sequence.
+    heads_first: bool = False
 
 
 def decode_config(head_dim, head_dim_v, group, dtype, device):
@@ -83,12 +86,15 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     at least 16, tl.dot's smallest side, so the group is the M of a tensor-core product.
     H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
     tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 32-key
-    tiles, 3 stages: the K/V copies double-buffered two tiles deep, 4 programs an SM, so
-    C-B's 512 programs are one wave (scripts/probes/decode_probe.py, session 9: 263.8 us
-    against 268.7 for 64-key tiles and 2 stages; 64-key tiles in 3 stages need 70 KB of
-    shared memory, 3 programs an SM, 1.29 waves: 346 us); 32-key tiles above d128 keep K
-    and V in registers next to the accumulator. The interpreter runs small tiles: its cost
-    grows with tile area.
+    tiles in 3 stages, heads first: the K/V copies double-buffered (the block-table
+    entries carried a tile ahead, ops.decode), 4 programs an SM, so C-B's 512 programs are
+    one wave (scripts/probes/decode_probe.py, session 9, one run: 265.4 us against 268.6
+    for the previous kernel's 64-key tiles in 2 stages, 266.5 for those heads first; 32-key
+    tiles in 3 stages without the carried entries 302.7; 64-key tiles in 3 stages need 70
+    KB of shared memory, 3 programs an SM, 1.29 waves: 346 us). Heads first measured 3%
+    slower on C-A (9.2 against 9.0 us), so d64 keeps the sequence first. 32-key tiles above
+    d128 keep K and V in registers next to the accumulator. The interpreter runs small
+    tiles: its cost grows with tile area.
 
     Heads wider than 256 (DeepSeek-style 576/512: keys as two products of 512 and 64
     columns) take 16 query heads and 32 keys a program, 4 warps, 2 stages, one split
@@ -105,7 +111,9 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
         return DecodeConfig(16, 32, 4, 2)
     if width <= 64:
         return DecodeConfig(block_h, 128, 4, 2)
-    return DecodeConfig(block_h, 32, 4, 3 if width <= 128 else 2)
+    if width <= 128:
+        return DecodeConfig(block_h, 32, 4, 3, heads_first=True)
+    return DecodeConfig(block_h, 32, 4, 2)
 
 
 def head_blocking(config, group):

@@ -33,6 +33,11 @@ from .config import (DECODE_CPU_SMS, decode_config, decode_splits, dot_side, hea
 from .merge import launch_merge
 
 BOUNDS = ("tight", "skip", "none")
+# The window loop carries the next tile's block-table entries (CARRY, _window_tiles) with
+# 3 stages or more, where it buys the K/V copies a second buffer; with 2 they have one
+# either way and the entries are loaded where they are used. None: that rule; True/False
+# force it (scripts/probes/decode_probe.py).
+CARRY_PAGES = None
 
 
 @triton.jit
@@ -68,16 +73,16 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
                   stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv,
                   m_d, m_d2, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
                   SKIP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
-                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
+                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr, CARRY: tl.constexpr):
     """Window tiles [start, stop): cached keys at absolute positions, the visible ones
     ``[lo, seq_len)`` loaded through the block table.
 
-    Each iteration loads the block-table entries of the next tile and carries them: the
-    K/V row addresses then come from the loop's own state, not from a load in the same
-    iteration, so with ``num_stages`` s the pipeliner gives the K/V copies s - 1 shared
-    buffers and issues them s - 1 tiles ahead (a page load in the same iteration held
-    them to one buffer, each copy waited on before its tile's products). Only the
-    entries of visible keys are loaded: the masks are the keys'.
+    With CARRY each iteration loads the block-table entries of the next tile and carries
+    them: the K/V row addresses then come from the loop's own state, not from a load in
+    the same iteration, so with ``num_stages`` s the pipeliner gives the K/V copies s - 1
+    shared buffers and issues them s - 1 tiles ahead (entries loaded in the iteration
+    that uses them hold each copy to one buffer, waited on before its tile's products).
+    Either way only the entries of visible keys are loaded: the masks are the keys'.
     """
     p_table = block_table + i_seq * stride_bt
     k_pos = start + o_n
@@ -85,14 +90,19 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
     for start_n in range(start, stop, BLOCK_N):
         k_pos = start_n + o_n
         m_key = (k_pos >= lo) & (k_pos < seq_len)
-        k_next = k_pos + BLOCK_N
-        page_next = tl.load(p_table + k_next // page_size,
-                            mask=(k_next >= lo) & (k_next < seq_len), other=0)
+        if CARRY:
+            k_next = k_pos + BLOCK_N
+            page_next = tl.load(p_table + k_next // page_size,
+                                mask=(k_next >= lo) & (k_next < seq_len), other=0)
+        else:
+            page_next = page
         if SKIP:
             needed = tl.max(m_key.to(tl.int32), 0) > 0
         else:
             needed = True
         if needed:
+            if not CARRY:
+                page = tl.load(p_table + k_pos // page_size, mask=m_key, other=0)
             row = page.to(tl.int64)
             offset = k_pos % page_size
             slot_k = row * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
@@ -140,24 +150,28 @@ def _decode_kernel(
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
-    TIGHT: tl.constexpr, SKIP: tl.constexpr,
+    TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, HEADS_FIRST: tl.constexpr,
 ):
     # SPLIT_D: the head is BLOCK_D columns and a tail of at most BLOCK_D2 (576 = 512 + 64),
     # two products instead of one padded to the next power of two.
     EVEN_D: tl.constexpr = BLOCK_D <= D
     EVEN_D2: tl.constexpr = BLOCK_D + BLOCK_D2 == D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
-    # Axis 0 runs over (sequence, head block) with the head block fastest: a sequence's
-    # programs start side by side and read the rows of its pages (every KV head of a
-    # token is one contiguous run) at about the same time (0.8% faster on C-B than the
-    # sequence fastest). A group wider than BLOCK_H (a wide head: q and the K/V tiles would
-    # not fit in shared memory) is cut into HEAD_BLOCKS blocks of query heads, each its own
-    # program.
-    i_seq = (tl.program_id(0) // head_programs).to(tl.int64)
-    i_head = tl.program_id(0) % head_programs
+    # HEADS_FIRST: axis 0 runs over (sequence, head block), the head block fastest, so a
+    # sequence's programs start side by side and read its pages' rows (every KV head of a
+    # token is one contiguous run) together; else the sequence is axis 0. A group wider
+    # than BLOCK_H (a wide head: q and the K/V tiles would not fit in shared memory) is cut
+    # into HEAD_BLOCKS blocks of query heads, each its own program.
+    if HEADS_FIRST:
+        i_seq = (tl.program_id(0) // head_programs).to(tl.int64)
+        i_head = tl.program_id(0) % head_programs
+        i_split = tl.program_id(1)
+    else:
+        i_seq = tl.program_id(0).to(tl.int64)
+        i_head = tl.program_id(1)
+        i_split = tl.program_id(2)
     i_kvh = i_head.to(tl.int64) // HEAD_BLOCKS
     i_hb = i_head % HEAD_BLOCKS
-    i_split = tl.program_id(1)
     o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)  # rows: query heads within the group
     o_n = tl.arange(0, BLOCK_N)
     o_d = tl.arange(0, BLOCK_D)
@@ -203,7 +217,7 @@ def _decode_kernel(
         start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
         page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
         stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N,
-        USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV, SPLIT_D)
+        USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV, SPLIT_D, CARRY)
     if HAS_SPARSE:
         sparse_start = (tl.maximum(t_start, window_tiles) - window_tiles) * BLOCK_N
         sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
@@ -298,7 +312,9 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
     block_h, head_blocks = blocking
     block_d, block_d2 = split_width(a.head_dim)
     head_programs = a.num_kv_heads * head_blocks
-    _decode_kernel[(a.batch * head_programs, num_splits)](
+    grid = ((a.batch * head_programs, num_splits) if cfg.heads_first
+            else (a.batch, head_programs, num_splits))
+    _decode_kernel[grid](
         Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
         sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
         Out=out, Lse=lse if lse is not None else out, Part_o=part_o, Part_lse=part_lse,
@@ -320,7 +336,8 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         HAS_SINKS=sinks is not None,
         USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
         RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        CARRY=cfg.num_stages > 2 if CARRY_PAGES is None else CARRY_PAGES,
+        HEADS_FIRST=cfg.heads_first, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if parts is not None:
         # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
