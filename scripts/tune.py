@@ -44,8 +44,8 @@ DECODE_SWEEP = {
           (16, 8, 2, 1, 32), (16, 4, 3, 1), (32, 4, 1, 1), (16, 4, 2, 2), (64, 8, 2, 1, 16)],
     "C-A": [(128, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (128, 8, 2, 1), (128, 2, 2, 1),
             (128, 4, 1, 1)],
-    "C-B": [(64, 4, 2, None), (64, 2, 2, 1), (64, 2, 2, 2), (64, 2, 2, 3), (64, 1, 2, 1),
-            (128, 2, 2, 1), (32, 1, 2, 1), (64, 2, 3, 1), (64, 4, 2, 3), (128, 4, 2, 2)],
+    "C-B": [(32, 4, 3, None), (32, 4, 4, 1), (32, 4, 3, 2), (64, 4, 2, 1), (64, 2, 3, 1),
+            (64, 4, 3, 1), (128, 4, 2, 1), (16, 4, 6, 1)],
 }
 
 
@@ -93,15 +93,17 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
 def tune_decode(name, configs, flush):
     case = workloads.decode_cases(name)[0]
     inputs = decode_bench.build_inputs(case)
-    block_h = decode.decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
-                                   torch.bfloat16, inputs.q.device).block_h
+    chosen = decode.decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
+                                  torch.bfloat16, inputs.q.device)
 
     def prepare(config):
-        block_n, warps, stages, splits, rows = (*config, block_h)[:5]
+        block_n, warps, stages, splits, rows = (*config, chosen.block_h)[:5]
+        # The grid order stays the config function's (heads first for d128).
         fn, out, _ = decode.prepare(inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window,
                                     inputs.seq_lens, window_left=case.window_left, sinks=inputs.sinks,
                                     sparse=inputs.sparse, num_splits=splits,
-                                    config=DecodeConfig(rows, block_n, warps, stages))
+                                    config=DecodeConfig(rows, block_n, warps, stages,
+                                                        chosen.heads_first))
         return fn, out
 
     print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
