@@ -55,7 +55,7 @@ def _matrix(count, seed):
         if rng.random() < 0.3:
             kw["return_lse"] = True
         if i % 2:
-            # The GPU's d128 path: three stages (the block-table entries carried a tile
+            # The carried path (three stages: the block-table entries carried a tile
             # ahead) and the grid heads first.
             kw["config"] = DecodeConfig(16, 16, 4, 3, heads_first=True)
         case.kwargs = kw
@@ -376,9 +376,8 @@ def test_bad_bounds():
 
 def test_decode_config():
     assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2)
-    # d128: 32-key tiles in 3 stages (double-buffered copies, 4 programs an SM on the H200),
-    # the grid heads first.
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 3, True)
+    # d128: 64-key tiles in 2 stages (4 programs an SM on the H200), the grid heads first.
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2, True)
     assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
@@ -431,21 +430,25 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
-        SKIP=not tight, CARRY=not tight, HEADS_FIRST=not tight), 4)["ptx"]
+        SKIP=not tight, CARRY=not tight, HEADS_FIRST=not tight, PDL=partial), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
-# C-B's config (d128, 32-key tiles, 3 stages): the block-table entries carried a tile ahead
-# let the pipeliner double-buffer the K and V copies; loaded in the iteration that uses
-# them, they hold each copy to one buffer.
+    assert ("griddepcontrol.launch_dependents" in ptx) == partial, "the split kernel lets the merge start"
+# The carried path (d128, 32-key tiles, 3 stages): the block-table entries carried a tile
+# ahead let the pipeliner double-buffer the K and V copies; loaded in the iteration that
+# uses them, they hold each copy to one buffer.
 for carry, want in ((True, 2), (False, 0)):
     ttgir = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
         D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4,
         BLOCK_H=16, BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False,
         HAS_SPARSE=False, WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False,
-        CARRY=carry, HEADS_FIRST=True), 4, stages=3)["ttgir"]
+        CARRY=carry, HEADS_FIRST=True, PDL=False), 4, stages=3)["ttgir"]
     buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
     assert buffers == want, f"carry {carry}: {buffers} two-deep K/V buffers, expected {want}"
-compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
-             dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True), 1)
+for wait in (False, True):
+    ptx = compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
+                       dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True,
+                            FINITE=wait, WAIT=wait), 1)["ptx"]
+    assert ("griddepcontrol.wait" in ptx) == wait, "the PDL merge waits for the split kernel"
 print("compiled")
 """
 
@@ -531,3 +534,45 @@ def test_gpu_deepseek_sparse_window_decode():
         got = run_all_bounds(tensors, window_left=127, sinks=sinks, sparse=sparse, num_splits=splits,
                              return_lse=True)
         assert_matches_reference(got, want)
+
+
+@pytest.mark.gpu
+def test_gpu_mistral_decode_splits_and_cuda_graph(monkeypatch):
+    """Mistral-style decode at C-B's size (batch 64, 32/8 heads of 128, window 4096 in
+    pages of 16, bf16), the library's split count (one) and three splits merged by a
+    second kernel (on sm_90 launched by PDL), against the reference; each captured in a
+    CUDA graph and replayed after seq_lens changed in place."""
+    batch, window_left = 64, 4095
+    gen = torch.Generator().manual_seed(71)
+    lens = torch.randint(1, 8193, (batch,), generator=gen)
+    lens[:5] = torch.tensor([1, 4095, 4096, 4097, 8192])
+    case = DecodeCase(lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128, head_dim_v=128,
+                      page_size=16, window_left=None, dtype=torch.bfloat16, seed=71)
+    tensors = build_decode(case, "cuda")
+    seq_lens = tensors[4]
+    plans, launch_fn = [], ops_decode._launch
+    monkeypatch.setattr(ops_decode, "_launch", lambda *a: plans.append(a[10]) or launch_fn(*a))
+    kw = dict(window_left=window_left, return_lse=True)
+    pdl = torch.cuda.get_device_capability()[0] >= 9
+
+    def check(out, lse):
+        ref_out, ref_lse = reference.decode_attention(*tensors, **kw)
+        assert rel_err(out, ref_out) < 1e-2
+        assert (lse - ref_lse).abs().max().item() < 1e-2
+
+    for splits, plan in ((None, (1, False)), (3, (3, pdl))):
+        seq_lens.copy_(lens.to(torch.int32))
+        plans.clear()
+        launch, out, lse = ops_decode.prepare(*tensors, num_splits=splits, **kw)
+        launch()
+        torch.cuda.synchronize()
+        check(out, lse)
+        assert plans == [plan]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch()
+        seq_lens.copy_((lens * 2 // 3).clamp(min=1).to(torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, lse)

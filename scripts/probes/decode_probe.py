@@ -3,9 +3,11 @@
 the library's default, an earlier decode.py (BASELINE) and FlashInfer, outputs compared bit
 for bit with the default's.
 
-Each variant is (BLOCK_N, warps, stages, splits[, carry]) of ops.decode (VARIANTS, a
-Python list of tuples; splits None is the library's count; carry sets ops.decode.CARRY_PAGES,
-the block-table entries carried a tile ahead or loaded in the iteration that uses them);
+Each variant is (BLOCK_N, warps, stages, splits[, carry, pdl]) of ops.decode (VARIANTS, a
+Python list of tuples; splits None is the library's count; carry sets
+ops.decode.CARRY_PAGES, the block-table entries carried a tile ahead or loaded in the
+iteration that uses them; pdl ops.decode.MERGE_PDL, False for the merge launched without
+PDL);
 the head-first grid order is the config function's. BASELINE=path loads that file as a second
 decode module (its imports resolve to the current package) and times it with
 BASELINE_CONFIG (a tuple, default the current config function's). For each of ours, the
@@ -56,10 +58,11 @@ def occupancy(kernel, warps):
 
 
 def setup(small=False):
-    """(case, inputs, the config function's config) of WORKLOAD; ``small``: 6 sequences of
-    4133 keys (a window starting mid-page)."""
+    """(case, inputs, the config function's config) of WORKLOAD (BATCH sequences, default
+    the workload's); ``small``: 6 sequences of 4133 keys (a window starting mid-page)."""
     name = os.environ.get("WORKLOAD", "C-B")
-    case = workloads.decode_cases(name, batch=6 if small else None,
+    batch = int(os.environ["BATCH"]) if os.environ.get("BATCH") else None
+    case = workloads.decode_cases(name, batch=6 if small else batch,
                                   contexts=(4133,) if small else None)[0]
     inputs = decode_bench.build_inputs(case)
     config = decode.decode_config(case.head_dim, case.head_dim_v,
@@ -78,8 +81,12 @@ def prepare(module, inputs, case, config, splits):
 
 
 def with_config(config, variant):
+    """``config`` with the variant's tile, warps and stages; the module switches set from
+    its optional fifth and sixth entries (carry, merge by PDL; None: the library's rule).
+    CARRY_PAGES is read at launch, MERGE_PDL by prepare()."""
     block_n, warps, stages = variant[:3]
-    decode.CARRY_PAGES = variant[4] if len(variant) > 4 else None
+    extra = tuple(variant[4:]) + (None,) * (6 - max(len(variant), 4))
+    decode.CARRY_PAGES, decode.MERGE_PDL = extra
     return dataclasses.replace(config, block_n=block_n, num_warps=warps, num_stages=stages)
 
 
@@ -136,7 +143,11 @@ def main():
     case, inputs, config = setup()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     default = (config.block_n, config.num_warps, config.num_stages, None)
-    replays, outs, info = {}, {}, {}
+    # Each launch closure owns its split scratch, which a captured graph does not keep
+    # alive: dropped, the scratch went back to the allocator and the graph's replays wrote
+    # partials into whatever took the memory next (FlashInfer's page lists: the illegal
+    # addresses of session 9, always reported by FlashInfer's replay first).
+    replays, outs, info, keep = {}, {}, {}, []
     for variant in [default] + [tuple(v) for v in variants if tuple(v) != default]:
         if variant != default:
             result = subprocess.run([sys.executable, __file__, "--check", repr(variant)],
@@ -149,6 +160,7 @@ def main():
         launch, out = prepare(decode, inputs, case, with_config(config, variant), variant[3])
         name = str(variant) + (" default" if variant == default else "")
         replays[name], outs[name] = harness.capture(launch)[0], out
+        keep.append(launch)
         decode.CARRY_PAGES = None
         new = [k for k in compiled() if id(k) not in before]
         if new:
@@ -165,12 +177,14 @@ def main():
         if os.environ.get("BASELINE_CONFIG"):
             cfg = with_config(config, (*ast.literal_eval(os.environ["BASELINE_CONFIG"]), None))
         launch, out = prepare(baseline, inputs, case, cfg, None)
+        keep.append(launch)
         name = (f"baseline {os.environ['BASELINE']} "
                 f"({cfg.block_n}, {cfg.num_warps}, {cfg.num_stages}, None)")
         replays[name], outs[name] = harness.capture(launch)[0], out
     try:
         prepared = decode_bench.flashinfer_decode(inputs)
         replays["FlashInfer"], outs["FlashInfer"] = harness.capture(prepared.fn)[0], prepared.result()
+        keep.append(prepared)
     except Exception as exc:  # noqa: BLE001 - a probe without the peer still measures ours
         print(f"FlashInfer not run: {type(exc).__name__}: {exc}")
     flush = harness.Flush()

@@ -85,13 +85,15 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     BLOCK_H rows hold the query heads of one KV group (rows past the group are masked):
     at least 16, tl.dot's smallest side, so the group is the M of a tensor-core product.
     H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
-    tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 32-key
-    tiles in 3 stages, heads first: the K/V copies double-buffered (the block-table
-    entries carried a tile ahead, ops.decode), 4 programs an SM, so C-B's 512 programs are
-    one wave (scripts/probes/decode_probe.py, session 9, one run: 265.4 us against 268.6
-    for the previous kernel's 64-key tiles in 2 stages, 266.5 for those heads first; 32-key
-    tiles in 3 stages without the carried entries 302.7; 64-key tiles in 3 stages need 70
-    KB of shared memory, 3 programs an SM, 1.29 waves: 346 us). Heads first measured 3%
+    tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 64-key
+    tiles in 2 stages, heads first, 4 programs an SM, so C-B's 512 programs are one wave
+    (scripts/probes/decode_probe.py, session 10, two runs on one machine: 262.0 and 262.2
+    us against 265.8 and 265.6 for 32-key tiles in 3 stages, whose K/V copies the carried
+    block-table entries double-buffer (ops.decode); session 9's machine had it the other
+    way, 266.5 against 265.4; 32-key tiles in 3 stages without the carried entries 302.7;
+    64-key tiles in 3 stages need 70 KB of shared memory, 3 programs an SM, 1.29 waves:
+    346 us). Two splits (1024 programs over 528 places) measured no faster: equal halves
+    264.8 us, split 0 taking 90% of the keys 262.2 (session 10). Heads first measured 3%
     slower on C-A (9.2 against 9.0 us), so d64 keeps the sequence first. 32-key tiles above
     d128 keep K and V in registers next to the accumulator. The interpreter runs small
     tiles: its cost grows with tile area.
@@ -112,7 +114,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     if width <= 64:
         return DecodeConfig(block_h, 128, 4, 2)
     if width <= 128:
-        return DecodeConfig(block_h, 32, 4, 3, heads_first=True)
+        return DecodeConfig(block_h, 64, 4, 2, heads_first=True)
     return DecodeConfig(block_h, 32, 4, 2)
 
 

@@ -13,9 +13,10 @@ the group and both products are tensor-core dots with the group as M. With split
 (flash-decoding) the program's key tiles are one contiguous chunk of the sequence's tiles,
 the chunking computed in the kernel from ``seq_lens`` (no host sync, CUDA-graph safe): each
 split writes a sink-free partial (out, lse) to scratch and ``merge.launch_merge`` combines
-them, applying the sinks once. ``sparse=(k_pool, v_pool, idx)`` adds up to K pool rows per
-sequence to the same softmax as extra key tiles after the window's, chunked over the splits
-with them.
+them, applying the sinks once; on sm_90 the merge is launched as a programmatic dependent
+(PDL) of this kernel, so it can start as soon as every program of this one has.
+``sparse=(k_pool, v_pool, idx)`` adds up to K pool rows per sequence to the same softmax as
+extra key tiles after the window's, chunked over the splits with them.
 
 ``bounds="skip"``/``"none"`` let the chunk of split 0 start at position 0 (on the grid of
 the window's first key) and skip, or compute under the mask, the tiles below the window;
@@ -25,6 +26,7 @@ the chunking is the same in all three, so they are bit-identical for every split
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from ._common import decode_first_key, finish, kernel_scale, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
@@ -38,6 +40,9 @@ BOUNDS = ("tight", "skip", "none")
 # either way and the entries are loaded where they are used. None: that rule; True/False
 # force it (scripts/probes/decode_probe.py).
 CARRY_PAGES = None
+# The split-KV merge is launched by PDL where the GPU takes it (sm_90+); False: without
+# (scripts/probes/decode_probe.py).
+MERGE_PDL = None
 
 
 @triton.jit
@@ -151,7 +156,12 @@ def _decode_kernel(
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        # The merge, launched as this kernel's programmatic dependent, may start once every
+        # program has: its programs wait for this kernel's end before reading the parts.
+        tl_cuda.gdc_launch_dependents()
     # SPLIT_D: the head is BLOCK_D columns and a tail of at most BLOCK_D2 (576 = 512 + 64),
     # two products instead of one padded to the next power of two.
     EVEN_D: tl.constexpr = BLOCK_D <= D
@@ -263,6 +273,8 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
 
     ``lse`` is an optional [B, Hq] float32 buffer for ``return_lse``; ``bounds`` picks the
     loop-bound variant; ``block_n`` or a whole ``config`` override the config function.
+    Keep ``launch`` as long as a graph captured from it is replayed: it owns the split
+    scratch, which the graph does not keep alive.
     """
     if bounds not in BOUNDS:
         raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
@@ -272,11 +284,12 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
     cfg = config or decode_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
     block_n = block_n or cfg.block_n
     blocking = head_blocking(cfg, a.group)  # (BLOCK_H, head blocks), once for every launch
+    on_gpu = q.device.type == "cuda"
     if num_splits is None:
         capacity = block_table.shape[1] * a.page_size
         max_keys = capacity if window_left is None else min(window_left + 1, capacity)
         sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
-               if q.device.type == "cuda" else DECODE_CPU_SMS)
+               if on_gpu else DECODE_CPU_SMS)
         programs = a.num_kv_heads * blocking[1]
         num_splits = decode_splits(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
     if out is None:
@@ -285,6 +298,9 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
         lse = torch.empty(a.batch, a.num_q_heads, dtype=torch.float32, device=q.device)
     elif not return_lse:
         lse = None
+    # PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
+    pdl = (num_splits > 1 and on_gpu and torch.version.hip is None and MERGE_PDL is not False
+           and torch.cuda.get_device_capability(q.device)[0] >= 9)
     parts = None
     if num_splits > 1:
         part_o = torch.empty(a.batch, a.num_q_heads, num_splits, a.head_dim_v, dtype=torch.float32,
@@ -294,14 +310,16 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
 
     def launch():
         _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap, sparse,
-                num_splits, out, lse, parts, bounds, block_n, cfg, blocking)
+                (num_splits, pdl), out, lse, parts, bounds, block_n, cfg, blocking)
 
     return launch, out, lse
 
 
 def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
-            softcap, sparse, num_splits, out, lse, parts, bounds, block_n, cfg, blocking):
-    """Launch on validated arguments: no host sync, no allocation."""
+            softcap, sparse, splitting, out, lse, parts, bounds, block_n, cfg, blocking):
+    """Launch on validated arguments: no host sync, no allocation. ``splitting``:
+    (splits, whether the merge is launched by PDL)."""
+    num_splits, pdl = splitting
     if a.batch == 0:
         return
     use_softcap = softcap > 0
@@ -337,8 +355,10 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
         RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
         CARRY=cfg.num_stages > 2 if CARRY_PAGES is None else CARRY_PAGES,
-        HEADS_FIRST=cfg.heads_first, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HEADS_FIRST=cfg.heads_first, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if parts is not None:
-        # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
-        launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out, lse)
+        # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place; a
+        # split that saw no key wrote a finite 0.
+        launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out, lse,
+                     finite=True, pdl=pdl)

@@ -5,12 +5,18 @@ the parts (context-parallel shards, the splits of a split-KV decode) carry no si
 sink joins the denominator once, here. A part with lse ``-inf`` saw no key: its output is
 not read (it may hold anything); all parts ``-inf`` give 0 and ``-inf``. One program per
 (row, head) reads every part's lse at once, then the parts' outputs as one
-[parts, Dv] tile. The split-KV decode runs this same kernel as its second pass.
+[parts, Dv] tile. The split-KV decode runs this same kernel as its second pass, with two
+differences: its parts are finite (a split that saw no key wrote 0), so the outputs load
+beside the lses instead of after them; and on sm_90 it is launched as a programmatic
+dependent of the decode kernel (PDL): its programs start while the decode's last ones
+run and wait (``griddepcontrol.wait``) for the decode's writes, so the second launch's
+latency is hidden.
 """
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from ._validate import FLOAT_DTYPES, check_sinks, check_tensor
 
@@ -20,7 +26,10 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
                   stride_os, stride_on, stride_oh, stride_ls, stride_ln, stride_lh,
                   stride_n, stride_h, stride_lse_n, num_parts,
                   DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr,
-                  HAS_SINKS: tl.constexpr, RETURN_LSE: tl.constexpr):
+                  HAS_SINKS: tl.constexpr, RETURN_LSE: tl.constexpr, FINITE: tl.constexpr,
+                  WAIT: tl.constexpr):
+    if WAIT:
+        tl_cuda.gdc_wait()  # the parts' writer (the decode kernel) has finished
     i_n = tl.program_id(0).to(tl.int64)
     i_h = tl.program_id(1).to(tl.int64)
     o_s = tl.arange(0, BLOCK_S)
@@ -30,10 +39,13 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
                     mask=m_s, other=float("-inf"))  # [BS]
     m = tl.max(b_lse, 0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    # exp(-inf) is 0: a part that saw no key weighs nothing, and its output is not loaded.
+    # exp(-inf) is 0: a part that saw no key weighs nothing, and (unless FINITE) its output
+    # is not loaded.
     w = tl.exp(b_lse - m_safe)  # [BS]
     l = tl.sum(w, 0)
-    m_part = m_s & (b_lse > float("-inf"))
+    m_part = m_s
+    if not FINITE:
+        m_part = m_s & (b_lse > float("-inf"))
     p_o = Parts_o + o_s[:, None].to(tl.int64) * stride_os + i_n * stride_on + i_h * stride_oh
     b_o = tl.load(p_o + o_dv[None, :],
                   mask=m_part[:, None] & (o_dv < DV)[None, :], other=0.0).to(tl.float32)  # [BS, BDV]
@@ -46,10 +58,13 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
         tl.store(Lse + i_n * stride_lse_n + i_h, tl.where(l > 0.0, m_safe + tl.log(l), float("-inf")))
 
 
-def launch_merge(parts_o, parts_lse, sinks, out, lse):
+def launch_merge(parts_o, parts_lse, sinks, out, lse, finite=False, pdl=False):
     """Merge ``parts_o [S, N, H, Dv]`` (any strides, Dv contiguous) and ``parts_lse
     [S, N, H]`` float32 into ``out [N, H, Dv]`` and, if given, ``lse [N, H]``. Validated
-    arguments only; no host sync, no allocation (CUDA-graph safe)."""
+    arguments only; no host sync, no allocation (CUDA-graph safe). ``finite``: every part's
+    output is finite, so it is read whatever its lse; ``pdl``: launched as a programmatic
+    dependent of the previous kernel on the stream (sm_90+), which must write the parts
+    before it exits."""
     num_parts, rows, heads, dv = parts_o.shape
     if rows == 0 or heads == 0:
         return
@@ -62,7 +77,8 @@ def launch_merge(parts_o, parts_lse, sinks, out, lse):
         stride_lse_n=lse.stride(0) if lse is not None else 0, num_parts=num_parts,
         DV=dv, BLOCK_S=max(triton.next_power_of_2(num_parts), 2),
         BLOCK_DV=triton.next_power_of_2(dv), HAS_SINKS=sinks is not None,
-        RETURN_LSE=lse is not None, num_warps=1 if num_parts * dv <= 2048 else 4,
+        RETURN_LSE=lse is not None, FINITE=finite, WAIT=pdl,
+        num_warps=1 if num_parts * dv <= 2048 else 4, launch_pdl=pdl,
     )
 
 
