@@ -137,6 +137,26 @@ def read_ceiling(nbytes, flush):
     return best
 
 
+def add_flashinfer(inputs, replays, outs, keep):
+    """FlashInfer's decode of ``inputs`` captured beside ours, where it runs."""
+    try:
+        prepared = decode_bench.flashinfer_decode(inputs)
+        replays["FlashInfer"], outs["FlashInfer"] = harness.capture(prepared.fn)[0], prepared.result()
+        keep.append(prepared)
+    except Exception as exc:  # noqa: BLE001 - a probe without the peer still measures ours
+        print(f"FlashInfer not run: {type(exc).__name__}: {exc}")
+
+
+def time_all(replays, reps, rounds, first):
+    """``(times, errors, noise floor, flush)``: every replay interleaved; ``first`` and
+    its control give the floor."""
+    flush = harness.Flush()
+    rounds_us, errors = harness.interleave(replays, reps, rounds, flush)
+    times = {name: [t for r in rs for t in r] for name, rs in rounds_us.items()}
+    floor = harness.noise_floor(rounds_us[first], rounds_us[first + " (control)"])
+    return times, errors, floor, flush
+
+
 def main():
     rounds, reps = int(os.environ.get("ROUNDS", "2")), int(os.environ.get("REPS", "15"))
     variants = ast.literal_eval(os.environ["VARIANTS"]) if os.environ.get("VARIANTS") else VARIANTS
@@ -181,16 +201,8 @@ def main():
         name = (f"baseline {os.environ['BASELINE']} "
                 f"({cfg.block_n}, {cfg.num_warps}, {cfg.num_stages}, None)")
         replays[name], outs[name] = harness.capture(launch)[0], out
-    try:
-        prepared = decode_bench.flashinfer_decode(inputs)
-        replays["FlashInfer"], outs["FlashInfer"] = harness.capture(prepared.fn)[0], prepared.result()
-        keep.append(prepared)
-    except Exception as exc:  # noqa: BLE001 - a probe without the peer still measures ours
-        print(f"FlashInfer not run: {type(exc).__name__}: {exc}")
-    flush = harness.Flush()
-    rounds_us, errors = harness.interleave(replays, reps, rounds, flush)
-    times = {name: [t for r in rs for t in r] for name, rs in rounds_us.items()}
-    floor = harness.noise_floor(rounds_us[first], rounds_us[first + " (control)"])
+    add_flashinfer(inputs, replays, outs, keep)
+    times, errors, floor, flush = time_all(replays, reps, rounds, first)
     programs = case.batch * case.num_kv_heads
     print(f"== {case.name}: {programs} programs a split, {sms} SMs ({rounds} rounds x {reps} "
           f"repetitions; noise floor {100 * floor:.1f}%)")

@@ -24,7 +24,6 @@ import decode_probe  # scripts/probes, on sys.path as the script's folder
 import numpy as np
 import torch
 
-from swattn.bench import decode as decode_bench
 from swattn.bench import harness
 from swattn.ops import decode
 
@@ -130,16 +129,8 @@ def main():
                 diff = (out.float() - outs["default"].float()).abs().max().item()
                 print(f"{name}: max diff to the default {diff:.1e}", flush=True)
     decode.CARRY_PAGES = None
-    try:
-        prepared = decode_bench.flashinfer_decode(inputs)
-        replays["FlashInfer"], outs["FlashInfer"] = harness.capture(prepared.fn)[0], prepared.result()
-        keep.append(prepared)
-    except Exception as exc:  # noqa: BLE001 - a probe without the peer still measures ours
-        print(f"FlashInfer not run: {type(exc).__name__}: {exc}")
-    flush = harness.Flush()
-    rounds_us, errors = harness.interleave(replays, reps, rounds, flush)
-    times = {name: [t for r in rs for t in r] for name, rs in rounds_us.items()}
-    floor = harness.noise_floor(rounds_us["default"], rounds_us["default (control)"])
+    decode_probe.add_flashinfer(inputs, replays, outs, keep)
+    times, errors, floor, _ = decode_probe.time_all(replays, reps, rounds, "default")
     print(f"== {case.name} ({rounds} rounds x {reps} repetitions; noise floor {100 * floor:.1f}%)")
     for name, us in times.items():
         ratio = (np.median(np.array(us) / np.array(times["default"]))
