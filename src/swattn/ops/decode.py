@@ -73,6 +73,13 @@ def _load_key(p, rows, o_d, m_d, o_d2, m_d2, EVEN_D: tl.constexpr, EVEN_D2: tl.c
 
 
 @triton.jit
+def _pages(p_table, k_pos, lo, seq_len, page_size):
+    """The block-table entries of the keys at ``k_pos``; only those of visible keys
+    ``[lo, seq_len)`` are loaded (0 for the others)."""
+    return tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=0)
+
+
+@triton.jit
 def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
                   stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
                   stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv,
@@ -90,24 +97,20 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
     Either way only the entries of visible keys are loaded: the masks are the keys'.
     """
     p_table = block_table + i_seq * stride_bt
-    k_pos = start + o_n
-    page = tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=0)
+    if CARRY:
+        page = _pages(p_table, start + o_n, lo, seq_len, page_size)
     for start_n in range(start, stop, BLOCK_N):
         k_pos = start_n + o_n
         m_key = (k_pos >= lo) & (k_pos < seq_len)
         if CARRY:
-            k_next = k_pos + BLOCK_N
-            page_next = tl.load(p_table + k_next // page_size,
-                                mask=(k_next >= lo) & (k_next < seq_len), other=0)
-        else:
-            page_next = page
+            page_next = _pages(p_table, k_pos + BLOCK_N, lo, seq_len, page_size)
         if SKIP:
             needed = tl.max(m_key.to(tl.int32), 0) > 0
         else:
             needed = True
         if needed:
             if not CARRY:
-                page = tl.load(p_table + k_pos // page_size, mask=m_key, other=0)
+                page = _pages(p_table, k_pos, lo, seq_len, page_size)
             row = page.to(tl.int64)
             offset = k_pos % page_size
             slot_k = row * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
@@ -117,7 +120,8 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
             b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
             m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
                                     softcap, USE_SOFTCAP, SPLIT_D)
-        page = page_next
+        if CARRY:
+            page = page_next
     return m_i, l_i, acc
 
 
