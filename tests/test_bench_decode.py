@@ -349,7 +349,7 @@ def test_decode_variant_keys():
     assert {v.role for v in dbench.VARIANTS} == {"tight", "control", "ours", "peer"}
     known = {v.key for v in peers.VARIANTS} | set(keys)
     assert [v.key for v in peers.select(["split1", "flex"], variants=dbench.VARIANTS, known=known)] == \
-        ["tight", "control", "skip", "sglang", "vllm", "flashinfer"]
+        ["tight", "control", "skip", "triton", "sglang", "vllm", "flashinfer"]
     assert "split1" not in {v.key for v in peers.VARIANTS}
     assert peers.select(["split1"], known=known) == list(peers.VARIANTS)  # a decode-only key
     with pytest.raises(ValueError, match="unknown variant"):

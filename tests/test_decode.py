@@ -9,7 +9,8 @@ import torch
 import swattn
 from swattn import reference
 from swattn.ops import decode as ops_decode
-from swattn.ops.config import DecodeConfig, decode_config, decode_splits, head_blocking
+from swattn.ops.config import (DecodeConfig, decode_config, decode_splits, head_blocking,
+                                hopper_decode_splits)
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
 from checks import TOL, assert_bounds_identical, assert_matches_reference
@@ -375,9 +376,12 @@ def test_bad_bounds():
 # ---- config: pure functions ---------------------------------------------------------
 
 def test_decode_config():
-    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2)
+    # Up to d128 the Gluon path where the launch can take it (long windows on sm_90).
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2,
+                                                                            hopper=True)
     # d128: 64-key tiles in 2 stages (4 programs an SM on the H200), the grid heads first.
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2, True)
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2, True,
+                                                                              hopper=True)
     assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
@@ -397,6 +401,17 @@ def test_decode_splits():
     # A big batch already fills the GPU.
     assert decode_splits(512, 8, 4096, 132, 64) == 1
     assert decode_splits(1, 1, 0, 132, 64) == 1
+
+
+def test_hopper_decode_splits():
+    # C-B (512 programs of a 4097-key window) is past one wave of 2 x 132: whole windows.
+    assert hopper_decode_splits(64, 8, 4097, 132, 64) == 1
+    # C-F (128 programs, full attention over 32k): two splits fill one wave, four would not.
+    assert hopper_decode_splits(64, 2, 32768, 132, 64) == 2
+    # Few programs: capped by the keys (512 a split at least) and the tiles.
+    assert hopper_decode_splits(4, 8, 4097, 132, 64) == 8
+    assert hopper_decode_splits(1, 1, 32768, 132, 64) == 64
+    assert hopper_decode_splits(1, 1, 0, 132, 64) == 1
 
 
 # ---- compiles for the H200 without one ------------------------------------------------
@@ -539,9 +554,10 @@ def test_gpu_deepseek_sparse_window_decode():
 @pytest.mark.gpu
 def test_gpu_mistral_decode_splits_and_cuda_graph(monkeypatch):
     """Mistral-style decode at C-B's size (batch 64, 32/8 heads of 128, window 4096 in
-    pages of 16, bf16), the library's split count (one) and three splits merged by a
-    second kernel (on sm_90 launched by PDL), against the reference; each captured in a
-    CUDA graph and replayed after seq_lens changed in place."""
+    pages of 16, bf16) in the Triton kernel (the library's default there is the Gluon
+    path, tests/test_decode_hopper.py), the Triton chooser's split count (one) and three
+    splits merged by a second kernel (on sm_90 launched by PDL), against the reference;
+    each captured in a CUDA graph and replayed after seq_lens changed in place."""
     batch, window_left = 64, 4095
     gen = torch.Generator().manual_seed(71)
     lens = torch.randint(1, 8193, (batch,), generator=gen)
@@ -563,7 +579,7 @@ def test_gpu_mistral_decode_splits_and_cuda_graph(monkeypatch):
     for splits, plan in ((None, (1, False)), (3, (3, pdl))):
         seq_lens.copy_(lens.to(torch.int32))
         plans.clear()
-        launch, out, lse = ops_decode.prepare(*tensors, num_splits=splits, **kw)
+        launch, out, lse = ops_decode.prepare(*tensors, num_splits=splits, hopper=False, **kw)
         launch()
         torch.cuda.synchronize()
         check(out, lse)

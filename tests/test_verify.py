@@ -12,7 +12,7 @@ from conftest import DEVICE
 
 @pytest.mark.parametrize("family", sorted(identity.FAMILIES))
 def test_family_rows_pass(family):
-    if family == "hopper" and DEVICE != "cuda":
+    if family in ("hopper", "decode-hopper") and DEVICE != "cuda":
         pytest.skip("the Hopper path (Gluon) runs on an sm_90 GPU only")
     rows = identity.run(family, DEVICE, gpu=False, limit=6)
     assert len(rows) == 6
@@ -28,6 +28,16 @@ def test_decode_matrix_covers_the_issue():
     assert {kw["num_splits"] for _, _, kw, _ in gpu} >= {1, 2, 8}
     assert any(c.sparse_keys for _, c, _, _ in gpu) and any(c.window_left is None for _, c, _, _ in gpu)
     assert len(identity.extend_matrix(gpu=True)) >= 139 and len(identity.unified_matrix(gpu=True)) >= 68
+
+
+def test_hopper_decode_matrix_covers_the_path():
+    rows = identity.hopper_decode_matrix(gpu=True)
+    assert {int(name.split()[0][1:]) for name, *_ in rows} == set(identity.GPU_WINDOWS)
+    assert {c.head_dim for _, c, _, _ in rows} == {64, 128}
+    assert {c.page_size for _, c, _, _ in rows} == {16, 32, 64, 128}
+    assert {c.num_q_heads // c.num_kv_heads for _, c, _, _ in rows} == {1, 4, 16, 64}
+    assert {kw["num_splits"] for _, _, kw, _ in rows} == {1, 2, 3, 4, 8, None}
+    assert all(kw["hopper"] for _, _, kw, _ in rows)
 
 
 def test_a_one_bit_difference_fails_the_row(monkeypatch):

@@ -55,7 +55,7 @@ def parse_args(argv=None, prog=None):
     p.add_argument("--skip", default="",
                    help="variants to leave out, by key: extend triton, hopper, tight-full, skip, det, det-skip, sglang, "
                         "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
-                        "sglang, vllm, flex, flashinfer")
+                        "triton, sglang, vllm, flex, flashinfer")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
     p.add_argument("--max-tokens", type=int, default=16384,
                    help="drop cases with more than this many tokens (prefix + new) per sequence")

@@ -40,14 +40,16 @@ def decode_module(control=False):
     return module
 
 
-def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=None):
+def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=None,
+         hopper=None):
     """swattn's decode kernel over the paged cache through ``swattn.ops.decode.prepare``
     (validated once; the launch it returns does no host sync, so it is what gets captured).
 
     ``layout="window"``: the block table holds -1 for every page wholly below the window
     (freed pages); ``"full"``: every page is mapped (those pages hold NaN: only the bounds
     keep the kernel off them). ``num_splits=None`` lets the library choose. S passes its
-    sparse pool and index list.
+    sparse pool and index list. ``hopper``: the launcher's choice of the Gluon path (None:
+    the library's; its control replays the same compiled Gluon kernel, a second capture).
     """
     _need_device(inputs)
     module = decode_module(control)
@@ -57,9 +59,11 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     launch, out, _ = module.prepare(
         inputs.q, inputs.k_cache, inputs.v_cache, table, inputs.seq_lens,
         window_left=case.window_left, sinks=inputs.sinks, sparse=inputs.sparse,
-        num_splits=num_splits, out=out, bounds=bounds)
+        num_splits=num_splits, out=out, bounds=bounds, hopper=hopper)
     splits = "library's split count" if num_splits is None else f"{num_splits} split(s)"
-    return Prepared(launch, lambda: out, f"{layout} layout, {splits}", True, _poisoner(out))
+    kernel = {None: "", False: ", Triton kernel", True: ", Gluon path"}[hopper]
+    return Prepared(launch, lambda: out, f"{layout} layout, {splits}{kernel}", True,
+                    _poisoner(out))
 
 
 # --------------------------------------------------------------------------------------
@@ -71,6 +75,7 @@ VARIANTS = (
     Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
+    Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
     Variant("SGLang decode", "sglang", "peer", sglang_decode),
     Variant("vLLM unified", "vllm", "peer", vllm_decode),
     Variant("FlexAttention", "flex", "peer", flex_decode),

@@ -77,6 +77,8 @@ class DecodeConfig:
     # The grid's fastest axis: the head block (a sequence's programs start side by side and
     # read its pages' rows together) or, False, the sequence.
     heads_first: bool = False
+    # The Gluon fast path (ops.decode_hopper) where the launch can take it.
+    hopper: bool = False
 
 
 def decode_config(head_dim, head_dim_v, group, dtype, device):
@@ -98,6 +100,10 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     d128 keep K and V in registers next to the accumulator. The interpreter runs small
     tiles: its cost grows with tile area.
 
+    ``hopper``: on sm_90, windows of HOPPER_MIN_KEYS keys or more and full attention at
+    D = Dv in (64, 128) take the Gluon path (ops.decode_hopper) instead, which has its own
+    tiles, stages and split count (:func:`hopper_decode_splits`).
+
     Heads wider than 256 (DeepSeek-style 576/512: keys as two products of 512 and 64
     columns) take 16 query heads and 32 keys a program, 4 warps, 2 stages, one split
     (batch 64 at 32k, 128 window + 480 sparse keys: 84.9 us against 111.1 for 16 keys,
@@ -112,9 +118,9 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     if width > 256:
         return DecodeConfig(16, 32, 4, 2)
     if width <= 64:
-        return DecodeConfig(block_h, 128, 4, 2)
+        return DecodeConfig(block_h, 128, 4, 2, hopper=True)
     if width <= 128:
-        return DecodeConfig(block_h, 64, 4, 2, heads_first=True)
+        return DecodeConfig(block_h, 64, 4, 2, heads_first=True, hopper=True)
     return DecodeConfig(block_h, 32, 4, 2)
 
 
@@ -150,6 +156,29 @@ DECODE_PROGRAMS_PER_SM = 2
 DECODE_MIN_SPLIT_KEYS = 512
 # SM count assumed off the GPU, where the interpreter runs one program at a time.
 DECODE_CPU_SMS = 2
+
+
+# The Gluon decode path (ops.decode_hopper) for windows of this many keys or more, and
+# full attention, where the launch can take it (sm_90, D = Dv in 64/128, ...): H200,
+# batch 64 at 32k (scripts/probes/decode_hopper_probe.py, session 11): C-B (4097 keys,
+# d128) 258.6 us against 266.2 for the Triton kernel (FlashInfer 262.1), C-F (full, d64)
+# 269.7 against about 283 (FlashInfer 282.1), but C-A (129 keys) 9.2 against 8.9.
+HOPPER_MIN_KEYS = 1024
+# Programs an SM the Gluon path holds (its registers and shared memory: two).
+HOPPER_PROGRAMS_PER_SM = 2
+
+
+def hopper_decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
+    """Split-KV chunks per (sequence, KV head) for the Gluon path: as many as still fit
+    the programs in one wave (HOPPER_PROGRAMS_PER_SM x ``sm_count``), at least 1, capped
+    as :func:`decode_splits` caps them. A grid past one wave is left whole: its
+    programs then start wherever the first wave's end, which balances the SMs better
+    than shorter, split programs and a merge (session 11, H200, C-B: one split 258.6 us,
+    two 262.5; C-F: two splits 269.7, four 272.6, eight 274.4)."""
+    programs = max(batch * kv_heads, 1)
+    wanted = HOPPER_PROGRAMS_PER_SM * sm_count // programs
+    tiles = -(-max(max_keys, 1) // block_n)
+    return max(1, min(wanted, tiles, max_keys // DECODE_MIN_SPLIT_KEYS))
 
 
 def decode_splits(batch, kv_heads, max_keys, sm_count, block_n):

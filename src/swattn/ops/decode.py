@@ -30,8 +30,8 @@ from triton.language.extra import cuda as tl_cuda
 
 from ._common import decode_first_key, finish, kernel_scale, load_rows, scores_log2, softmax_step
 from ._validate import DecodeArgs, check_decode
-from .config import (DECODE_CPU_SMS, decode_config, decode_splits, dot_side, head_blocking,
-                     split_width)
+from .config import (DECODE_CPU_SMS, HOPPER_MIN_KEYS, decode_config, decode_splits, dot_side,
+                     head_blocking, hopper_decode_splits, split_width)
 from .merge import launch_merge
 
 BOUNDS = ("tight", "skip", "none")
@@ -268,7 +268,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, **kwargs):
 
 def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
             softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False, out=None,
-            lse=None, bounds="tight", block_n=None, config=None):
+            lse=None, bounds="tight", block_n=None, config=None, hopper=None):
     """Validate once (one small host sync), allocate what is missing (``out``, ``lse``, the
     split scratch) and return ``(launch, out, lse)``: ``launch()`` runs the kernel(s) on
     these tensors with no host sync and no allocation, so it can be called again or
@@ -279,23 +279,46 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
     loop-bound variant; ``block_n`` or a whole ``config`` override the config function.
     Keep ``launch`` as long as a graph captured from it is replayed: it owns the split
     scratch, which the graph does not keep alive.
+
+    ``hopper`` overrides the config's choice of the Gluon fast path
+    (:mod:`.decode_hopper`, sm_90): True demands it (a ValueError says why a launch cannot
+    take it), False keeps the Triton kernel; by default the config's ``hopper`` where the
+    launch can take it.
     """
     if bounds not in BOUNDS:
         raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
+    if hopper not in (None, True, False):
+        raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
     a = check_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
                      sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
                      num_splits=num_splits, out=out)
     cfg = config or decode_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
-    block_n = block_n or cfg.block_n
-    blocking = head_blocking(cfg, a.group)  # (BLOCK_H, head blocks), once for every launch
+    capacity = block_table.shape[1] * a.page_size
+    max_keys = capacity if window_left is None else min(window_left + 1, capacity)
+    use_hopper = hopper
+    if hopper is None:
+        # Short windows keep the Triton kernel (C-A, 129 keys: 8.9 us against 9.2).
+        use_hopper = cfg.hopper and block_n is None and max_keys >= HOPPER_MIN_KEYS
+    if use_hopper:
+        from . import decode_hopper
+        reason = decode_hopper.unsupported(q, k_cache, v_cache,
+                                           sparse if a.sparse_keys > 0 else None, a.group)
+        if reason is not None and hopper:
+            raise ValueError(f"hopper=True: the Hopper path cannot take this launch: {reason}")
+        use_hopper = reason is None
+    if use_hopper:
+        block_n = decode_hopper.BLOCK_N
+        blocking = (decode_hopper.BLOCK_M, 1)
+    else:
+        block_n = block_n or cfg.block_n
+        blocking = head_blocking(cfg, a.group)  # (BLOCK_H, head blocks), once for every launch
     on_gpu = q.device.type == "cuda"
     if num_splits is None:
-        capacity = block_table.shape[1] * a.page_size
-        max_keys = capacity if window_left is None else min(window_left + 1, capacity)
         sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
                if on_gpu else DECODE_CPU_SMS)
         programs = a.num_kv_heads * blocking[1]
-        num_splits = decode_splits(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
+        chooser = hopper_decode_splits if use_hopper else decode_splits
+        num_splits = chooser(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
     if out is None:
         out = torch.empty(a.batch, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
     if return_lse and lse is None:
@@ -311,6 +334,22 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
                              device=q.device)
         part_lse = torch.empty(a.batch, a.num_q_heads, num_splits, dtype=torch.float32, device=q.device)
         parts = (part_o, part_lse)
+
+    if use_hopper:
+        descs = decode_hopper.descriptors(q, k_cache, v_cache)
+        qk_scale = kernel_scale(a.scale, softcap)
+
+        def launch_hopper():
+            if a.batch == 0:
+                return
+            decode_hopper.launch(a, q, k_cache, block_table, seq_lens, window_left, sinks,
+                                 softcap, qk_scale, (num_splits, pdl), out, lse, parts, bounds,
+                                 descs)
+            if parts is not None:
+                launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out,
+                             lse, finite=True, pdl=pdl)
+
+        return launch_hopper, out, lse
 
     def launch():
         _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap, sparse,

@@ -144,6 +144,38 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
     return compiled, kernel.asm["ptx"]
 
 
+def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bounds="tight",
+                          **flags):
+    """The Gluon fast path of the decode kernel (ops.decode_hopper) compiled for sm_90
+    with Triton's ptxas, no GPU needed; ``flags`` override its feature constexprs
+    (USE_WINDOW, HAS_SINKS, WRITE_PARTIAL, STAGES, ...). Returns (Compiled, the PTX)."""
+    import torch
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    from ..ops import decode_hopper as hopper
+
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    q = torch.empty(2, 2 * group, head_dim, dtype=torch_dtype)
+    cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
+    kc, vc, q_layout = hopper.descriptors(q, cache, cache)
+    constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=hopper.BLOCK_M,
+                      BN=hopper.BLOCK_N, STAGES=hopper.STAGES[head_dim], Q_LAYOUT=q_layout,
+                      USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
+                      RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+                      PRODUCER_REGS=hopper.PRODUCER_REGS, PDL=False)
+    constexprs.update(flags)
+    pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
+                "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
+    descs = {"kc_desc": kc, "vc_desc": vc}
+    compiled, kernel = _compile(
+        GluonASTSource, hopper._hopper_decode_kernel, constexprs,
+        lambda name: mangle_type(descs[name]) if name in descs else
+        pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
+        dict(num_warps=hopper.NUM_WARPS, maxnreg=hopper.MAXNREG, num_stages=1))
+    return compiled, kernel.asm["ptx"]
+
+
 def _cuobjdump(cubin, flag):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)

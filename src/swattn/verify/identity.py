@@ -200,6 +200,40 @@ DECODE_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", 
                    ("sparse+sinks", 8), ("full-attention", 4))
 
 
+# The Gluon decode path's matrix (ops.decode_hopper, sm_90): D = Dv of 64 or 128, fp16
+# and bf16, pages of 16 to 128 rows, groups 1 to 64; no sparse keys (it takes none).
+HOPPER_DECODE_HEADS = ((8, 2), (16, 1), (8, 8), (32, 8), (64, 1))
+HOPPER_DECODE_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sinks", 8),
+                          ("full-attention", 4), ("plain", None))
+
+
+def hopper_decode_matrix(gpu=True):
+    """(name, case, kwargs, None) for every configuration of the Gluon decode path's
+    matrix: the decode matrix's windows and ragged lengths (below, at and past the window,
+    off the 64-key tile grid) over its head dims, dtypes, page sizes, groups and split
+    counts (None: the path's own choice)."""
+    rows = []
+    for i, w in enumerate(GPU_WINDOWS):
+        head_dim, dtype = HOPPER_GROUPS[i % len(HOPPER_GROUPS)]
+        for j, (feature, splits) in enumerate(HOPPER_DECODE_FEATURES):
+            hq, hkv = HOPPER_DECODE_HEADS[(i + j) % len(HOPPER_DECODE_HEADS)]
+            seq_lens = [w - 1 or 1, w, w + 1, w + 67, 1, 3 * w + 5]
+            case = DecodeCase(seq_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=head_dim,
+                              head_dim_v=head_dim, dtype=dtype,
+                              page_size=HOPPER_PAGES[(i + j) % len(HOPPER_PAGES)],
+                              window_left=None if feature == "full-attention" else w - 1,
+                              seed=3000 + 100 * i + j)
+            g = torch.Generator().manual_seed(case.seed)
+            kwargs = {"num_splits": splits, "return_lse": True, "hopper": True}
+            if "sinks" in feature:
+                kwargs["sinks"] = torch.randn(hq, generator=g)
+            if "softcap" in feature:
+                kwargs["softcap"] = 4.0
+            rows.append((f"W{w} {feature} d{head_dim} {str(dtype)[6:]} h{hq}/{hkv} "
+                         f"ps{case.page_size} splits {splits}", case, kwargs, None))
+    return rows
+
+
 def _on_device(kwargs, device):
     """The row's keyword arguments with its tensors (sinks, masks) moved to ``device``."""
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
@@ -232,6 +266,7 @@ def _run_decode_row(row, device):
     results = {b: ops_decode.decode_attention(*tensors, window_left=case.window_left, bounds=b,
                                               block_n=block_n, **kwargs)
                for b in ops_decode.BOUNDS}
+    kwargs.pop("hopper", None)
     return results, reference.decode_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
@@ -240,10 +275,12 @@ FAMILIES = {
     "unified": (unified_matrix, lambda row, device: _run_extend_row(row, device, True)),
     "decode": (decode_matrix, _run_decode_row),
     "hopper": (hopper_matrix, lambda row, device: _run_extend_row(row, device, False)),
+    "decode-hopper": (hopper_decode_matrix, _run_decode_row),
 }
 TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path (Gluon)",
           "unified": "deterministic single-pass extend",
-          "decode": "decode (split-KV, sparse)"}
+          "decode": "decode (split-KV, sparse)",
+          "decode-hopper": "decode, Hopper path (Gluon)"}
 
 
 def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):

@@ -1,0 +1,335 @@
+"""Hopper fast path of the decode kernel, in Gluon: the same results contract as
+:mod:`.decode` (window, splits, sinks, soft-cap, lse), with the window's pages brought in
+by the copy engine (TMA) into a ring of STAGES shared-memory K/V buffers by a producer
+warp while one warpgroup computes (warp-specialized).
+
+Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate with
+four programs an SM and no fewer; on C-B (512 windows of 4097 keys, d128) those 512
+programs make one wave whose end is set by its slowest SMs (session 10's timeline: ends
+from 210 to 254 us). Here a program keeps STAGES tiles in flight and only one thread
+issues them, so two programs an SM stream as fast as four did: the 512 whole windows run
+in two waves, the second wave's programs starting wherever the first wave's end, with
+no split and no merge (H200, session 11: 258.6 us against the Triton kernel's 266.2 and
+FlashInfer's 262.1 in the same run). Short windows keep the Triton kernel
+(config.HOPPER_MIN_KEYS).
+
+One program owns (sequence, KV head, split); the query heads of the group are the rows
+of a 64-row tile (wgmma's M; rows past the group are zero and not stored). Key tiles are
+64 keys on the grid of absolute positions (a page copy cannot start mid-page): tight
+walks the tiles from the one holding the window's first key to the one holding the last
+key, and only the first and last are masked; a page copy is issued only for a page
+holding a key in ``[first key, seq_len)``, so no block-table entry below the window or
+past the end is read (a copy left out reads a row past the cache's last: zeros). The
+boundary tiles' V rows outside ``[first key, seq_len)`` are zeroed in shared memory
+before their product (rows past the end are unwritten: NaN in the tests; their weight is
+0, but 0 * NaN is not). With splits, split i owns one contiguous run of those tiles and
+writes a sink-free partial for :func:`.merge.launch_merge`.
+
+``bounds="skip"``/``"none"``: split 0 walks from tile 0 and skips, or computes under the
+mask, the tiles below the window (their copies all read zeros); the tiles and their
+arithmetic are otherwise the same, so the three are bit-identical for every split count.
+
+Runs on sm_90 only, for fp16/bf16, D = Dv in (64, 128), groups of at most 64 query
+heads, page sizes that are multiples of 16 dividing or divided by 64, no sparse keys;
+:func:`unsupported` says why a launch cannot take it.
+"""
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+
+from .. import window
+from ._common import compile_bound
+from .extend import tma_rows
+from .extend_hopper import _descriptor, _issue, _tile_pages, _uniform, _weights
+
+BLOCK_M = 64
+BLOCK_N = 64
+NUM_WARPS = 4
+HEAD_DIMS = (64, 128)
+# K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of
+# shared memory with the query tile; the registers allow two). H200, session 11
+# (scripts/probes/decode_hopper_probe.py): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
+# 259.5 / 259.4, 4 (one program an SM) 264.3; C-F (d64, 4 splits) 2 stages 277.3, 4
+# stages 272.6, 6 stages 283.8.
+STAGES = {64: 4, 128: 2}
+# 128 registers a thread at launch (the warpgroup then takes 232 by setmaxnreg, the
+# producer's warpgroup 24), so the registers hold two programs an SM.
+MAXNREG = 128
+PRODUCER_REGS = 24
+
+decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
+
+
+@gluon.jit
+def _tile_range(seq_len, window_left, i_split, num_splits, BN: gl.constexpr,
+                USE_WINDOW: gl.constexpr, TIGHT: gl.constexpr):
+    """(first visible key, first tile, end tile) of split ``i_split``: the tight tiles
+    ``[lo // BN, cdiv(seq_len, BN))`` cut into ``num_splits`` contiguous runs; not TIGHT,
+    split 0's run starts at tile 0."""
+    lo = 0
+    if USE_WINDOW:
+        lo = decode_first_key(seq_len, window_left)
+    t_end = (seq_len + BN - 1) // BN
+    t_lo = lo // BN
+    per_split = (t_end - t_lo + num_splits - 1) // num_splits
+    t_start = gl.minimum(t_lo + i_split * per_split, t_end)
+    t_stop = gl.minimum(t_start + per_split, t_end)
+    if not TIGHT:
+        if i_split == 0:
+            t_start = 0
+    return lo, t_start, t_stop
+
+
+@gluon.jit
+def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
+    """Zero the rows of a V tile in shared memory outside ``[lo, key_end)``: the boundary
+    tiles' rows below the window and past the end (unwritten: NaN in the tests)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    for i in gl.static_range(BN // 16):
+        rows = buf.slice(i * 16, 16)
+        b_v = rows.load(layout)  # [16, D]
+        keys = key0 + i * 16 + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
+        rows.store(gl.where(((keys >= lo) & (keys < key_end))[:, None], b_v, gl.zeros_like(b_v)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_o, Part_lse,
+             stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb,
+             stride_plh, i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop, qk_scale, softcap,
+             window_left, D: gl.constexpr, GROUP: gl.constexpr, BM: gl.constexpr,
+             BN: gl.constexpr, STAGES: gl.constexpr, USE_WINDOW: gl.constexpr,
+             HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+             RETURN_LSE: gl.constexpr, SKIP: gl.constexpr):
+    """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed,
+    then its stage released to the producer; the output (or the split's partial) stored."""
+    # A partition's arguments come through shared memory: per-thread values to ptxas,
+    # made warp-uniform again for the loop and its branches.
+    seq_len, lo = _uniform(seq_len), _uniform(lo)
+    t_start, t_stop = _uniform(t_start), _uniform(t_stop)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BN, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+    dtype: gl.constexpr = k_smem.dtype
+
+    # Every row is the query at seq_len - 1: window.visible's predicate with the key end.
+    q_pos = gl.full([BM], seq_len - 1, gl.int32, layout=row_s)
+    o_n = gl.arange(0, BN, layout=col_s)
+    m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([BM], gl.float32, layout=row_s)
+    acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+    for j in range(t_start, t_stop):
+        i = j - t_start
+        st = i % STAGES
+        phase = (i // STAGES) & 1
+        key0 = j * BN
+        mbarrier.wait(bar_k.index(st), phase)
+        mbarrier.wait(bar_v.index(st), phase)
+        work = True
+        if SKIP:
+            work = (key0 + BN > lo) & (key0 < seq_len)
+        if work:
+            s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            if (key0 >= lo) & (key0 + BN <= seq_len):
+                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
+                                              window_left, 0, qk_scale, softcap, USE_WINDOW,
+                                              False, False, USE_SOFTCAP, False)
+            else:
+                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
+                                              window_left, 0, qk_scale, softcap, USE_WINDOW,
+                                              False, False, USE_SOFTCAP, True)
+                _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+        mbarrier.arrive(empty.index(st))
+
+    # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible.
+    rows = gl.arange(0, BM, layout=row_o)
+    head = i_kvh * GROUP + rows
+    m_row = rows < GROUP
+    m_safe = gl.convert_layout(gl.where(m_i == float("-inf"), 0.0, m_i), row_o)
+    l_o = gl.convert_layout(l_i, row_o)
+    denom = l_o
+    if HAS_SINKS and not WRITE_PARTIAL:
+        sink = gl.load(sinks + head, mask=m_row, other=0.0)
+        denom = l_o + gl.exp2(sink * 1.4426950408889634 - m_safe)
+    o = gl.where((l_o > 0.0)[:, None], acc / denom[:, None], 0.0)
+    lse = gl.where(l_o > 0.0, (m_safe + gl.log2(l_o)) * 0.6931471805599453, float("-inf"))
+    cols = gl.arange(0, D, layout=col_o)
+    if WRITE_PARTIAL:
+        p_o = Part_o + i_seq * stride_pb + head[:, None] * stride_ph + i_split * stride_ps
+        gl.store(p_o + cols[None, :], o, mask=m_row[:, None])
+        gl.store(Part_lse + i_seq * stride_plb + head * stride_plh + i_split, lse, mask=m_row)
+    else:
+        p_o = Out + i_seq * stride_ob + head[:, None] * stride_oh + cols[None, :]
+        gl.store(p_o, o.to(Out.dtype.element_ty), mask=m_row[:, None])
+        if RETURN_LSE:
+            gl.store(Lse + i_seq * stride_lb + head, lse, mask=m_row)
+
+
+@gluon.jit
+def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
+             t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
+             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
+    """The producer warp: tile j's block-table entries, then its K and V page copies into
+    stage (j - t_start) % STAGES once the warpgroup has released that stage's previous
+    tile (the first round passes at once)."""
+    seq_len, lo = _uniform(seq_len), _uniform(lo)
+    t_start, t_stop = _uniform(t_start), _uniform(t_stop)
+    for j in range(t_start, t_stop):
+        i = j - t_start
+        st = i % STAGES
+        free = ((i // STAGES) & 1) ^ 1
+        start = j * BN
+        pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, PAGE, PR, NP)
+        mbarrier.wait(empty.index(st), free)
+        _issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        _issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0, col,
+               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+
+
+@gluon.jit
+def _hopper_decode_kernel(
+    kc_desc, vc_desc, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
+    stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph,
+    stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row, qk_scale, softcap,
+    window_left,
+    D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
+    BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
+    HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
+    RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr,
+):
+    if PDL:
+        # The split merge, launched as this kernel's programmatic dependent, may start once
+        # every program has (it waits for this kernel's end before reading the parts).
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+    PR: gl.constexpr = PAGE if PAGE < BN else BN
+    NP: gl.constexpr = BN // PR
+    # Axis 0 runs over (sequence, KV head), the heads fastest: a sequence's programs start
+    # side by side and read its pages' rows (every KV head of a token, one run) together.
+    i_seq = gl.program_id(0) // num_kv_heads
+    i_kvh = gl.program_id(0) % num_kv_heads
+    i_split = gl.program_id(1)
+    seq_len = gl.load(seq_lens + i_seq)
+    lo, t_start, t_stop = _tile_range(seq_len, window_left, i_split, num_splits, BN, USE_WINDOW,
+                                      TIGHT)
+    i_seq = i_seq.to(gl.int64)
+    bt_row = block_table + i_seq * stride_bt
+
+    # The group's query rows, zero past the group, into shared memory for the products.
+    dtype: gl.constexpr = kc_desc.dtype
+    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
+    cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
+    p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
+    b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
+    q_smem = gl.allocate_shared_memory(dtype, [BM, D], Q_LAYOUT, b_q)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], kc_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], vc_desc.layout)
+    bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bar_k.index(i), count=1)
+        mbarrier.init(bar_v.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+
+    # The partitions' arguments are written out in the call (see extend_hopper).
+    gl.warp_specialize([
+        (_consume, (q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_o,
+                    Part_lse, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps,
+                    stride_plb, stride_plh, i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop,
+                    qk_scale, softcap, window_left, D, GROUP, BM, BN, STAGES, USE_WINDOW,
+                    HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP)),
+        (_produce, (kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
+                    t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D, STAGES)),
+    ], [1], [PRODUCER_REGS])
+
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bar_k.index(i))
+        mbarrier.invalidate(bar_v.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+# --------------------------------------------------------------------------------------
+# Host side.
+# --------------------------------------------------------------------------------------
+
+def takes_shape(head_dim, head_dim_v, group, page_size):
+    """Whether the path takes these sizes (a pure function: the config asks it too)."""
+    if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > BLOCK_M or page_size % 16:
+        return False
+    if page_size < BLOCK_N:
+        return BLOCK_N % page_size == 0
+    return page_size % BLOCK_N == 0
+
+
+def unsupported(q, k_cache, v_cache, sparse, group):
+    """Why a launch cannot take the Hopper path (a sentence), or None when it can."""
+    if q.device.type != "cuda":
+        return "it runs on CUDA devices only (not under the interpreter)"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return "it needs an sm_90 GPU (Hopper)"
+    if sparse is not None:
+        return "it takes no sparse keys"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"it takes fp16 or bf16, got {q.dtype}"
+    if not takes_shape(q.shape[-1], v_cache.shape[-1], group, k_cache.shape[1]):
+        return (f"it needs D = Dv in {HEAD_DIMS}, at most {BLOCK_M} query heads a KV head and "
+                f"page_size a multiple of 16 that divides or is divided by {BLOCK_N}")
+    if q.stride(-1) != 1:
+        return "it needs the query's head dim contiguous"
+    if any(tma_rows(t) is None for t in (k_cache, v_cache)):
+        return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
+    return None
+
+
+def descriptors(q, k_cache, v_cache):
+    """(k_cache, v_cache) descriptors and the query tile's shared layout, made once."""
+    page_rows = min(k_cache.shape[1], BLOCK_N)
+    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    return (_descriptor(k_cache, page_rows), _descriptor(v_cache, page_rows),
+            gl.NVMMASharedLayout.get_default_for([BLOCK_M, q.shape[-1]], dtype))
+
+
+def launch(a, q, k_cache, block_table, seq_lens, window_left, sinks, softcap, qk_scale,
+           splitting, out, lse, parts, bounds, descs):
+    """One launch of the decode kernel on validated arguments (decode._launch's contract):
+    no host sync, no allocation. ``splitting``: (splits, whether the caller launches the
+    merge by PDL); ``parts``: the split scratch (splits > 1), merged by the caller;
+    ``descs``: :func:`descriptors`."""
+    num_splits, pdl = splitting
+    kc_desc, vc_desc, q_layout = descs
+    part_o, part_lse = parts if parts is not None else (out, out)
+    oob_row = k_cache.shape[0] * k_cache.shape[1]
+    _hopper_decode_kernel[(a.batch * a.num_kv_heads, num_splits)](
+        kc_desc, vc_desc, q, block_table, seq_lens, sinks if sinks is not None else part_lse, out,
+        lse if lse is not None else part_lse, part_o, part_lse,
+        q.stride(0), q.stride(1), block_table.stride(0), out.stride(0), out.stride(1),
+        lse.stride(0) if lse is not None else 0, part_o.stride(0), part_o.stride(1),
+        part_o.stride(2) if parts is not None else 0, part_lse.stride(0), part_lse.stride(1),
+        a.num_kv_heads, num_splits, oob_row, qk_scale, float(softcap), window_left or 0,
+        D=a.head_dim, GROUP=a.group, PAGE=a.page_size, BM=BLOCK_M, BN=BLOCK_N,
+        STAGES=STAGES[a.head_dim], Q_LAYOUT=q_layout, USE_WINDOW=window_left is not None,
+        HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0, WRITE_PARTIAL=parts is not None,
+        RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+        PRODUCER_REGS=PRODUCER_REGS, PDL=pdl, num_warps=NUM_WARPS, maxnreg=MAXNREG)

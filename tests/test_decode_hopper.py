@@ -1,0 +1,155 @@
+"""The Hopper decode path (ops.decode_hopper): off the GPU it compiles for sm_90 in every
+feature combination (Triton's ptxas, in a fresh process: Gluon does not run under the
+interpreter) and a launch that cannot take it says why; on the GPU, against the reference
+with its three bounds variants bit-identical, and replayed from a CUDA graph."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swattn import reference
+from swattn.ops import decode as ops_decode
+from swattn.verify.cases import DecodeCase, build_decode, rel_err
+
+from checks import assert_bounds_identical, assert_matches_reference
+from conftest import DEVICE
+
+SCRIPT = """
+from swattn.verify import asm
+variants = [dict(), dict(bounds="skip"), dict(bounds="none"), dict(head_dim=64, dtype="fp16"),
+            dict(page_size=64, group=1), dict(page_size=128, group=64, USE_WINDOW=False),
+            dict(page_size=32, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
+            dict(WRITE_PARTIAL=True, bounds="skip"), dict(WRITE_PARTIAL=True, PDL=True)]
+for flags in variants:
+    c, ptx = asm.compile_hopper_decode(**flags)
+    assert c.local == 0 and c.stack == 0, (flags, c)
+    assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
+    # The split merge's PDL trigger exactly where asked for.
+    assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
+    # Two programs an SM at d128: the registers (setmaxnreg moves them between the
+    # partitions) and the shared memory (three stages and the query tile).
+    assert c.registers <= 128 and "setmaxnreg" in ptx, (flags, c.registers)
+    if flags.get("head_dim", 128) == 128:
+        assert 2 * (c.shared + 1024) <= 233472, (flags, c.shared)
+    print(flags, len(c.sass), "instructions", c.registers, "registers", c.shared, "shared")
+print("compiled")
+"""
+
+
+def test_hopper_decode_compiles_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "compiled" in result.stdout
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="off the GPU only")
+def test_hopper_true_off_the_gpu_names_the_reason():
+    case = DecodeCase([5, 9], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=3)
+    with pytest.raises(ValueError, match="hopper=True.*CUDA"):
+        ops_decode.prepare(*build_decode(case, DEVICE), window_left=3, hopper=True)
+
+
+def test_hopper_must_be_a_bool():
+    case = DecodeCase([5], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=3)
+    with pytest.raises(TypeError, match="hopper"):
+        ops_decode.prepare(*build_decode(case, DEVICE), window_left=3, hopper="yes")
+
+
+def _case(lens, hq, hkv, d, page, window, dtype=torch.bfloat16, seed=0, **kwargs):
+    case = DecodeCase(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_v=d,
+                      page_size=page, window_left=window, dtype=dtype, seed=seed)
+    case.kwargs = kwargs
+    return case
+
+
+# Windows starting mid-page and mid-tile, sequences shorter than the window and of one
+# key, page sizes below, at and above the 64-key tile, groups of 1 to 64, splits 1 to 8
+# (uneven chunks, splits that start past the sequence), sinks, soft-cap, lse, fp16.
+GPU_CASES = [
+    _case([1, 63, 64, 65, 200, 4133], 32, 8, 128, 16, 127, seed=1, num_splits=1),
+    _case([1, 63, 64, 65, 200, 4133], 32, 8, 128, 16, None, seed=2, num_splits=3, return_lse=True),
+    _case([4097, 5000, 17], 8, 1, 64, 32, 4095, dtype=torch.float16, seed=3, num_splits=2,
+          sinks=True, softcap=20.0),
+    _case([300, 1, 129], 64, 1, 128, 64, 100, seed=4, num_splits=None, return_lse=True),
+    _case([1000, 77], 4, 4, 64, 128, 63, seed=5, num_splits=8, sinks=True, return_lse=True),
+    _case([513, 2], 16, 2, 128, 16, 0, dtype=torch.float16, seed=6, num_splits=1),
+    _case([9000, 31, 4096], 16, 4, 128, 16, 4095, seed=7, num_splits=5, sinks=True),
+    _case([8000, 1, 300], 16, 2, 64, 16, None, seed=8, num_splits=None, sinks=True,
+          return_lse=True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=[f"{c.id()}-{sorted(c.kwargs)}" for c in GPU_CASES])
+def test_gpu_hopper_decode_against_reference_and_bounds(case):
+    tensors = build_decode(case, "cuda")
+    kw = dict(case.kwargs, window_left=case.window_left)
+    if kw.pop("sinks", False):
+        kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
+            case.seed)).to("cuda")
+    got = assert_bounds_identical([ops_decode.decode_attention(*tensors, bounds=b, hopper=True, **kw)
+                                   for b in ops_decode.BOUNDS])
+    want = reference.decode_attention(*tensors, **kw)
+    assert_matches_reference(got, want)
+
+
+@pytest.mark.gpu
+def test_gpu_hopper_decode_at_c_b_size_and_cuda_graph():
+    """C-B's size (batch 64, 32/8 heads of 128, window 4096 in pages of 16, bf16) in one
+    split and three, against the reference; each captured in a CUDA graph and replayed
+    after seq_lens changed in place."""
+    batch, window_left = 64, 4095
+    gen = torch.Generator().manual_seed(72)
+    lens = torch.randint(1, 8193, (batch,), generator=gen)
+    lens[:5] = torch.tensor([1, 4095, 4096, 4097, 8192])
+    case = DecodeCase(lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128, head_dim_v=128,
+                      page_size=16, window_left=None, dtype=torch.bfloat16, seed=72)
+    tensors = build_decode(case, "cuda")
+    seq_lens = tensors[4]
+    kw = dict(window_left=window_left, return_lse=True)
+
+    def check(out, lse):
+        ref_out, ref_lse = reference.decode_attention(*tensors, **kw)
+        assert rel_err(out, ref_out) < 1e-2
+        assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+        fin = torch.isfinite(ref_lse)
+        assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-2
+
+    for splits in (None, 3):
+        seq_lens.copy_(lens.to(torch.int32))
+        launch, out, lse = ops_decode.prepare(*tensors, num_splits=splits, hopper=True, **kw)
+        launch()
+        torch.cuda.synchronize()
+        check(out, lse)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            launch()
+        new_lens = (lens * 2 // 3).clamp(min=1)
+        new_lens[0] = 0  # an empty sequence: output 0, lse -inf
+        seq_lens.copy_(new_lens.to(torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, lse)
+
+
+@pytest.mark.gpu
+def test_gpu_default_path_long_windows_only(monkeypatch):
+    """The library's default takes the Gluon path for C-B's window (4097 keys, d128) and
+    C-F's full attention (d64, sinks), the Triton kernel for C-A's 129 keys."""
+    from swattn.ops import decode_hopper
+    taken = []
+    monkeypatch.setattr(decode_hopper, "launch", lambda *a: taken.append(True))
+    for window, d, hq, hkv, want in ((4095, 128, 32, 8, True), (None, 64, 16, 2, True),
+                                     (128, 64, 16, 2, False)):
+        case = DecodeCase([4200, 5000], num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                          head_dim_v=d, page_size=16, window_left=window, dtype=torch.bfloat16)
+        taken.clear()
+        launch, _, _ = ops_decode.prepare(*build_decode(case, "cuda"), window_left=window)
+        launch()
+        assert bool(taken) == want, (window, d)
