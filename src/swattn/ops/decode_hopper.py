@@ -25,9 +25,10 @@ before their product (rows past the end are unwritten: NaN in the tests; their w
 0, but 0 * NaN is not). With splits, split i owns one contiguous run of those tiles and
 writes a sink-free partial for :func:`.merge.launch_merge`.
 
-``bounds="skip"``/``"none"``: split 0 walks from tile 0 and skips, or computes under the
-mask, the tiles below the window (their copies all read zeros); the tiles and their
-arithmetic are otherwise the same, so the three are bit-identical for every split count.
+``bounds="skip"``/``"none"``: split 0 walks from tile 0 and skips (no copy, no wait, no
+product), or computes under the mask, the tiles below the window (their copies all read
+zeros); the tiles and their arithmetic are otherwise the same, so the three are
+bit-identical for every split count.
 
 Runs on sm_90 only, for fp16/bf16, D = Dv in (64, 128), groups of at most 64 query
 heads, page sizes that are multiples of 16 dividing or divided by 64, no sparse keys;
@@ -84,6 +85,17 @@ def _tile_range(seq_len, window_left, i_split, num_splits, BN: gl.constexpr,
 
 
 @gluon.jit
+def _has_work(key0, lo, seq_len, BN: gl.constexpr, SKIP: gl.constexpr):
+    """Whether the tile at key ``key0`` is loaded and computed: always, except under SKIP
+    where a tile holding no key of ``[lo, seq_len)`` takes no stage of the ring, no copy
+    and no product (the producer and the warpgroup ask the same question)."""
+    work = True
+    if SKIP:
+        work = (key0 + BN > lo) & (key0 < seq_len)
+    return work
+
+
+@gluon.jit
 def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
     """Zero the rows of a V tile in shared memory outside ``[lo, key_end)``: the boundary
     tiles' rows below the window and past the end (unwritten: NaN in the tests)."""
@@ -129,17 +141,14 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
     l_i = gl.zeros([BM], gl.float32, layout=row_s)
     acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+    i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
-        i = j - t_start
-        st = i % STAGES
-        phase = (i // STAGES) & 1
         key0 = j * BN
-        mbarrier.wait(bar_k.index(st), phase)
-        mbarrier.wait(bar_v.index(st), phase)
-        work = True
-        if SKIP:
-            work = (key0 + BN > lo) & (key0 < seq_len)
-        if work:
+        if _has_work(key0, lo, seq_len, BN, SKIP):
+            st = i % STAGES
+            phase = (i // STAGES) & 1
+            mbarrier.wait(bar_k.index(st), phase)
+            mbarrier.wait(bar_v.index(st), phase)
             s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
@@ -156,7 +165,8 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-        mbarrier.arrive(empty.index(st))
+            mbarrier.arrive(empty.index(st))
+            i += 1
 
     # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible.
     rows = gl.arange(0, BM, layout=row_o)
@@ -185,23 +195,26 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
 @gluon.jit
 def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
              t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr):
-    """The producer warp: tile j's block-table entries, then its K and V page copies into
-    stage (j - t_start) % STAGES once the warpgroup has released that stage's previous
-    tile (the first round passes at once)."""
+             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+             SKIP: gl.constexpr):
+    """The producer warp: for the i-th tile with work (:func:`_has_work`), its block-table
+    entries, then its K and V page copies into stage i % STAGES once the warpgroup has
+    released that stage's previous tile (the first round passes at once)."""
     seq_len, lo = _uniform(seq_len), _uniform(lo)
     t_start, t_stop = _uniform(t_start), _uniform(t_stop)
+    i = 0  # tiles put in the ring so far
     for j in range(t_start, t_stop):
-        i = j - t_start
-        st = i % STAGES
-        free = ((i // STAGES) & 1) ^ 1
         start = j * BN
-        pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, PAGE, PR, NP)
-        mbarrier.wait(empty.index(st), free)
-        _issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
-        _issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        if _has_work(start, lo, seq_len, BN, SKIP):
+            st = i % STAGES
+            free = ((i // STAGES) & 1) ^ 1
+            pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, PAGE, PR, NP)
+            mbarrier.wait(empty.index(st), free)
+            _issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
+                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            _issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
+                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            i += 1
 
 
 @gluon.jit
@@ -261,7 +274,7 @@ def _hopper_decode_kernel(
                     qk_scale, softcap, window_left, D, GROUP, BM, BN, STAGES, USE_WINDOW,
                     HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP)),
         (_produce, (kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
-                    t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D, STAGES)),
+                    t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP)),
     ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
