@@ -59,7 +59,8 @@ def occupancy(kernel, warps):
 
 def setup(small=False):
     """(case, inputs, the config function's config) of WORKLOAD (BATCH sequences, default
-    the workload's); ``small``: 6 sequences of 4133 keys (a window starting mid-page)."""
+    the workload's); ``small``: 6 sequences of 4133 keys (a window starting mid-page). The
+    config keeps the Triton kernel (``hopper`` off): the probes compare its configs."""
     name = os.environ.get("WORKLOAD", "C-B")
     batch = int(os.environ["BATCH"]) if os.environ.get("BATCH") else None
     case = workloads.decode_cases(name, batch=6 if small else batch,
@@ -68,7 +69,7 @@ def setup(small=False):
     config = decode.decode_config(case.head_dim, case.head_dim_v,
                                   case.num_q_heads // case.num_kv_heads, torch.bfloat16,
                                   inputs.q.device)
-    return case, inputs, config
+    return case, inputs, dataclasses.replace(config, hopper=False)
 
 
 def prepare(module, inputs, case, config, splits):

@@ -21,6 +21,10 @@ extra key tiles after the window's, chunked over the splits with them.
 ``bounds="skip"``/``"none"`` let the chunk of split 0 start at position 0 (on the grid of
 the window's first key) and skip, or compute under the mask, the tiles below the window;
 the chunking is the same in all three, so they are bit-identical for every split count.
+
+On sm_90, :func:`prepare` hands long windows and full attention to the Gluon path
+(:mod:`.decode_hopper`: the pages by TMA, a producer warp, two programs an SM) where the
+launch can take it; ``hopper=`` overrides the choice.
 """
 
 import torch
