@@ -29,6 +29,12 @@ for flags in variants:
     assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
     # The split merge's PDL trigger exactly where asked for.
     assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
+    # The tile loop's branches warp-uniform to ptxas: no divergence handling around its
+    # products and waits (a branch on a per-thread value, such as a reduction's, puts
+    # WARPSYNC/ENDCOLLECTIVE there).
+    loops = asm.mma_loops(c.sass)
+    assert loops, flags
+    assert not [i for i in sum(loops, []) if "WARPSYNC" in i or "ENDCOLLECTIVE" in i], flags
     # Two programs an SM at d128: the registers (setmaxnreg moves them between the
     # partitions) and the shared memory (three stages and the query tile).
     assert c.registers <= 128 and "setmaxnreg" in ptx, (flags, c.registers)

@@ -17,7 +17,6 @@ from swattn.verify.cases import ExtendCase, build_extend
 from conftest import DEVICE
 
 SCRIPT = """
-import re
 from swattn.verify import asm
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
             dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
@@ -28,15 +27,8 @@ for flags in variants:
     assert c.local == 0 and c.stack == 0, (flags, c)
     # Both products asynchronous, the overlap's waits as written.
     assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
-    # The loops holding warpgroup products (conditional backward branches; the spin-waits'
-    # returns are unconditional).
-    loops = []
-    for end, ins in enumerate(c.sass):
-        m = re.search(r"^@!?U?P\\d+ BRA (0x[0-9a-f]+)", ins)
-        if m and int(m.group(1), 16) // 16 < end:
-            body = c.sass[int(m.group(1), 16) // 16:end + 1]
-            if any("HGMMA" in i for i in body):
-                loops.append(body)
+    # The loops holding warpgroup products.
+    loops = asm.mma_loops(c.sass)
     assert loops, flags
     # The loops' bounds and branches warp-uniform to ptxas (_uniform): no divergence
     # handling around the warpgroup products and copies (with it, B ran ~5% slower).

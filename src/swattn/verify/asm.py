@@ -176,6 +176,20 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     return compiled, kernel.asm["ptx"]
 
 
+def mma_loops(sass):
+    """The loops of ``sass`` (Compiled.sass) holding warpgroup products: the bodies of
+    conditional backward branches with an HGMMA in them (the spin-waits' returns are
+    unconditional)."""
+    loops = []
+    for end, ins in enumerate(sass):
+        m = re.search(r"^@!?U?P\d+ BRA (0x[0-9a-f]+)", ins)
+        if m and int(m.group(1), 16) // 16 < end:
+            body = sass[int(m.group(1), 16) // 16:end + 1]
+            if any("HGMMA" in i for i in body):
+                loops.append(body)
+    return loops
+
+
 def _cuobjdump(cubin, flag):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
