@@ -44,7 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import window
 from ._common import compile_bound
 from .extend import tma_rows
-from .extend_hopper import _descriptor, _issue, _tile_pages, _uniform, _weights
+from .extend_hopper import (_descriptor, _issue, _tile_pages, _uniform, _weights, operand_layout,
+                            wgmma_layout)
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -123,11 +124,9 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
     # made warp-uniform again for the loop and its branches.
     seq_len, lo = _uniform(seq_len), _uniform(lo)
     t_start, t_stop = _uniform(t_start), _uniform(t_stop)
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_layout(BN)
+    o_layout: gl.constexpr = wgmma_layout(D)
+    p_layout: gl.constexpr = operand_layout(o_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)

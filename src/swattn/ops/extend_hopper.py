@@ -128,6 +128,21 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right, B
     return mid_lo, mid_hi
 
 
+@gluon.constexpr_function
+def wgmma_layout(columns):
+    """The registers of one warpgroup's [64, ``columns``] fp32 product (16-row
+    instructions): the scores' (``columns`` = BN) and the output's (D)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                     instr_shape=[16, columns, 16])
+
+
+@gluon.constexpr_function
+def operand_layout(parent):
+    """The registers of a 16-bit A operand of a product whose result is laid out as
+    ``parent`` (the query tile for the scores, the weights for P @ V)."""
+    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2)
+
+
 @gluon.jit
 def _add(a, b):
     return a + b
@@ -276,7 +291,7 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     costs 13 registers and measured 4.1% / 3.4% faster on B at prefix 0 / 8192, the same
     bits (benchmarks/results/2026-12-01-h200-session7/hopper-probe-p32.log)."""
     o_layout: gl.constexpr = acc.type.layout
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p_layout: gl.constexpr = operand_layout(o_layout)
     st = g % STAGES
     prev = (g - 1) % STAGES
     _new, start, key0, key_end = _tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
@@ -352,11 +367,9 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
         mid1_lo, mid1_hi = _uniform(mid1_lo), _uniform(mid1_hi)
         mid2_lo, mid2_hi = _uniform(mid2_lo), _uniform(mid2_hi)
         prefix_len, extend_len = _uniform(prefix_len), _uniform(extend_len)
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, BN, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    s_layout: gl.constexpr = wgmma_layout(BN)
+    o_layout: gl.constexpr = wgmma_layout(D)
+    p_layout: gl.constexpr = operand_layout(o_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -369,7 +382,7 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
     if Q_REGS and D == 128:
         # The query tile in registers for the score products (d128, see Q_REGS): their A
         # operand is then read once, not from shared memory at every product.
-        q_a = q_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+        q_a = q_smem.load(operand_layout(s_layout))
 
     # Rows past the sequence's end (not stored) keep their positions: what they see is
     # finite, and it spares the masked tiles a term.
