@@ -339,38 +339,36 @@ def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sin
         part_lse = torch.empty(a.batch, a.num_q_heads, num_splits, dtype=torch.float32, device=q.device)
         parts = (part_o, part_lse)
 
-    if use_hopper:
-        descs = decode_hopper.descriptors(q, k_cache, v_cache)
-        qk_scale = kernel_scale(a.scale, softcap)
+    qk_scale = kernel_scale(a.scale, softcap)
+    descs = decode_hopper.descriptors(q, k_cache, v_cache) if use_hopper else None
+    # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place; a split
+    # that saw no key wrote a finite 0.
+    merged = (parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1)) if parts else None
 
-        def launch_hopper():
-            if a.batch == 0:
-                return
+    def launch():
+        if a.batch == 0:
+            return
+        if use_hopper:
             decode_hopper.launch(a, q, k_cache, block_table, seq_lens, window_left, sinks,
                                  softcap, qk_scale, (num_splits, pdl), out, lse, parts, bounds,
                                  descs)
-            if parts is not None:
-                launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out,
-                             lse, finite=True, pdl=pdl)
-
-        return launch_hopper, out, lse
-
-    def launch():
-        _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap, sparse,
-                (num_splits, pdl), out, lse, parts, bounds, block_n, cfg, blocking)
+        else:
+            _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap,
+                    sparse, (num_splits, pdl), out, lse, parts, bounds, block_n, cfg, blocking,
+                    qk_scale)
+        if merged is not None:
+            launch_merge(*merged, sinks, out, lse, finite=True, pdl=pdl)
 
     return launch, out, lse
 
 
 def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
-            softcap, sparse, splitting, out, lse, parts, bounds, block_n, cfg, blocking):
-    """Launch on validated arguments: no host sync, no allocation. ``splitting``:
-    (splits, whether the merge is launched by PDL)."""
+            softcap, sparse, splitting, out, lse, parts, bounds, block_n, cfg, blocking, qk_scale):
+    """The Triton kernel's launch on validated arguments, batch > 0 (the caller launches
+    the split merge): no host sync, no allocation. ``splitting``: (splits, whether the
+    merge is launched by PDL)."""
     num_splits, pdl = splitting
-    if a.batch == 0:
-        return
     use_softcap = softcap > 0
-    qk_scale = kernel_scale(a.scale, softcap)
     has_sparse = sparse is not None and a.sparse_keys > 0
     k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
     part_o, part_lse = parts if parts is not None else (out, out)
@@ -404,8 +402,3 @@ def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_le
         CARRY=cfg.num_stages > 2 if CARRY_PAGES is None else CARRY_PAGES,
         HEADS_FIRST=cfg.heads_first, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    if parts is not None:
-        # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place; a
-        # split that saw no key wrote a finite 0.
-        launch_merge(parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1), sinks, out, lse,
-                     finite=True, pdl=pdl)
