@@ -1,5 +1,10 @@
 """Assertions the kernel tests share: bounds variants bit-identical, results against the
-reference (outputs by relative error, lse -inf exactly where the reference's is)."""
+reference (outputs by relative error, lse -inf exactly where the reference's is); and two
+runners: a script compiled in a fresh process, a launch replayed from a CUDA graph."""
+
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -32,3 +37,23 @@ def assert_matches_reference(got, want, tol=TOL):
                 assert (g[fin].double() - w[fin].double()).abs().max().item() < 1e-2
         else:
             assert rel_err(g, w) < tol, rel_err(g, w)
+
+
+def run_fresh(script, timeout=600):
+    """``script`` run by a fresh Python without TRITON_INTERPRET (the sm_90 compiles: the
+    interpreter never reaches the compiler); the completed process, output captured."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def replay_after(launch, change, out):
+    """``launch`` captured in a CUDA graph, then ``change()`` (inputs changed in place: the
+    lengths), ``out`` poisoned with NaN and the graph replayed, as a serving engine does."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    change()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()

@@ -1,9 +1,7 @@
 """The SASS comparison (swattn verify --asm): compiled for sm_90 with Triton's bundled
 ptxas in a fresh process (the suite itself runs under the interpreter)."""
 
-import os
-import subprocess
-import sys
+from checks import run_fresh
 
 SCRIPT = """
 from swattn.verify import asm
@@ -16,8 +14,6 @@ assert ok
 
 def test_full_attention_bounds_fold_away_in_sass():
     """Where tight and none walk the same keys, they compile to the same instructions."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = run_fresh(SCRIPT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "identical, instruction for instruction" in result.stdout

@@ -13,7 +13,7 @@ from swattn.ops.config import (DecodeConfig, decode_config, decode_splits, head_
                                 hopper_decode_splits)
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
-from checks import TOL, assert_bounds_identical, assert_matches_reference
+from checks import TOL, assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
 from conftest import DEVICE
 
 
@@ -471,12 +471,7 @@ print("compiled")
 def test_kernels_compile_for_sm90():
     """The interpreter accepts code the compiler rejects (and never emits a tensor-core dot):
     compile the decode and merge kernels for sm_90 with Triton's own ptxas, no GPU needed."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    result = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True,
-                            env=env, timeout=300)
+    result = run_fresh(_COMPILE_SM90, timeout=300)
     if result.returncode and "ptxas" in result.stderr and "not found" in result.stderr.lower():
         pytest.skip("Triton's ptxas is not available")
     assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
@@ -520,15 +515,9 @@ def test_gpu_gpt_oss_decode_and_cuda_graph():
     launch()  # compile outside the capture
     torch.cuda.synchronize()
     check(out, lse, tensors)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        launch()
     new_lens = seq_lens.long() * 3 // 4
     new_lens[0] = 0
-    seq_lens.copy_(new_lens.to(torch.int32))
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
+    replay_after(launch, lambda: seq_lens.copy_(new_lens.to(torch.int32)), out)
     check(out, lse, tensors)
 
 
@@ -584,11 +573,6 @@ def test_gpu_mistral_decode_splits_and_cuda_graph(monkeypatch):
         torch.cuda.synchronize()
         check(out, lse)
         assert plans == [plan]
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            launch()
-        seq_lens.copy_((lens * 2 // 3).clamp(min=1).to(torch.int32))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        replay_after(launch, lambda: seq_lens.copy_((lens * 2 // 3).clamp(min=1).to(torch.int32)),
+                     out)
         check(out, lse)

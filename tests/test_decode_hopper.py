@@ -3,10 +3,6 @@ feature combination (Triton's ptxas, in a fresh process: Gluon does not run unde
 interpreter) and a launch that cannot take it says why; on the GPU, against the reference
 with its three bounds variants bit-identical, and replayed from a CUDA graph."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -14,7 +10,7 @@ from swattn import reference
 from swattn.ops import decode as ops_decode
 from swattn.verify.cases import DecodeCase, build_decode, rel_err
 
-from checks import assert_bounds_identical, assert_matches_reference
+from checks import assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
 from conftest import DEVICE
 
 SCRIPT = """
@@ -46,9 +42,7 @@ print("compiled")
 
 
 def test_hopper_decode_compiles_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = run_fresh(SCRIPT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiled" in result.stdout
 
@@ -132,15 +126,9 @@ def test_gpu_hopper_decode_at_c_b_size_and_cuda_graph():
         launch()
         torch.cuda.synchronize()
         check(out, lse)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            launch()
         new_lens = (lens * 2 // 3).clamp(min=1)
         new_lens[0] = 0  # an empty sequence: output 0, lse -inf
-        seq_lens.copy_(new_lens.to(torch.int32))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        replay_after(launch, lambda: seq_lens.copy_(new_lens.to(torch.int32)), out)
         check(out, lse)
 
 

@@ -3,10 +3,6 @@ feature combination (Triton's ptxas, in a fresh process: Gluon does not run unde
 interpreter), and a launch that cannot take it says why. Its results are tested on the GPU
 (tests/test_gpu.py, `swattn verify --family hopper`)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -14,6 +10,7 @@ from swattn.ops import extend as ops_extend
 from swattn.ops import extend_hopper
 from swattn.verify.cases import ExtendCase, build_extend
 
+from checks import run_fresh
 from conftest import DEVICE
 
 SCRIPT = """
@@ -51,9 +48,7 @@ def test_hopper_path_compiles_for_sm90_without_spills_or_divergence_handling():
     """Regression: the block's sequence, found from loads and a reduction, was per-thread to
     ptxas, which wrapped the warpgroup products in WARPSYNC/ENDCOLLECTIVE (c2127d4 fixed it:
     B P0 3940.7 -> 3745.7 us)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = run_fresh(SCRIPT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiled" in result.stdout
 
