@@ -14,7 +14,6 @@ import os
 
 import decode_probe  # scripts/probes, on sys.path as the script's folder
 import decode_timeline
-import numpy as np
 import torch
 
 from swattn.bench import harness
@@ -51,13 +50,7 @@ def main():
     decode_hopper.STAGES[d] = default_stages
     decode_probe.add_flashinfer(inputs, replays, outs, keep)
     times, errors, floor, _ = decode_probe.time_all(replays, reps, rounds, "triton")
-    print(f"== {case.name} ({rounds} rounds x {reps} repetitions; noise floor {100 * floor:.1f}%)")
-    for name, us in times.items():
-        ratio = (np.median(np.array(us) / np.array(times["triton"]))
-                 if len(us) == len(times["triton"]) else float("nan"))
-        print(f"{name}: median {np.median(us):8.1f} us  p20-p80 {np.percentile(us, 20):.1f}-"
-              f"{np.percentile(us, 80):.1f}  per-turn ratio {ratio:.3f}  {errors.get(name, '')}",
-              flush=True)
+    decode_probe.print_times(case, rounds, reps, floor, times, errors, "triton")
     # The graphs hold each variant's compiled kernel (STAGES is read at launch).
     decode_timeline.profile({name: replay for name, replay in replays.items()
                             if "control" not in name})

@@ -158,6 +158,18 @@ def time_all(replays, reps, rounds, first):
     return times, errors, floor, flush
 
 
+def print_times(case, rounds, reps, floor, times, errors, first):
+    """The table of :func:`time_all`'s times: each variant's median, p20-p80 and median
+    per-turn ratio to ``first``."""
+    print(f"== {case.name} ({rounds} rounds x {reps} repetitions; noise floor {100 * floor:.1f}%)")
+    for name, us in times.items():
+        ratio = (np.median(np.array(us) / np.array(times[first]))
+                 if len(us) == len(times[first]) else float("nan"))
+        print(f"{name}: median {np.median(us):8.1f} us  p20-p80 {np.percentile(us, 20):.1f}-"
+              f"{np.percentile(us, 80):.1f}  per-turn ratio {ratio:.3f}  {errors.get(name, '')}",
+              flush=True)
+
+
 def main():
     rounds, reps = int(os.environ.get("ROUNDS", "2")), int(os.environ.get("REPS", "15"))
     variants = ast.literal_eval(os.environ["VARIANTS"]) if os.environ.get("VARIANTS") else VARIANTS

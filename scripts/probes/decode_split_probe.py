@@ -21,7 +21,6 @@ import os
 import tempfile
 
 import decode_probe  # scripts/probes, on sys.path as the script's folder
-import numpy as np
 import torch
 
 from swattn.bench import harness
@@ -131,13 +130,7 @@ def main():
     decode.CARRY_PAGES = None
     decode_probe.add_flashinfer(inputs, replays, outs, keep)
     times, errors, floor, _ = decode_probe.time_all(replays, reps, rounds, "default")
-    print(f"== {case.name} ({rounds} rounds x {reps} repetitions; noise floor {100 * floor:.1f}%)")
-    for name, us in times.items():
-        ratio = (np.median(np.array(us) / np.array(times["default"]))
-                 if len(us) == len(times["default"]) else float("nan"))
-        print(f"{name}: median {np.median(us):8.1f} us  p20-p80 {np.percentile(us, 20):.1f}-"
-              f"{np.percentile(us, 80):.1f}  per-turn ratio {ratio:.3f}  {errors.get(name, '')}",
-              flush=True)
+    decode_probe.print_times(case, rounds, reps, floor, times, errors, "default")
 
 
 if __name__ == "__main__":
