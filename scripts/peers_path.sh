@@ -1,4 +1,4 @@
-# Sourced on the GPU machine (scripts/gpu_check.sh, scripts/probes/*): puts the peers on PYTHONPATH.
+# Sourced on the GPU machine (scripts/gpu_check.sh): puts the peers on PYTHONPATH.
 # .peers/py holds the SGLang and vLLM kernel files; FlashInfer travels as .peers/fi
 # (../shared/peers/setup_peers.sh with FLASHINFER=1, carried), unpacked here once; it
 # JIT-compiles its kernels with the machine's nvcc on first use.

@@ -16,8 +16,8 @@ import torch
 
 from swattn.bench import decode as decode_bench
 from swattn.bench import harness, workloads
-from swattn.ops import decode, extend
-from swattn.ops.config import Config, DecodeConfig
+from swattn.ops.config import Config, DecodeConfig, decode_config
+from swattn.plan import decode_plan_for, extend_plan_for
 
 # Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full, tma), over (prefix,
 # extend, page size).
@@ -80,10 +80,11 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
             inputs.cu_seqlens, inputs.prefix_lens)
 
     def prepare(config):
-        fn, out, _ = extend.prepare(*args, window_left=case.window_left, sinks=inputs.sinks,
-                                    keys=part or "all", return_lse=bool(part),
-                                    config=Config(*config))
-        return fn, out
+        plan = extend_plan_for(*args, window_left=case.window_left, keys=part or "all",
+                               return_lse=bool(part), config=Config(*config), hopper=False)
+        out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
+        lse = torch.empty(*inputs.q.shape[:2], device="cuda") if part else None
+        return (lambda: plan.run(*args[:6], sinks=inputs.sinks, out=out, lse=lse)), out
 
     print(f"# {name} P{prefix} E{extend_len} page {page_size}: (BLOCK_M, BLOCK_N, warps, stages, "
           "pack_gqa, split_full, tma)")
@@ -93,18 +94,18 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
 def tune_decode(name, configs, flush):
     case = workloads.decode_cases(name)[0]
     inputs = decode_bench.build_inputs(case)
-    chosen = decode.decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
+    chosen = decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
                                   torch.bfloat16, inputs.q.device)
 
     def prepare(config):
         block_n, warps, stages, splits, rows = (*config, chosen.block_h)[:5]
         # The grid order stays the config function's (heads first for d128).
-        fn, out, _ = decode.prepare(inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window,
-                                    inputs.seq_lens, window_left=case.window_left, sinks=inputs.sinks,
-                                    sparse=inputs.sparse, num_splits=splits,
-                                    config=DecodeConfig(rows, block_n, warps, stages,
-                                                        chosen.heads_first))
-        return fn, out
+        tensors = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window)
+        plan = decode_plan_for(*tensors, inputs.seq_lens, window_left=case.window_left,
+                               sparse=inputs.sparse, num_splits=splits, hopper=False,
+                               config=DecodeConfig(rows, block_n, warps, stages, chosen.heads_first))
+        out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
+        return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=inputs.sparse, out=out)), out
 
     print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
           "num_splits[, BLOCK_H])")

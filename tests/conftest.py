@@ -27,6 +27,16 @@ def poison_empty(monkeypatch):
     monkeypatch.setattr(torch, "empty", _nan_empty)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=0,
+                     help="the seed of the tests that take one (other random inputs, the same checks)")
+
+
+@pytest.fixture
+def seed(request):
+    return request.config.getoption("--seed")
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import DEVICE
+
 from swattn import window
 from swattn.bench import harness, peers, report
 from swattn.bench import workloads as wl
@@ -166,18 +168,24 @@ def test_tile_prediction_at_a_given_tiling():
     assert pred["skip"] == 16 * (64 * 128 + sum(2 * (k + 1) for k in range(64)))
 
 
-def test_tile_prediction_follows_the_kernel_that_runs(monkeypatch):
-    """gpt-oss on the Triton kernel packs its 8 query heads into a block's rows (BLOCK_M / 8
-    tokens a block, one block per KV head); on an sm_90 GPU it takes the Hopper path: one
-    query head and 64 tokens a block, 64-key tiles."""
+def test_tile_prediction_follows_the_kernel_that_runs():
+    """The prediction walks the tiles of the plan that ran (ExtendPlan.tiling): gpt-oss on
+    the Triton kernel packs its 8 query heads into a block's rows (BLOCK_M / 8 tokens a
+    block, one block per KV head); the Hopper path takes one query head and 64 tokens a
+    block, 64-key tiles."""
+    import swattn
     case = wl.extend_cases("A", cases=[(8192, 8192)], batch=1)[0]
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    pred = report.tile_prediction(case)
+    plan = swattn.plan_extend([0, 8192], [8192], num_q_heads=case.num_q_heads,
+                              num_kv_heads=case.num_kv_heads, head_dim=64, page_size=16,
+                              window_left=127, dtype=torch.float16, device=DEVICE,
+                              config={"block_m": 64, "block_n": 32, "pack_gqa": True})
+    packed = plan.tiling()
+    assert packed == {"block_m": 64, "block_n": 32, "tokens_per_block": 8, "heads": case.num_kv_heads}
+    pred = report.tile_prediction(case, tiling=packed)
     assert pred["tokens_per_block"] == pred["block_m"] // 8 and pred["block_n"] == 32
     assert pred["ratio"] < 0.05
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    pred = report.tile_prediction(case)
+    hopper = {"block_m": 64, "block_n": 64, "tokens_per_block": 64, "heads": case.num_q_heads}
+    pred = report.tile_prediction(case, tiling=hopper)
     assert pred["tokens_per_block"] == pred["block_m"] == 64 and pred["block_n"] == 64
     assert pred["ratio"] < 0.05
 
@@ -303,7 +311,10 @@ def _fake_result():
     case = wl.extend_cases("A", cases=[(8192, 8192)])[0]
     V = harness.VariantResult
     variants = [
-        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True, rounds_us=[[150.0, 152.0], [151.0]]),
+        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True, rounds_us=[[150.0, 152.0], [151.0]],
+          host_us={"plan.run": 9.5, "plan.run (eager)": 151.0, "one-shot": 21.0,
+                   "one-shot (eager)": 152.0},
+          tiling={"block_m": 64, "block_n": 64, "tokens_per_block": 64, "heads": 64}),
         V("swattn tight (control)", "control", "control", rel_err=3e-3, graphed=True, rounds_us=[[152.0, 153.0], [150.0]]),
         V("swattn skip, full layout", "skip", "ours", rel_err=3e-3, graphed=True, rounds_us=[[900.0], [910.0]]),
         V("vLLM unified", "vllm", "peer", rel_err=4e-3, graphed=True, rounds_us=[[1040.0], [1044.0]]),
@@ -341,10 +352,15 @@ def test_tables_are_written(tmp_path):
             "triton": "3.6", "commit": "abc", "command": "python -m swattn.bench --quick"}
     text = report.write(str(tmp_path), meta, ceilings, [_fake_result()])
     assert "H200" in text and "`python -m swattn.bench --quick`" in text and "791 TFLOP/s" in text
-    table = [line for line in text.splitlines() if line.startswith("| A P8192 E8192 | ")]
+    lines = text.splitlines()
+    host_at = lines.index("## Host time of a call (us)")
+    table = [line for line in lines[:host_at] if line.startswith("| A P8192 E8192 | ")]
     assert len(table) == 7 + 1
     # Pipes inside notes are escaped: 11 columns per line (the case line comes last).
     assert [line.count("|") for line in table] == [12] * 7 + [12]
+    # The host times: the tight row only, plan.run's and the one-shot's.
+    host = [line for line in lines[host_at:] if line.startswith("| A P8192 E8192 | ")]
+    assert host == ["| A P8192 E8192 | swattn tight | 151.0 | 9.5 | 151.0 | 21.0 | 152.0 |"]
     assert "**FlexAttention**: no sinks / dense" in text
     flex_line = next(line for line in table if "FlexAttention" in line)
     assert "other fn" in flex_line
@@ -352,6 +368,7 @@ def test_tables_are_written(tmp_path):
     assert (tmp_path / "extend.md").read_text() == text
     rows = list(csv.DictReader(io.StringIO((tmp_path / "extend.csv").read_text())))
     assert [r["key"] for r in rows][:2] == ["tight", "control"] and len(rows) == 7
+    assert (rows[0]["host_run_us"], rows[0]["host_one_shot_us"]) == ("9.5", "21.0")
     data = json.loads((tmp_path / "extend.json").read_text())
     assert data["cases"][0]["case"] == "A P8192 E8192"
     assert data["raw_us"]["A P8192 E8192"]["swattn tight"] == [[150.0, 152.0], [151.0]]

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import sys
-import types
 import warnings
 
 import pytest
@@ -328,19 +327,6 @@ def test_variants_that_cannot_run_here_skip(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     with pytest.raises(peers.Skip, match="one head dim"):
         dbench.flashinfer_decode(sparse)
-
-
-def test_ours_skips_while_the_decode_module_is_missing_or_incomplete(monkeypatch):
-    inp = dbench.build_inputs(_case(page_size=16), "cpu")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(peers, "_CONTROL", {})
-    monkeypatch.setitem(sys.modules, "swattn.ops.decode", None)
-    for control in (False, True):
-        with pytest.raises(peers.Skip, match="swattn.ops.decode not importable"):
-            dbench.ours(inp, control=control)
-    monkeypatch.setitem(sys.modules, "swattn.ops.decode", types.ModuleType("swattn.ops.decode"))
-    with pytest.raises(peers.Skip, match="no prepare"):
-        dbench.ours(inp)
 
 
 def test_decode_variant_keys():

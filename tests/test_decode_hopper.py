@@ -1,13 +1,16 @@
 """The Hopper decode path (ops.decode_hopper): off the GPU it compiles for sm_90 in every
 feature combination (Triton's ptxas, in a fresh process: Gluon does not run under the
 interpreter) and a launch that cannot take it says why; on the GPU, against the reference
-with its three bounds variants bit-identical, and replayed from a CUDA graph."""
+with its three bounds variants bit-identical, and a plan's run replayed from a CUDA graph
+after replan."""
 
 import pytest
 import torch
 
+import swattn
 from swattn import reference
 from swattn.ops import decode as ops_decode
+from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, rel_err
 
 from checks import assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
@@ -51,13 +54,13 @@ def test_hopper_decode_compiles_for_sm90():
 def test_hopper_true_off_the_gpu_names_the_reason():
     case = DecodeCase([5, 9], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=3)
     with pytest.raises(ValueError, match="hopper=True.*CUDA"):
-        ops_decode.prepare(*build_decode(case, DEVICE), window_left=3, hopper=True)
+        run_decode(*build_decode(case, DEVICE), window_left=3, hopper=True)
 
 
 def test_hopper_must_be_a_bool():
     case = DecodeCase([5], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=3)
     with pytest.raises(TypeError, match="hopper"):
-        ops_decode.prepare(*build_decode(case, DEVICE), window_left=3, hopper="yes")
+        run_decode(*build_decode(case, DEVICE), window_left=3, hopper="yes")
 
 
 def _case(lens, hq, hkv, d, page, window, dtype=torch.bfloat16, seed=0, **kwargs):
@@ -92,7 +95,7 @@ def test_gpu_hopper_decode_against_reference_and_bounds(case):
     if kw.pop("sinks", False):
         kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
             case.seed)).to("cuda")
-    got = assert_bounds_identical([ops_decode.decode_attention(*tensors, bounds=b, hopper=True, **kw)
+    got = assert_bounds_identical([run_decode(*tensors, bounds=b, hopper=True, **kw)
                                    for b in ops_decode.BOUNDS])
     want = reference.decode_attention(*tensors, **kw)
     assert_matches_reference(got, want)
@@ -101,8 +104,8 @@ def test_gpu_hopper_decode_against_reference_and_bounds(case):
 @pytest.mark.gpu
 def test_gpu_hopper_decode_at_c_b_size_and_cuda_graph():
     """C-B's size (batch 64, 32/8 heads of 128, window 4096 in pages of 16, bf16) in one
-    split and three, against the reference; each captured in a CUDA graph and replayed
-    after seq_lens changed in place."""
+    split and three, against the reference; each plan's run captured in a CUDA graph and
+    replayed after replan (one length 0)."""
     batch, window_left = 64, 4095
     gen = torch.Generator().manual_seed(72)
     lens = torch.randint(1, 8193, (batch,), generator=gen)
@@ -120,30 +123,29 @@ def test_gpu_hopper_decode_at_c_b_size_and_cuda_graph():
         fin = torch.isfinite(ref_lse)
         assert (lse[fin] - ref_lse[fin]).abs().max().item() < 1e-2
 
+    q, k_cache, v_cache, block_table, seq_lens = tensors
     for splits in (None, 3):
         seq_lens.copy_(lens.to(torch.int32))
-        launch, out, lse = ops_decode.prepare(*tensors, num_splits=splits, hopper=True, **kw)
-        launch()
+        plan = swattn.plan_decode(lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128,
+                                  page_size=16, num_splits=splits, hopper=True, **kw)
+        assert plan.path == "hopper"
+        out, lse = plan.run(q, k_cache, v_cache, block_table)
         torch.cuda.synchronize()
         check(out, lse)
         new_lens = (lens * 2 // 3).clamp(min=1)
         new_lens[0] = 0  # an empty sequence: output 0, lse -inf
-        replay_after(launch, lambda: seq_lens.copy_(new_lens.to(torch.int32)), out)
+        replay_after(lambda: plan.run(q, k_cache, v_cache, block_table, out=out, lse=lse),
+                     lambda: plan.replan(new_lens.tolist()), out)
+        seq_lens.copy_(new_lens.to(torch.int32))
         check(out, lse)
 
 
 @pytest.mark.gpu
-def test_gpu_default_path_long_windows_only(monkeypatch):
-    """The library's default takes the Gluon path for C-B's window (4097 keys, d128) and
-    C-F's full attention (d64, sinks), the Triton kernel for C-A's 129 keys."""
-    from swattn.ops import decode_hopper
-    taken = []
-    monkeypatch.setattr(decode_hopper, "launch", lambda *a: taken.append(True))
-    for window, d, hq, hkv, want in ((4095, 128, 32, 8, True), (None, 64, 16, 2, True),
-                                     (128, 64, 16, 2, False)):
-        case = DecodeCase([4200, 5000], num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                          head_dim_v=d, page_size=16, window_left=window, dtype=torch.bfloat16)
-        taken.clear()
-        launch, _, _ = ops_decode.prepare(*build_decode(case, "cuda"), window_left=window)
-        launch()
-        assert bool(taken) == want, (window, d)
+def test_gpu_default_path_long_windows_only():
+    """The plan takes the Gluon path for C-B's window (4097 keys, d128) and C-F's full
+    attention (d64, 32k keys), the Triton kernel for C-A's 129 keys."""
+    for window, d, hq, hkv, want in ((4095, 128, 32, 8, "hopper"), (None, 64, 16, 2, "hopper"),
+                                     (128, 64, 16, 2, "triton")):
+        plan = swattn.plan_decode([4200, 32768], num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                                  page_size=16, window_left=window)
+        assert plan.path == want, (window, d)

@@ -8,6 +8,7 @@ import torch
 
 import swattn
 from swattn import reference
+from swattn.plan import run_extend
 from swattn.ops import extend as ops_extend
 from swattn.ops.config import EXTEND_TILINGS
 
@@ -17,7 +18,7 @@ from conftest import DEVICE
 
 def run_all_bounds(case, tensors, **kwargs):
     """The kernel under every bounds variant; asserts they are bit-identical."""
-    return assert_bounds_identical([ops_extend.extend_attention(*tensors, window_left=case.window_left,
+    return assert_bounds_identical([run_extend(*tensors, window_left=case.window_left,
                                                                 bounds=b, **kwargs)
                                     for b in ops_extend.BOUNDS])
 
@@ -99,7 +100,7 @@ def test_many_ragged_sequences_find_their_blocks():
     case = ExtendCase([rng.choice([0, 3, 9]) for _ in range(37)], [rng.choice([0, 1, 2, 5]) for _ in range(37)],
                       head_dim=16, head_dim_v=16, page_size=4, window_left=6, seed=37)
     got = check_case(case, block_m=16, block_n=16, pack_gqa=False)
-    det = ops_extend.extend_attention(*build_extend(case, DEVICE), window_left=6, block_m=16,
+    det = run_extend(*build_extend(case, DEVICE), window_left=6, block_m=16,
                                       block_n=16, pack_gqa=False, deterministic=True)
     assert rel_err(det, got) < TOL
 
@@ -161,14 +162,14 @@ def test_full_prefix_and_trimmed_prefix_agree():
     window give the same bits: the bounds alone do the trimming."""
     case = ExtendCase([50], [9], window_left=None, page_size=4, seed=12)
     q, k, v, k_cache, v_cache, block_table, cu, prefix = build_extend(case, DEVICE)
-    whole = ops_extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
+    whole = run_extend(q, k, v, k_cache, v_cache, block_table, cu, prefix,
                                         window_left=8, block_m=16, block_n=16)
     k_cache, v_cache, block_table = k_cache.clone(), v_cache.clone(), block_table.clone()
     for i in range((50 - 8) // 4):  # pages wholly below position 42, the lowest visible
         k_cache[block_table[0, i]] = float("nan")
         v_cache[block_table[0, i]] = float("nan")
         block_table[0, i] = -1
-    trimmed = ops_extend.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
+    trimmed = run_extend(q, k, v, k_cache, v_cache, block_table, cu, prefix,
                                           window_left=8, block_m=16, block_n=16)
     assert torch.equal(trimmed, whole)
 
@@ -187,7 +188,7 @@ def test_split_and_single_loop_agree():
     from swattn.ops.config import Config
     case = ExtendCase([70, 3], [40, 35], window_left=37, seed=21)
     tensors = build_extend(case, DEVICE)
-    split, single = (ops_extend.extend_attention(*tensors, window_left=37, config=Config(16, 16, 4, 1, True, s))
+    split, single = (run_extend(*tensors, window_left=37, config=Config(16, 16, 4, 1, True, s))
                      for s in (True, False))
     assert torch.equal(split, single)
     assert rel_err(split, reference.extend_attention(*tensors, window_left=37)) < TOL
@@ -206,8 +207,8 @@ def test_tma_and_pointer_loads_agree(deterministic):
     k, v = qkv[:, 4:6], qkv[:, 6:8]
     tensors = (q, k, v, *rest)
     configs = [Config(16, 16, 4, 1, True, True, tma) for tma in (True, False)]
-    assert all(d is not None for d in ops_extend._descriptors(configs[0], k, v, *rest[:2], False))
-    with_tma, without = (ops_extend.extend_attention(*tensors, window_left=41, config=c,
+    assert all(d is not None for d in ops_extend.descriptors(configs[0], k, v, *rest[:2], False))
+    with_tma, without = (run_extend(*tensors, window_left=41, config=c,
                                                      deterministic=deterministic)
                          for c in configs)
     assert torch.equal(with_tma, without)
@@ -226,7 +227,7 @@ def test_tma_only_where_the_copy_engine_can_take_it():
     assert ops_extend._row_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2], 16, 16) is not None
     case = ExtendCase([20], [5], head_dim=16, head_dim_v=16, page_size=4, window_left=None)
     tensors = build_extend(case, "cpu")
-    descs = ops_extend._descriptors(cfg, *tensors[1:5], False)
+    descs = ops_extend.descriptors(cfg, *tensors[1:5], False)
     assert descs[0] is not None and descs[2] is None
 
 

@@ -6,8 +6,8 @@ interpreter), and a launch that cannot take it says why. Its results are tested 
 import pytest
 import torch
 
-from swattn.ops import extend as ops_extend
 from swattn.ops import extend_hopper
+from swattn.plan import run_extend
 from swattn.verify.cases import ExtendCase, build_extend
 
 from checks import run_fresh
@@ -62,12 +62,12 @@ def _tensors(**kw):
 @pytest.mark.skipif(DEVICE == "cuda", reason="off the GPU only")
 def test_hopper_true_off_the_gpu_names_the_reason():
     with pytest.raises(ValueError, match="hopper=True.*CUDA"):
-        ops_extend.prepare(*_tensors(), window_left=3, hopper=True)
+        run_extend(*_tensors(), window_left=3, hopper=True)
 
 
 def test_hopper_must_be_a_bool():
     with pytest.raises(TypeError, match="hopper"):
-        ops_extend.prepare(*_tensors(), window_left=3, hopper="yes")
+        run_extend(*_tensors(), window_left=3, hopper="yes")
 
 
 def test_config_takes_the_hopper_path_for_d64_and_d128():
@@ -88,29 +88,33 @@ def test_config_takes_the_hopper_path_for_d64_and_d128():
                                                           (128, 128, 48), (128, 128, 96)))
 
 
-def test_unsupported_launches_say_why(monkeypatch):
-    """On a pretend sm_90 GPU, each thing the Gluon path does not take is named."""
+def test_unsupported_plans_say_why(monkeypatch):
+    """On a pretend sm_90 GPU, each thing the Gluon path does not take is named; the
+    tensors' strides are the run's to check (descriptors)."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    q, k, v, kc, vc, *_ = (t.cpu() for t in _tensors())
+    cuda = torch.device("cuda", 0)
 
-    class Cuda:
-        type = "cuda"
-
-    def why(q=q, k=k, v=v, kc=kc, vc=vc, mask=None, det=False):
-        class Fake:
-            def __init__(self, t):
-                self.t = t
-
-            def __getattr__(self, name):
-                return Cuda() if name == "device" else getattr(self.t, name)
-        return extend_hopper.unsupported(Fake(q), k, v, kc, vc, mask, det)
+    def why(dtype=torch.bfloat16, d=64, dv=64, page=16, masked=False, det=False):
+        return extend_hopper.unsupported(cuda, dtype, d, dv, page, masked, det)
 
     assert why() is None
     assert "deterministic" in why(det=True)
-    assert "mask" in why(mask=torch.ones(1, dtype=torch.bool))
-    assert "fp16 or bf16" in why(q=q.float())
-    assert "D = Dv" in why(q=q[..., :48], v=v[..., :48])
-    kc8 = kc[:, :8]
-    assert "page_size" in why(kc=kc8, vc=vc[:, :8])
+    assert "mask" in why(masked=True)
+    assert "fp16 or bf16" in why(dtype=torch.float32)
+    assert "D = Dv" in why(d=48, dv=48)
+    assert "page_size" in why(page=8)
+    assert "CUDA" in extend_hopper.unsupported(torch.device("cpu"), torch.bfloat16, 64, 64, 16,
+                                               False, False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert "sm_90" in why()
+
+
+def test_descriptors_say_when_the_copy_engine_cannot_take_the_strides():
+    q, k, v, kc, vc, *_ = _tensors(dtype=torch.bfloat16)
+    # A head dim that is a slice of a wider row: rows 72 elements apart, off 16 bytes.
+    assert isinstance(extend_hopper.descriptors(q.cpu(), k.cpu(), v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    # Two heads of three: rows of heads * dim still, 3 * 64 apart.
+    heads = torch.zeros(k.shape[0], 3, 64, dtype=torch.bfloat16)[:, :2]
+    assert isinstance(extend_hopper.descriptors(q.cpu(), heads, v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    odd = torch.zeros(k.shape[0], 2, 72, dtype=torch.bfloat16)[..., :64]
+    assert "strides" in extend_hopper.descriptors(q.cpu(), odd, v.cpu(), kc.cpu(), vc.cpu())

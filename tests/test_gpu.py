@@ -6,6 +6,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import swattn
 from swattn import reference
+from swattn.plan import run_extend
 from swattn.verify.cases import ExtendCase, build_extend, rel_err
 
 pytestmark = pytest.mark.gpu
@@ -52,9 +53,9 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
                       dtype=torch.bfloat16, seed=page_size)
     tensors = build_extend(case, "cuda")
     cfg = extend_config(128, 128, 4, 4095, torch.bfloat16, torch.device("cuda"), page_size)
-    descs = ops_extend._descriptors(cfg, *tensors[1:5], False)
+    descs = ops_extend.descriptors(cfg, *tensors[1:5], False)
     assert descs[0] is not None and (descs[2] is not None) == (page_size == 64)
-    outs = [ops_extend.extend_attention(*tensors, window_left=4095, deterministic=deterministic,
+    outs = [run_extend(*tensors, window_left=4095, deterministic=deterministic,
                                         config=replace(cfg, tma=tma), hopper=False)
             for tma in (True, False)]
     assert torch.equal(outs[0], outs[1])
@@ -75,16 +76,23 @@ class _TorchOps(TorchDispatchMode):
 
 @pytest.mark.parametrize("hopper", [False, True], ids=["triton", "hopper"])
 @pytest.mark.parametrize("page_size", [16, 64], ids=lambda p: f"page{p}")
-def test_extend_replayed_from_a_cuda_graph(page_size, hopper):
-    """prepare()'s launch is one kernel and no torch op; captured in a CUDA graph (the TMA descriptors are encoded into the
-    captured parameters) and replayed gives the eager launch's bits; with new q/k/v values
-    written in place, the bits of an eager launch on them."""
-    from swattn.ops import extend as ops_extend
+def test_plan_run_is_one_kernel_and_replays_from_a_cuda_graph(page_size, hopper):
+    """A plan's run is one kernel and no torch op; captured in a CUDA graph (the TMA
+    descriptors are encoded into the captured parameters) and replayed it gives the eager
+    run's bits; with new q/k/v values written in place, the bits of an eager run on them."""
     case = ExtendCase([4100, 0], [2049, 700], num_q_heads=32, num_kv_heads=8, head_dim=128,
                       head_dim_v=128, page_size=page_size, window_left=4095, dtype=torch.bfloat16,
                       seed=7)
     tensors = build_extend(case, "cuda")
-    launch, out, _ = ops_extend.prepare(*tensors, window_left=4095, hopper=hopper)
+    plan = swattn.plan_extend([0, 2049, 2749], [4100, 0], num_q_heads=32, num_kv_heads=8,
+                              head_dim=128, page_size=page_size, window_left=4095, hopper=hopper)
+    assert plan.path == ("hopper" if hopper else "triton")
+    out = torch.empty(2749, 32, 128, dtype=torch.bfloat16, device="cuda")
+    plan.run(*tensors[:6], out=out)  # the compile, outside the recording
+
+    def launch():
+        plan.run(*tensors[:6], out=out)
+
     with _TorchOps() as ops:
         launch()
     assert ops.names == []  # one Triton kernel: no torch op before it
@@ -105,7 +113,7 @@ def test_extend_replayed_from_a_cuda_graph(page_size, hopper):
         t.copy_(torch.randn_like(t))
     graph.replay()
     torch.cuda.synchronize()
-    fresh = ops_extend.extend_attention(*tensors, window_left=4095, hopper=hopper)
+    fresh = run_extend(*tensors, window_left=4095, hopper=hopper)
     assert torch.equal(out, fresh) and not torch.equal(out, eager)
 
 
@@ -226,11 +234,12 @@ def test_hopper_path_against_the_reference_and_the_triton_kernel(name):
     kwargs = dict(extra, window_left=case.window_left)
     if kwargs.pop("sinks", False):
         kwargs["sinks"] = torch.randn(case.num_q_heads, device="cuda")
-    assert extend_hopper.unsupported(*tensors[:5], None, False) is None
+    assert extend_hopper.unsupported(tensors[0].device, tensors[0].dtype, case.head_dim,
+                                     case.head_dim_v, case.page_size, False, False) is None
     want = reference.extend_attention(*tensors, **kwargs)
-    outs = {b: ops_extend.extend_attention(*tensors, bounds=b, hopper=True, **kwargs)
+    outs = {b: run_extend(*tensors, bounds=b, hopper=True, **kwargs)
             for b in ops_extend.BOUNDS}
-    triton_out = ops_extend.extend_attention(*tensors, hopper=False, **kwargs)
+    triton_out = run_extend(*tensors, hopper=False, **kwargs)
 
     def parts(x):
         return x if isinstance(x, tuple) else (x,)

@@ -6,7 +6,7 @@ import torch
 
 import swattn
 from swattn import reference
-from swattn.ops import decode as ops_decode
+from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
 from conftest import DEVICE
 
@@ -64,9 +64,9 @@ def test_decode_partials_merge_to_the_whole():
     q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
     sparse = build_sparse(case, DEVICE)
     sinks = torch.randn(8).to(DEVICE)
-    window_part = ops_decode.decode_attention(q, k_cache, v_cache, block_table, seq_lens,
+    window_part = run_decode(q, k_cache, v_cache, block_table, seq_lens,
                                               window_left=14, return_lse=True)
-    sparse_part = ops_decode.decode_attention(q, k_cache, v_cache, block_table, torch.zeros_like(seq_lens),
+    sparse_part = run_decode(q, k_cache, v_cache, block_table, torch.zeros_like(seq_lens),
                                               window_left=14, sparse=sparse, return_lse=True)
     merged, lse = swattn.merge_states([window_part[0], sparse_part[0]], [window_part[1], sparse_part[1]],
                                       sinks=sinks)

@@ -10,6 +10,7 @@ import torch
 
 import swattn
 from swattn import reference
+from swattn.plan import run_extend
 from swattn.ops import extend as ops_extend
 from swattn.verify.cases import ExtendCase, build_extend, random_mask
 
@@ -18,7 +19,7 @@ from conftest import DEVICE
 
 
 def _det(*tensors, **kwargs):
-    return ops_extend.extend_attention(*tensors, deterministic=True, **kwargs)
+    return run_extend(*tensors, deterministic=True, **kwargs)
 
 
 CASES = [
@@ -82,11 +83,14 @@ def _prefill_in_chunks(q, k, v, bounds, window_left, page_size, pages, **kw):
 
 
 @pytest.mark.parametrize("window_left", [None, 6, 21], ids=lambda w: f"L{w}")
-def test_bits_do_not_depend_on_chunking(window_left):
+def test_bits_do_not_depend_on_chunking(window_left, seed):
+    """Under the interpreter this failed for 4 of 6 sink draws while its dot was NumPy's
+    BLAS product, whose rounding of a row depends on the row's place in its block
+    (ops/_interpreter.py); ``--seed`` draws other inputs."""
     length, page_size = 57, 4
-    q, k, v = _sequence(length, seed=window_left or 1)
-    pages = random.Random(5).sample(range(30), -(-length // page_size))
-    sinks = torch.randn(4).to(DEVICE)
+    q, k, v = _sequence(length, seed=1000 * seed + (window_left or 1))
+    pages = random.Random(5 + seed).sample(range(30), -(-length // page_size))
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
     plans = [[0, length], [0, 16, length], [0, 1, 2, 30, 31, length], [0, 13, 40, 41, length]]
     results = [_prefill_in_chunks(q, k, v, plan, window_left, page_size, pages, sinks=sinks)
                for plan in plans]
@@ -95,9 +99,9 @@ def test_bits_do_not_depend_on_chunking(window_left):
     assert not torch.isnan(results[0]).any()
 
 
-def test_bits_do_not_depend_on_page_size():
+def test_bits_do_not_depend_on_page_size(seed):
     length = 45
-    q, k, v = _sequence(length, seed=9)
+    q, k, v = _sequence(length, seed=9 + 1000 * seed)
     results = []
     for page_size in (1, 4, 16):
         pages = list(range(-(-length // page_size)))[::-1]
@@ -105,15 +109,15 @@ def test_bits_do_not_depend_on_page_size():
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
 
 
-def test_bits_do_not_depend_on_the_batch():
+def test_bits_do_not_depend_on_the_batch(seed):
     """The same request alone, first, and last in batches of other requests."""
-    request = ExtendCase([23], [19], window_left=8, page_size=4, seed=30)
+    request = ExtendCase([23], [19], window_left=8, page_size=4, seed=30 + 1000 * seed)
     alone = build_extend(request, DEVICE)
     want = _det(*alone, window_left=8)
     for others, where in (([7, 0], "first"), ([50, 3], "last")):
         case = ExtendCase([23] + [others[0]] if where == "first" else [others[0], 23],
                           [19] + [others[1] + 1] if where == "first" else [others[1] + 1, 19],
-                          window_left=8, page_size=4, seed=31)
+                          window_left=8, page_size=4, seed=31 + 1000 * seed)
         q, k, v, k_cache, v_cache, block_table, cu, prefix = build_extend(case, DEVICE)
         b = 0 if where == "first" else 1
         rows = slice(int(cu[b]), int(cu[b + 1]))
@@ -146,11 +150,9 @@ def test_write_kv_stores_bits_and_skips_minus_one():
 
 @pytest.mark.parametrize("bad,error,message", [
     (lambda a: a.update(slot_mapping=a["slot_mapping"].int()), TypeError, "slot_mapping must be torch.int64"),
-    (lambda a: a.update(slot_mapping=torch.tensor([0, 99], dtype=torch.int64)), ValueError, "the cache has 12 slots"),
-    (lambda a: a.update(slot_mapping=torch.tensor([0, -2], dtype=torch.int64)), ValueError, ">= 0 or -1"),
     (lambda a: a.update(v=a["v"][:1]), ValueError, "v must have shape"),
     (lambda a: a.update(k_cache=a["k_cache"].float()), TypeError, "k_cache must be torch.float16"),
-], ids=["slot-dtype", "slot-past-cache", "slot-below-minus-one", "v-rows", "cache-dtype"])
+], ids=["slot-dtype", "v-rows", "cache-dtype"])
 def test_write_kv_validation(bad, error, message):
     args = dict(k=torch.randn(2, 2, 16).half(), v=torch.randn(2, 2, 8).half(),
                 k_cache=torch.randn(3, 4, 2, 16).half(), v_cache=torch.randn(3, 4, 2, 8).half(),
@@ -159,6 +161,23 @@ def test_write_kv_validation(bad, error, message):
     args = {name: t.to(DEVICE) for name, t in args.items()}
     with pytest.raises(error, match=message):
         swattn.write_kv(**args)
+
+
+def test_write_kv_never_writes_outside_the_cache():
+    """Slots past the cache or below -1 are skipped (not read back to the host, so no
+    ValueError): nothing outside the cache is written, the good slots are."""
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(4, 2, 16, generator=g).half().to(DEVICE)
+    v = torch.randn(4, 2, 8, generator=g).half().to(DEVICE)
+    store = torch.full((5, 4, 2, 16), float("nan"), dtype=torch.float16, device=DEVICE)
+    v_store = torch.full((5, 4, 2, 8), float("nan"), dtype=torch.float16, device=DEVICE)
+    k_cache, v_cache = store[1:4], v_store[1:4]  # pages 0 and 4 of the store lie outside
+    swattn.write_kv(k, v, k_cache, v_cache, torch.tensor([12, 5, -7, 2 ** 40], dtype=torch.int64,
+                                                         device=DEVICE))
+    assert torch.equal(k_cache.view(-1, 2, 16)[5], k[1])
+    assert torch.isnan(store[0]).all() and torch.isnan(store[4]).all()
+    assert torch.isnan(v_store[0]).all() and torch.isnan(v_store[4]).all()
+    assert torch.isnan(k_cache.view(-1, 2, 16)[:5]).all() and torch.isnan(k_cache.view(-1, 2, 16)[6:]).all()
 
 
 def test_public_deterministic_flag():

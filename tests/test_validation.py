@@ -1,4 +1,6 @@
-"""Bad input raises ValueError/TypeError naming the argument, before any launch."""
+"""Bad input to the one-shot functions raises ValueError/TypeError naming the argument,
+before any launch. What needs the lengths' values (which the one-shot functions do not read
+back) is checked by the plans: tests/test_plan.py."""
 
 import pytest
 import torch
@@ -44,11 +46,9 @@ BAD_TENSORS = [
     ("k_cache", lambda t: t[..., :8].contiguous(), ValueError, "k_cache must have shape"),
     ("v_cache", lambda t: t[:-1], ValueError, "v_cache must have shape"),
     ("block_table", lambda t: t.to(torch.int64), TypeError, "block_table must be torch.int32"),
-    ("block_table", lambda t: t[:, :1].contiguous(), ValueError, "block_table has 1 pages per sequence"),
-    ("cu_seqlens", lambda t: t[:-1], ValueError, "cu_seqlens must have shape"),
-    ("cu_seqlens", lambda t: torch.tensor([0, 6, 7], dtype=torch.int32), ValueError, "must end at the number of tokens"),
-    ("cu_seqlens", lambda t: torch.tensor([0, 9, 8], dtype=torch.int32), ValueError, "non-decreasing"),
-    ("prefix_lens", lambda t: torch.tensor([-1, 4], dtype=torch.int32), ValueError, "prefix_lens must be >= 0"),
+    ("block_table", lambda t: t[:1], ValueError, "block_table must be at least"),
+    ("cu_seqlens", lambda t: t[:-1], ValueError, "prefix_lens must have shape"),
+    ("cu_seqlens", lambda t: t.float(), TypeError, "cu_seqlens must be torch.int32"),
     ("prefix_lens", lambda t: t.to(torch.int64), TypeError, "prefix_lens must be torch.int32"),
 ]
 
@@ -69,9 +69,10 @@ BAD_KWARGS = [
     ({"keys": "old"}, ValueError, "keys must be one of"),
     ({"sinks": torch.zeros(3)}, ValueError, "sinks must have shape"),
     ({"sinks": torch.zeros(4, dtype=torch.float16)}, TypeError, "sinks must be torch.float32"),
-    ({"mask": torch.ones(5, dtype=torch.bool)}, ValueError, "mask and mask_indptr must be given together"),
-    ({"mask": torch.ones(5, dtype=torch.bool), "mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)},
-     ValueError, "mask_indptr gives sequence 0"),
+    ({"mask": torch.ones(5, dtype=torch.bool)}, ValueError, "the plan was made without mask_indptr"),
+    ({"mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)}, ValueError, "mask is required"),
+    ({"mask": torch.ones(5, dtype=torch.int32), "mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)},
+     TypeError, "mask must be torch.bool"),
     ({"out": torch.empty(8, 4, 15, dtype=torch.float16)}, ValueError, "out must have shape"),
 ]
 
@@ -85,7 +86,7 @@ def test_bad_keyword(kwargs, error, message):
 def test_heads_not_a_multiple():
     args = _args()
     args[0] = torch.randn(8, 3, 16, dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"q heads \(3\) must be a multiple of k/v heads \(2\)"):
+    with pytest.raises(ValueError, match=r"num_q_heads \(3\) must be a multiple of num_kv_heads \(2\)"):
         _call(args)
 
 

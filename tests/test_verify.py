@@ -41,7 +41,7 @@ def test_hopper_decode_matrix_covers_the_path():
 
 
 def test_a_one_bit_difference_fails_the_row(monkeypatch):
-    real = identity.ops_decode.decode_attention
+    real = identity.run_decode
 
     def off_by_one_bit(*args, bounds="tight", **kwargs):
         out = real(*args, bounds=bounds, **kwargs)
@@ -52,7 +52,7 @@ def test_a_one_bit_difference_fails_the_row(monkeypatch):
             return o, lse
         return out
 
-    monkeypatch.setattr(identity.ops_decode, "decode_attention", off_by_one_bit)
+    monkeypatch.setattr(identity, "run_decode", off_by_one_bit)
     row = identity.run("decode", DEVICE, gpu=False, limit=1)[0]
     assert row.max_abs_tight_skip == 0.0 and row.max_abs_tight_none > 0.0 and not row.ok
 

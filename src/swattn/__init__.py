@@ -1,6 +1,7 @@
 """swattn: sliding-window attention kernels in Triton with a PyTorch front.
 
-Public API only; see DESIGN.md section 3 for the contract of each function. The kernels
+Public API only: the one-shot functions, the plans (plan once per batch, run per layer) and
+the window conventions; docs/api.md says what each takes and promises. The kernels
 (and torch) load on first use, so ``swattn.window`` and the ``swattn tiles``/``prove``
 commands start without them.
 """
@@ -8,11 +9,16 @@ commands start without them.
 from . import window
 
 _API = ("extend_attention", "decode_attention", "merge_states", "write_kv")
-__all__ = [*_API, "window"]
+_PLAN = ("plan_extend", "plan_decode", "ExtendPlan", "DecodePlan")
+__all__ = [*_API, *_PLAN, "window"]
 
 
 def __getattr__(name):
     if name in _API:
-        from . import api
-        return getattr(api, name)
-    raise AttributeError(f"module 'swattn' has no attribute {name!r}")
+        from . import api as module
+    elif name in _PLAN:
+        from . import plan as module
+    else:
+        raise AttributeError(f"module 'swattn' has no attribute {name!r}")
+    value = globals()[name] = getattr(module, name)  # the next look-up is a plain one
+    return value

@@ -1,13 +1,18 @@
-"""The public entry points, registered as torch.library custom ops so they trace under
-torch.compile. Each validates in its launcher, before any launch."""
+"""The one-shot entry points: a plan for the call's tensors, then its run (swattn.plan).
+
+Called eagerly they go straight to the plan (no dispatcher in between: the host time of a
+call is the plan's and the launch's); traced by torch.compile they are torch.library
+custom ops, opaque to the trace, whose body is the same plan and run. Neither reads the
+lengths back to the host: the call waits for nothing and can be captured in a CUDA graph.
+"""
 
 import torch
 
 from .ops import cache as _cache
-from .ops import decode as _decode
-from .ops import extend as _extend
 from .ops import merge as _merge
 from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_tensor
+from .plan import run_decode as _run_decode
+from .plan import run_extend as _run_extend
 from .window import check_window
 
 
@@ -19,14 +24,12 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
                window_left: int, window_right: int, causal: bool, softcap: float,
                scale: float, keys: str, deterministic: bool) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded, scale 0 = default.
-    result = _extend.extend_attention(
-        q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
-        window_left=None if window_left < 0 else window_left,
-        window_right=None if window_right < 0 else window_right, causal=causal, sinks=sinks,
-        softcap=softcap, scale=None if scale == 0 else scale, mask=mask, mask_indptr=mask_indptr,
-        keys=keys, return_lse=lse is not None, deterministic=deterministic, out=out)
-    if lse is not None:
-        lse.copy_(result[1])
+    _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                  window_left=None if window_left < 0 else window_left,
+                  window_right=None if window_right < 0 else window_right, causal=causal,
+                  sinks=sinks, softcap=softcap, scale=None if scale == 0 else scale, mask=mask,
+                  mask_indptr=mask_indptr, keys=keys, return_lse=lse is not None,
+                  deterministic=deterministic, out=out, lse=lse)
 
 
 @_extend_op.register_fake
@@ -50,9 +53,13 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         k, v: [T, Hkv, D], [T, Hkv, Dv] the new tokens' keys and values.
         k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache holding the prefixes.
         block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
-            no query can see are never read (they may be -1).
+            no query can see are never read (they may be -1); an entry a query must read
+            that is not a page of the cache is not read either, and the rows that needed
+            it come out NaN.
         cu_seqlens: [B + 1] int32 offsets of each sequence's new tokens in q/k/v.
-        prefix_lens: [B] int32 cached tokens before the new ones.
+        prefix_lens: [B] int32 cached tokens before the new ones. Both stay on the device
+            and are not read back (no host sync): keep them consistent with q and the
+            block table, or make a plan (swattn.plan_extend), which checks them.
         window_left, window_right, causal: the window (swattn.window); None = unbounded.
         sinks: [Hq] float32 sink logits (gpt-oss) or None.
         softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
@@ -68,13 +75,22 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
 
     Returns:
         out, or (out, lse) with return_lse.
+
+    An engine that runs many layers on one batch plans once (:func:`swattn.plan_extend`)
+    and runs the plan per layer; this function is that plan and run for one call.
     """
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    # What the op boundary would blur (None encoded as -1) is checked here; the launcher
-    # inside the op checks everything else before its launch.
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if not torch.compiler.is_compiling():
+        return _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                             window_left=window_left, window_right=window_right, causal=causal,
+                             sinks=sinks, softcap=softcap, scale=scale, mask=mask,
+                             mask_indptr=mask_indptr, keys=keys, return_lse=return_lse,
+                             deterministic=deterministic, out=out)
+    # Traced by torch.compile: the custom op, whose arguments cannot carry None for the
+    # integers (encoded as -1) and which checks what it can before the trace records it.
+    for name, flag in (("causal", causal), ("deterministic", deterministic),
+                       ("return_lse", return_lse)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     check_window(window_left, window_right, causal)
     check_scalars(softcap, scale)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
@@ -102,14 +118,18 @@ def _(k, v, k_cache, v_cache, slot_mapping):
 
 def write_kv(k, v, k_cache, v_cache, slot_mapping):
     """Store the new tokens' keys and values into their pages: ``k_cache[s // P, s % P] = k[t]``
-    (and v) for ``s = slot_mapping[t] >= 0``; -1 skips the token.
+    (and v) for ``s = slot_mapping[t] >= 0``; -1 skips the token, and so does a slot outside
+    the cache (never written; the slots are not read back to the host).
 
     Args:
         k, v: [T, Hkv, D], [T, Hkv, Dv].
         k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv], written in place.
         slot_mapping: [T] int64 flat slots ``page * page_size + offset``, or -1.
     """
-    _write_kv_op(k, v, k_cache, v_cache, slot_mapping)
+    if torch.compiler.is_compiling():
+        _write_kv_op(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        _cache.write_kv(k, v, k_cache, v_cache, slot_mapping)
 
 
 @torch.library.custom_op("swattn::decode_attention", mutates_args=("out", "lse"))
@@ -120,13 +140,12 @@ def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                window_left: int, softcap: float, scale: float, num_splits: int) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded / library's choice,
     # scale 0 = default; sparse travels as its three tensors (all None = off).
-    _decode.decode_attention(
-        q, k_cache, v_cache, block_table, seq_lens,
-        window_left=None if window_left < 0 else window_left, sinks=sinks, softcap=softcap,
-        scale=None if scale == 0 else scale,
-        sparse=None if sparse_idx is None else (k_pool, v_pool, sparse_idx),
-        num_splits=None if num_splits < 0 else num_splits, return_lse=lse is not None,
-        out=out, lse=lse)
+    _run_decode(q, k_cache, v_cache, block_table, seq_lens,
+                  window_left=None if window_left < 0 else window_left, sinks=sinks,
+                  softcap=softcap, scale=None if scale == 0 else scale,
+                  sparse=None if sparse_idx is None else (k_pool, v_pool, sparse_idx),
+                  num_splits=None if num_splits < 0 else num_splits, return_lse=lse is not None,
+                  out=out, lse=lse)
 
 
 @_decode_op.register_fake
@@ -149,14 +168,18 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         q: [B, Hq, D] the new token of each sequence.
         k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache.
         block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
-            below the window or past the end are never read (they may be -1).
-        seq_lens: [B] int32 tokens in the cache, the new one included (0: output 0).
+            below the window or past the end are never read (they may be -1); an entry a
+            query must read that is not a page of the cache is not read either, and the
+            query's output comes out NaN.
+        seq_lens: [B] int32 tokens in the cache, the new one included (0: output 0); not
+            read back to the host (see extend_attention's cu_seqlens).
         window_left: keys the query sees below itself (swattn.window); None = all.
         sinks: [Hq] float32 sink logits (gpt-oss) or None.
         softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
         sparse: (k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int32): pool rows
             ``idx[b, i] >= 0`` (-1 = none; a row named twice counts twice) join sequence b's
-            window keys in one softmax (DeepSeek-style sparse attention plus a window).
+            window keys in one softmax (DeepSeek-style sparse attention plus a window); an
+            index outside ``[-1, N)`` is not read, and the output comes out NaN.
         num_splits: split-KV chunks per (sequence, KV head), merged in a second pass;
             None = chosen from the shape and the GPU's SM count.
         return_lse: also return lse [B, Hq] float32 (natural log, sinks excluded).
@@ -165,11 +188,15 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     Returns:
         out, or (out, lse) with return_lse.
 
-    For CUDA graphs, ``swattn.ops.decode.prepare`` validates once and returns a launch
-    with no host sync and no allocation.
+    An engine plans once per batch (:func:`swattn.plan_decode`: checked lengths, and
+    ``replan`` for CUDA graphs) and runs the plan per layer; this function is that plan and
+    run for one call.
     """
-    # What the op boundary would blur (None encoded as -1) is checked here; the launcher
-    # inside the op checks everything else before its launch.
+    if not torch.compiler.is_compiling():
+        return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
+                             sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
+                             num_splits=num_splits, return_lse=return_lse, out=out)
+    # Traced by torch.compile: the custom op (see extend_attention).
     check_window(window_left)
     check_scalars(softcap, scale)
     check_num_splits(num_splits)
@@ -217,6 +244,8 @@ def merge_states(outs, lses, sinks=None):
         (out [N, H, Dv] in the parts' dtype, lse [N, H] float32 without the sink); all
         parts -inf give 0 and -inf.
     """
+    if not torch.compiler.is_compiling():
+        return _merge.merge_states(outs, lses, sinks)
     _merge.check_merge(outs, lses, sinks, None, None)
     first = outs[0]
     out = torch.empty(first.shape, dtype=first.dtype, device=first.device)

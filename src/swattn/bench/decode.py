@@ -12,8 +12,6 @@ table of variants and :func:`run_case`, and names the others' public functions.
 
 from __future__ import annotations
 
-import importlib
-
 from . import harness
 from .decode_inputs import (CHECK_SEQS, DecodeInputs, _empty_out, _need_device, _poisoner,  # noqa: F401
                             build_inputs, footprint, reference_first)
@@ -21,49 +19,56 @@ from .decode_peers import (_SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLI
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
-from .peers import Prepared, Skip, Variant, control_module
+from .peers import Prepared, Skip, Variant
 
 
 # --------------------------------------------------------------------------------------
 # swattn's decode.
 # --------------------------------------------------------------------------------------
 
-def decode_module(control=False):
-    """``swattn.ops.decode`` (or its control copy), or Skip saying why it cannot be used:
-    it is being written beside this harness."""
-    try:
-        module = control_module("decode") if control else importlib.import_module("swattn.ops.decode")
-    except Exception as exc:  # noqa: BLE001 - any failure: the kernel is not there yet
-        raise Skip(f"swattn.ops.decode not importable ({type(exc).__name__}: {exc})") from None
-    if not callable(getattr(module, "prepare", None)):
-        raise Skip("swattn.ops.decode has no prepare() yet")
-    return module
-
-
 def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=None,
          hopper=None):
-    """swattn's decode kernel over the paged cache through ``swattn.ops.decode.prepare``
-    (validated once; the launch it returns does no host sync, so it is what gets captured).
+    """swattn's decode through its engine path: ``swattn.plan_decode`` on the host lengths
+    once, then ``plan.run`` timed. ``control``: a second plan of the same batch, timed as its
+    own variant: the noise floor.
 
     ``layout="window"``: the block table holds -1 for every page wholly below the window
     (freed pages); ``"full"``: every page is mapped (those pages hold NaN: only the bounds
-    keep the kernel off them). ``num_splits=None`` lets the library choose. S passes its
-    sparse pool and index list. ``hopper``: the launcher's choice of the Gluon path (None:
-    the library's; its control replays the same compiled Gluon kernel, a second capture).
+    keep the kernel off them). ``num_splits=None`` lets the plan choose. S passes its
+    sparse pool and index list. ``hopper``: the plan's choice of the Gluon path (None: its
+    own). The host time of ``plan.run`` and of the one-shot ``swattn.decode_attention``
+    (both with ``out`` given) are measured beside the graph replay.
     """
     _need_device(inputs)
-    module = decode_module(control)
+    import swattn
     case = inputs.case
     table = inputs.block_table_window if layout == "window" else inputs.block_table_full
     out = _empty_out(inputs)
-    launch, out, _ = module.prepare(
-        inputs.q, inputs.k_cache, inputs.v_cache, table, inputs.seq_lens,
-        window_left=case.window_left, sinks=inputs.sinks, sparse=inputs.sparse,
-        num_splits=num_splits, out=out, bounds=bounds, hopper=hopper)
-    splits = "library's split count" if num_splits is None else f"{num_splits} split(s)"
-    kernel = {None: "", False: ", Triton kernel", True: ", Gluon path"}[hopper]
-    return Prepared(launch, lambda: out, f"{layout} layout, {splits}{kernel}", True,
-                    _poisoner(out))
+    try:
+        plan = swattn.plan_decode(
+            case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
+            head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
+            window_left=case.window_left, num_splits=num_splits,
+            sparse_keys=inputs.sparse[2].shape[1] if inputs.sparse is not None else 0,
+            dtype=inputs.q.dtype, device=inputs.q.device, bounds=bounds, hopper=hopper)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+    tensors = (inputs.q, inputs.k_cache, inputs.v_cache, table)
+
+    def run():
+        plan.run(*tensors, sinks=inputs.sinks, sparse=inputs.sparse, out=out)
+
+    def one_shot():
+        swattn.decode_attention(*tensors, inputs.seq_lens, window_left=case.window_left,
+                                sinks=inputs.sinks, sparse=inputs.sparse, num_splits=num_splits,
+                                out=out)
+
+    host = {"plan.run": run}
+    if bounds == "tight" and hopper is None and num_splits is None and not control:
+        host["one-shot"] = one_shot
+    note = (f"{layout} layout, {plan.path} kernel, {plan.num_splits} split(s)"
+            + (", a second plan" if control else ""))
+    return Prepared(run, lambda: out, note, True, _poisoner(out), [plan], host=host)
 
 
 # --------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ same checks, capture, interleaved timing and noise floor (:func:`run_case`).
   graph (plain launches if capture fails, and the table says so).
 * Variants are timed interleaved repetition by repetition, A/B/C, B/C/A, ... within each
   round, each repetition one graph replay after a 256 MB write that flushes L2; median and
-  20th/80th percentiles.
+  20th/80th percentiles. swattn's rows are a plan's ``run`` (what an engine calls per
+  layer); the host time of that call and of the one-shot function are measured beside
+  (:func:`host_time`).
 * The ceilings (bf16 matmul 8192^3, device-to-device copy) are measured in the same run.
 """
 
@@ -401,6 +403,10 @@ class VariantResult:
     applies_sparse: bool = True
     graphed: bool = False
     rounds_us: list = field(default_factory=list)
+    # Microseconds of host time a call (name -> us; Prepared.host) and the tiles the
+    # variant's kernel walks (Prepared.tiling).
+    host_us: dict = field(default_factory=dict)
+    tiling: dict | None = None
 
 
 @dataclass
@@ -492,7 +498,33 @@ def _prepare(variant, inputs, refs, label, reference=None):
     except Exception as exc:  # noqa: BLE001
         res.status, res.note = "error", "warm-up: " + _short(exc)
         return res, None, None
+    res.tiling = getattr(prepared, "tiling", None)
+    try:
+        # Host time means the GPU's launches (the interpreter's calls are the kernels).
+        host_calls = getattr(prepared, "host", {}) if inputs.q.is_cuda else {}
+        for name, call in host_calls.items():
+            res.host_us[name], res.host_us[name + " (eager)"] = host_time(call)
+            log(f"{label} | {variant.name}: {name} host {res.host_us[name]:.1f} us a call")
+    except Exception as exc:  # noqa: BLE001
+        res.note += "; host time: " + _short(exc)
     return res, replay, prepared
+
+
+def host_time(call, calls=100):
+    """``(host us, eager us)`` a call of ``call`` run ``calls`` times back to back from an
+    idle GPU: the host's time to issue one (what it costs an engine's or a model's CPU;
+    100 calls stay well inside the launch queue, so no call waits for the GPU), and the
+    time a call until the GPU has finished them all (what an eager caller sees)."""
+    for _ in range(3):
+        call()
+    _sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    issued = time.perf_counter()
+    _sync()
+    done = time.perf_counter()
+    return 1e6 * (issued - start) / calls, 1e6 * (done - start) / calls
 
 
 def run_case(case, variants, *, reps, rounds, flush, seed=0, budget_ms=1500.0, device="cuda",

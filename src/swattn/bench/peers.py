@@ -15,7 +15,6 @@ in the README of the results.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -48,6 +47,10 @@ class Prepared:
     poison: Callable[[], None] | None = None
     keep: list = field(default_factory=list)
     applies_sparse: bool = True
+    # Calls whose host time is measured (name -> zero-argument callable), and the tiles
+    # the plan's kernel walks (ExtendPlan.tiling) for the tile model's prediction.
+    host: dict = field(default_factory=dict)
+    tiling: dict | None = None
 
 
 def peers_dir(path=None):
@@ -94,64 +97,73 @@ def _scale(case):
 
 
 # --------------------------------------------------------------------------------------
-# swattn: tight / skip, and the same-variant control (the kernel module loaded twice).
+# swattn: the plan's run, as an engine calls it (tight / skip, and the same-variant control).
 # --------------------------------------------------------------------------------------
 
-_CONTROL = {}
+def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None):
+    """The plan of one case, made as an engine makes it: from the host lengths."""
+    import swattn
+    case = inputs.case
+    cu = [0]
+    for _, e in case.seqs:
+        cu.append(cu[-1] + e)
+    return swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
+                              num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
+                              head_dim_v=case.head_dim_v, page_size=case.page_size,
+                              window_left=case.window_left, dtype=inputs.q.dtype,
+                              device=inputs.q.device, bounds=bounds, deterministic=deterministic,
+                              hopper=hopper)
 
 
-def control_module(kernel="extend"):
-    """A second copy of ``swattn.ops.<kernel>`` (``extend``, ``decode``), executed from its
-    file under another module name: its ``@triton.jit`` kernels are new JIT objects,
-    compiled and loaded on their own (the binary is identical by construction; Triton's disk
-    cache may serve it). Timing it beside the original measures what "no change" looks like."""
-    if kernel not in _CONTROL:
-        original = importlib.import_module(f"swattn.ops.{kernel}")
-        name = f"swattn.ops._{kernel}_control"
-        spec = importlib.util.spec_from_file_location(name, original.__file__)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _CONTROL[kernel] = module
-    return _CONTROL[kernel]
+def plan_note(plan):
+    """What a plan runs, for the legend: its kernel, and the Triton kernel's tiling."""
+    if plan.config is None:
+        return f"{plan.path} path"
+    return f"{plan.path} kernel {plan.config.block_m}x{plan.config.block_n}"
 
 
 def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False,
          hopper=None):
-    """swattn's two-stage kernel (``deterministic=True``: its single-pass kernel) over the
-    paged pool (page size ``case.page_size``).
+    """swattn's extend through its engine path: ``swattn.plan_extend`` on the host lengths
+    once, then ``plan.run`` timed (``deterministic=True``: the single-pass kernel) over the
+    paged pool (page size ``case.page_size``). ``control``: a second plan of the same
+    batch, timed as its own variant: the noise floor.
 
     ``layout="window"``: the block table holds -1 for every page wholly below the first
     new token's window (what an engine that frees out-of-window pages hands over), so a
     read of one would fault; ``"full"``: the whole prefix is mapped and only the bounds
     trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``:
-    the launcher's choice of the Gluon fast path (None: the config's).
-    """
+    the plan's choice of the Gluon fast path (None: its own).
+
+    The host time of a ``plan.run`` call and of the one-shot ``swattn.extend_attention``
+    on the same tensors (both with ``out`` given) are measured beside the graph replay."""
     _need_cuda(inputs)
-    if control:
-        module = control_module()
-    else:
-        from ..ops import extend as module
+    import swattn
     case = inputs.case
     table = inputs.block_table_window if layout == "window" else inputs.block_table_full
     if layout == "full" and bounds == "tight" and torch.equal(table, inputs.block_table_window):
         raise Skip("= window layout (no page lies below the window)")
+    try:
+        plan = extend_plan(inputs, table, bounds=bounds, deterministic=deterministic, hopper=hopper)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
     out = _empty_out(inputs)
-    args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table,
-            inputs.cu_seqlens, inputs.prefix_lens)
-    kwargs = {"window_left": case.window_left, "sinks": inputs.sinks, "out": out, "bounds": bounds,
-              "deterministic": deterministic, "hopper": hopper}
-    if hopper:
-        from ..ops import extend_hopper
-        reason = extend_hopper.unsupported(*args[:5], None, deterministic)
-        if reason:
-            raise Skip(f"no Hopper path: {reason}")
+    tensors = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table)
 
-    # prepare() validates once (that reads lengths back to the host, which a CUDA graph
-    # cannot hold); the launch it returns only launches, so it is what gets captured.
-    fn, _, _ = module.prepare(*args, **kwargs)
-    note = f"{layout} layout"
-    return Prepared(fn, lambda: out, note, True, _poisoner(out))
+    def run():
+        plan.run(*tensors, sinks=inputs.sinks, out=out)
+
+    def one_shot():
+        swattn.extend_attention(*tensors, inputs.cu_seqlens, inputs.prefix_lens,
+                                window_left=case.window_left, sinks=inputs.sinks,
+                                deterministic=deterministic, out=out)
+
+    host = {"plan.run": run}
+    if bounds == "tight" and hopper is None and not control:
+        host["one-shot"] = one_shot
+    note = f"{layout} layout, {plan_note(plan)}" + (", a second plan" if control else "")
+    return Prepared(run, lambda: out, note, True, _poisoner(out), [plan], host=host,
+                    tiling=plan.tiling())
 
 
 # --------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from .harness import same_function, summarize
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
               "graphed", "rel_err", "same_function", "other_fn", "tflops", "gbps", "floor_us",
-              "roofline", "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight", "note")
+              "roofline", "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight",
+              "host_run_us", "eager_run_us", "host_one_shot_us", "eager_one_shot_us", "note")
 KINDS = ("extend", "decode")
 
 
@@ -51,40 +52,24 @@ def verdict(ratio, noise):
     return "faster" if ratio < 1.0 else "slower"
 
 
-def tile_prediction(case, block_m=None, block_n=None):
+def tile_prediction(case, block_m=None, block_n=None, tiling=None):
     """Key tiles the two-stage kernel walks, tight vs skip (stage 1 + stage 2, summed over
     query blocks, sequences and heads; swattn.tiles), and their ratio: the predicted
-    tight/skip time. The tiling defaults to the kernel's H200 config; where it packs a GQA
-    group into a block's rows, a block holds BLOCK_M / group tokens and serves the group.
+    tight/skip time. ``tiling``: the tiles of the kernel that ran (``ExtendPlan.tiling``:
+    where it packs a GQA group into a block's rows, a block holds BLOCK_M / group tokens
+    and serves the group); else ``block_m`` x ``block_n`` tiles, one query head a block.
     """
     from .. import tiles
-    group = case.num_q_heads // case.num_kv_heads
-    tokens, heads = block_m, case.num_q_heads
-    if block_m is None or block_n is None:
-        from ..ops.config import extend_config, packs_gqa
-        cfg = extend_config(case.head_dim, case.head_dim_v, group, case.window_left, "bfloat16",
-                            "cuda", case.page_size)
-        block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
-        import torch
-        from ..ops import extend_hopper
-        try:
-            sm90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-        except (AssertionError, RuntimeError):  # a CPU build of torch told a GPU is there
-            sm90 = False
-        hopper = (cfg.hopper and sm90
-                  and extend_hopper.takes_shape(case.head_dim, case.head_dim_v, case.page_size))
-        if hopper:
-            # The Hopper path's own tiles, one query head a block.
-            block_m, block_n = extend_hopper.BLOCK_M, extend_hopper.BLOCK_N
-        tokens, heads = block_m, case.num_q_heads
-        if packs_gqa(cfg, group) and not hopper:
-            tokens, heads = block_m // group, case.num_kv_heads
+    if tiling is None:
+        tiling = {"block_m": block_m, "block_n": block_n, "tokens_per_block": block_m,
+                  "heads": case.num_q_heads}
+    block_n, tokens = tiling["block_n"], tiling["tokens_per_block"]
     counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, tokens,
-                                  block_n, heads=heads)
+                                  block_n, heads=tiling["heads"])
     tight = counts["stage1"]["tight"] + counts["stage2"]["tight"]
     skip = counts["stage1"]["all"] + counts["stage2"]["all"]
     return {"tight": tight, "skip": skip, "ratio": tight / skip if skip else None,
-            "block_m": block_m, "block_n": block_n, "tokens_per_block": tokens}
+            "block_m": tiling["block_m"], "block_n": block_n, "tokens_per_block": tokens}
 
 
 # --------------------------------------------------------------------------------------
@@ -129,7 +114,7 @@ def _rows(case_result, ceilings):
             "gbps": nbytes / median / 1e3 if median else None,
             "floor_us": floor, "roofline": roofline(floor, median), "ratio_best_peer": ratio,
             "verdict": "fastest peer" if (best is not None and r is best) else verdict(ratio, noise),
-            "note": r.note,
+            "note": r.note, "host_us": dict(getattr(r, "host_us", {}) or {}),
         })
     tight_us = next((row["median_us"] for row in rows if row["role"] == "tight"), None)
     for row in rows:
@@ -149,7 +134,9 @@ def case_report(case_result, ceilings):
     noise = case_result.noise
     by_role = {row["role"]: row for row in rows if row["median_us"]}
     by_key = {row["key"]: row for row in rows if row["median_us"]}
-    prediction = tile_prediction(case)
+    tiling = next((r.tiling for r in case_result.variants if r.role == "tight" and r.tiling), None)
+    prediction = (tile_prediction(case, tiling=tiling) if tiling else
+                  {"tight": 0, "skip": 0, "ratio": None, "block_m": "-", "block_n": "-"})
     tight, skip = by_role.get("tight"), by_key.get("skip")
     measured = tight["median_us"] / skip["median_us"] if (tight and skip) else None
     summary = {
@@ -320,6 +307,29 @@ def _case_columns(rows):
     ]
 
 
+def _host_table(w, rows):
+    """What a caller's CPU pays: per swattn row with host times, the graph-replayed time,
+    the host time of a ``plan.run`` call and of the one-shot function, and the time a call
+    of each run eagerly back to back."""
+    timed = [r for r in rows if r.get("host_us")]
+    if not timed:
+        return
+    w("\n## Host time of a call (us)\n\n")
+
+    def host(name):
+        return lambda r: _num(r["host_us"].get(name))
+
+    _table(w, [
+        ("case", lambda r: r["case"]),
+        ("variant", lambda r: r["variant"]),
+        ("graph replay", lambda r: _num(r["median_us"])),
+        ("plan.run: host", host("plan.run")),
+        ("plan.run: eager", host("plan.run (eager)")),
+        ("one-shot: host", host("one-shot")),
+        ("one-shot: eager", host("one-shot (eager)")),
+    ], timed)
+
+
 def markdown(meta, ceilings, summaries, rows):
     """The report: header (GPU, versions, commit, command, date, ceilings, method), a legend
     of the variants, one line per measurement, and last one line per case (work, floor,
@@ -342,6 +352,7 @@ def markdown(meta, ceilings, summaries, rows):
         ("measured", lambda s: f"{_num(s['measured_tight_over_skip'], '{:.3f}')} "
                                f"{s['verdict_tight_vs_skip']}"),
     ], summaries)
+    _host_table(w, rows)
     return out.getvalue()
 
 
@@ -371,6 +382,7 @@ def decode_markdown(meta, ceilings, summaries, rows):
         ("tight / 1 split", lambda s: f"{_num(s['tight_over_one_split'], '{:.3f}')} "
                                       f"{s['verdict_tight_vs_one_split']}"),
     ], summaries)
+    _host_table(w, rows)
     return out.getvalue()
 
 
@@ -379,7 +391,11 @@ def to_csv(rows):
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow(row)
+        host = row.get("host_us") or {}
+        writer.writerow(dict(row, host_run_us=host.get("plan.run"),
+                             eager_run_us=host.get("plan.run (eager)"),
+                             host_one_shot_us=host.get("one-shot"),
+                             eager_one_shot_us=host.get("one-shot (eager)")))
     return out.getvalue()
 
 

@@ -82,13 +82,15 @@ def softmax_step(s, scale, v, m_i, l_i, acc):
 def finish(acc, m_i, l_i, sink_log2, HAS_SINKS: tl.constexpr):
     """Normalise the state: ``o = acc / (l + e^{sink - m})``; 0 where no key is visible.
     Returns (o, lse) with lse the natural log-sum-exp of the keys alone (no sink), -inf
-    where none is visible."""
+    where none is visible, NaN in both where a visible key could not be read."""
     m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i
     if HAS_SINKS:
         denom = l_i + tl.exp2(sink_log2 - m_safe)
-    o = tl.where(l_i[:, None] > 0.0, acc / denom[:, None], 0.0)
-    lse = tl.where(l_i > 0.0, (m_safe + tl.log2(l_i)) * 0.6931471805599453, float("-inf"))
+    # l is 0 exactly where no key is visible, >= 1 elsewhere, NaN where a visible key's
+    # page was bad (load_keys): the NaN reaches o and lse.
+    o = tl.where(l_i[:, None] == 0.0, 0.0, acc / denom[:, None])
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_safe + tl.log2(l_i)) * 0.6931471805599453)
     return o, lse
 
 
@@ -100,6 +102,26 @@ def load_whole(p, m_cols, EVEN_COLS: tl.constexpr):
         return tl.load(p)
     else:
         return tl.load(p, mask=m_cols[None, :], other=0.0)
+
+
+@triton.jit
+def load_keys(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
+    """A [rows, cols] key tile whose rows outside ``m_rows`` read as NaN (padded columns as
+    0): a key whose block-table entry is not a page of the cache is not read, and its
+    logit comes out NaN, so the rows that see it come out NaN; every key a row does not see
+    has its logit masked to -inf after the product, whatever its row holds."""
+    if EVEN_COLS:
+        return tl.load(p, mask=m_rows[:, None], other=float("nan"))
+    else:
+        b_k = tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
+        return tl.where(m_rows[:, None], b_k, float("nan"))
+
+
+@triton.jit
+def valid_page(page, num_pages):
+    """Whether a block-table entry names a page of the cache: ``0 <= page < num_pages``
+    (an entry the kernel did not load reads as -1)."""
+    return (page >= 0) & (page < num_pages)
 
 
 @triton.jit

@@ -1,7 +1,10 @@
 """write_kv: store the new tokens' keys and values into their pages of the paged cache.
 
 ``slot_mapping[t] = page * page_size + offset`` is token t's flat slot; -1 skips the token
-(a padded row, or a token whose cache entry another layer owns). One program per token
+(a padded row, or a token whose cache entry another layer owns), and so does any slot
+outside the cache, which is never written (the slots are not read back to the host: a
+write waits for nothing; the page such a slot names is not a page of the cache, so a read
+of it through the block table comes out NaN). One program per token
 copies its [Hkv, D] key and [Hkv, Dv] value rows bit for bit, so an extend that reads
 them back from the cache sees exactly the k/v it was handed (the deterministic path
 relies on it).
@@ -18,12 +21,12 @@ from ._validate import check_tensor
 def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
-                     page_size, num_kv_heads,
+                     page_size, num_kv_heads, num_slots,
                      D: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
     i_t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping + i_t)
-    if slot >= 0:
+    if (slot >= 0) & (slot < num_slots):
         page = slot // page_size
         offset = slot % page_size
         o_h = tl.arange(0, BLOCK_H)
@@ -49,18 +52,13 @@ def check_write_kv(k, v, k_cache, v_cache, slot_mapping):
                  shape=(k_cache.shape[0], k_cache.shape[1], num_kv_heads, v.shape[2]))
     check_tensor("slot_mapping", slot_mapping, dim=1, dtype=torch.int64, device=k.device,
                  shape=(num_tokens,))
-    slots = k_cache.shape[0] * k_cache.shape[1]
-    if num_tokens and int(slot_mapping.max()) >= slots:
-        raise ValueError(f"slot_mapping holds slot {int(slot_mapping.max())}, the cache has {slots} "
-                         f"slots (num_pages * page_size)")
-    if num_tokens and int(slot_mapping.min()) < -1:
-        raise ValueError(f"slot_mapping entries must be >= 0 or -1 (skip), got {int(slot_mapping.min())}")
 
 
 def write_kv(k, v, k_cache, v_cache, slot_mapping):
     """Store ``k [T, Hkv, D]`` and ``v [T, Hkv, Dv]`` at ``slot_mapping [T] int64`` (flat slots
-    ``page * page_size + offset``, -1 skips) of ``k_cache``/``v_cache``
-    ``[num_pages, page_size, Hkv, D | Dv]``. Validates first (one small host sync)."""
+    ``page * page_size + offset``, -1 or a slot outside the cache skips) of
+    ``k_cache``/``v_cache`` ``[num_pages, page_size, Hkv, D | Dv]``. Checks the tensors'
+    shapes and dtypes first; reads no value back."""
     check_write_kv(k, v, k_cache, v_cache, slot_mapping)
     if k.shape[0] == 0:
         return
@@ -69,7 +67,8 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping):
         stride_kt=k.stride(0), stride_kh=k.stride(1), stride_vt=v.stride(0), stride_vh=v.stride(1),
         stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
         stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
-        page_size=k_cache.shape[1], num_kv_heads=k.shape[1], D=k.shape[2], DV=v.shape[2],
+        page_size=k_cache.shape[1], num_kv_heads=k.shape[1],
+        num_slots=k_cache.shape[0] * k_cache.shape[1], D=k.shape[2], DV=v.shape[2],
         BLOCK_H=triton.next_power_of_2(k.shape[1]), BLOCK_D=triton.next_power_of_2(k.shape[2]),
         BLOCK_DV=triton.next_power_of_2(v.shape[2]),
     )

@@ -2,6 +2,11 @@
 
 from dataclasses import dataclass
 
+# The loop-bound variants every launcher takes (DESIGN: tight iterates only the tiles that
+# can hold a visible key; skip walks every tile and skips the matrix work of fully masked
+# ones; none computes every tile under the mask). All three give the same bits.
+BOUNDS = ("tight", "skip", "none")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -80,6 +85,12 @@ class DecodeConfig:
     # The Gluon fast path (ops.decode_hopper) where the launch can take it.
     hopper: bool = False
 
+    @property
+    def carry(self):
+        """Whether the window loop carries the next tile's block-table entries: with 3
+        stages or more, where it buys the K/V copies a second buffer (ops.decode)."""
+        return self.num_stages > 2
+
 
 def decode_config(head_dim, head_dim_v, group, dtype, device):
     """(BLOCK_H, BLOCK_N, warps, stages) of the decode kernel.
@@ -89,9 +100,10 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
     tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 64-key
     tiles in 2 stages, heads first, 4 programs an SM, so C-B's 512 programs are one wave
-    (scripts/probes/decode_probe.py, session 10, two runs on one machine: 262.0 and 262.2
-    us against 265.8 and 265.6 for 32-key tiles in 3 stages, whose K/V copies the carried
-    block-table entries double-buffer (ops.decode); session 9's machine had it the other
+    (benchmarks/results/2026-12-01-h200-session10/decode-probe-*.log, two runs on one
+    machine: 262.0 and 262.2 us against 265.8 and 265.6 for 32-key tiles in 3 stages, whose
+    K/V copies the carried block-table entries double-buffer (ops.decode); session 9's
+    machine had it the other
     way, 266.5 against 265.4; 32-key tiles in 3 stages without the carried entries 302.7;
     64-key tiles in 3 stages need 70 KB of shared memory, 3 programs an SM, 1.29 waves:
     346 us). Two splits (1024 programs over 528 places) measured no faster: equal halves
@@ -160,7 +172,7 @@ DECODE_CPU_SMS = 2
 
 # The Gluon decode path (ops.decode_hopper) for windows of this many keys or more, and
 # full attention, where the launch can take it (sm_90, D = Dv in 64/128, ...): H200,
-# batch 64 at 32k (scripts/probes/decode_hopper_probe.py, session 11): C-B (4097 keys,
+# batch 64 at 32k (benchmarks/results/2026-12-01-h200-session11, the decode probes): C-B (4097 keys,
 # d128) 258.6 us against 266.2 for the Triton kernel (FlashInfer 262.1), C-F (full, d64)
 # 269.7 against about 283 (FlashInfer 282.1), but C-A (129 keys) 9.2 against 8.9.
 HOPPER_MIN_KEYS = 1024

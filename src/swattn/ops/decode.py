@@ -22,38 +22,34 @@ extra key tiles after the window's, chunked over the splits with them.
 the window's first key) and skip, or compute under the mask, the tiles below the window;
 the chunking is the same in all three, so they are bit-identical for every split count.
 
-On sm_90, :func:`prepare` hands long windows and full attention to the Gluon path
-(:mod:`.decode_hopper`: the pages by TMA, a producer warp, two programs an SM) where the
-launch can take it; ``hopper=`` overrides the choice.
+A block-table entry outside ``[0, num_pages)`` is never
+dereferenced: the keys on it read as NaN, so the query heads whose window holds one come out
+NaN (``_common.load_keys``); a sparse index outside the pool likewise.
+
+On sm_90 the plan (``swattn.plan``) hands long windows and full attention to the Gluon path
+(:mod:`.decode_hopper`: the pages by TMA, a producer warp, two programs an SM); this module
+launches what the plan chose (:func:`launch`, a :class:`DecodeSpec`).
 """
 
-import torch
+import functools
+from dataclasses import dataclass
+
 import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
-from ._common import decode_first_key, finish, kernel_scale, load_rows, scores_log2, softmax_step
-from ._validate import DecodeArgs, check_decode
-from .config import (DECODE_CPU_SMS, HOPPER_MIN_KEYS, decode_config, decode_splits, dot_side,
-                     head_blocking, hopper_decode_splits, split_width)
-from .merge import launch_merge
-
-BOUNDS = ("tight", "skip", "none")
-# The window loop carries the next tile's block-table entries (CARRY, _window_tiles) with
-# 3 stages or more, where it buys the K/V copies a second buffer; with 2 they have one
-# either way and the entries are loaded where they are used. None: that rule; True/False
-# force it (scripts/probes/decode_probe.py).
-CARRY_PAGES = None
-# The split-KV merge is launched by PDL where the GPU takes it (sm_90+); False: without
-# (scripts/probes/decode_probe.py).
-MERGE_PDL = None
+from ._common import (decode_first_key, finish, load_keys, load_rows, scores_log2, softmax_step,
+                      valid_page)
+from ._launch import Launch
+from .config import BOUNDS, DecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
+from .merge import split_scratch
 
 
 @triton.jit
 def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
             USE_SOFTCAP: tl.constexpr, SPLIT_D: tl.constexpr):
-    """Fold one key tile into the state; keys outside ``m_key`` get logit -inf (their rows
-    were loaded as 0, so unwritten cache rows never reach the row max). With SPLIT_D the
+    """Fold one key tile into the state; keys outside ``m_key`` get logit -inf whatever
+    their rows hold (unwritten cache rows never reach the row max). With SPLIT_D the
     head's tail columns (b_q2, b_k2) add a second product."""
     qk = tl.dot(b_q, tl.trans(b_k))  # [BH, BN]
     if SPLIT_D:
@@ -67,10 +63,11 @@ def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
 def _load_key(p, rows, o_d, m_d, o_d2, m_d2, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
               SPLIT_D: tl.constexpr):
     """A key tile's rows (``p``: [BN] row pointers) as its main columns and, with SPLIT_D,
-    its tail columns (else the main part again, unused)."""
-    b_k = load_rows(p[:, None] + o_d[None, :], rows, m_d, EVEN_D)  # [BN, BD]
+    its tail columns (else the main part again, unused); rows outside ``rows`` NaN
+    (_common.load_keys)."""
+    b_k = load_keys(p[:, None] + o_d[None, :], rows, m_d, EVEN_D)  # [BN, BD]
     if SPLIT_D:
-        b_k2 = load_rows(p[:, None] + o_d2[None, :], rows, m_d2, EVEN_D2)  # [BN, BD2]
+        b_k2 = load_keys(p[:, None] + o_d2[None, :], rows, m_d2, EVEN_D2)  # [BN, BD2]
     else:
         b_k2 = b_k
     return b_k, b_k2
@@ -79,13 +76,13 @@ def _load_key(p, rows, o_d, m_d, o_d2, m_d2, EVEN_D: tl.constexpr, EVEN_D2: tl.c
 @triton.jit
 def _pages(p_table, k_pos, lo, seq_len, page_size):
     """The block-table entries of the keys at ``k_pos``; only those of visible keys
-    ``[lo, seq_len)`` are loaded (0 for the others)."""
-    return tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=0)
+    ``[lo, seq_len)`` are loaded (-1 for the others)."""
+    return tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=-1)
 
 
 @triton.jit
 def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
-                  stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
+                  stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
                   stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv,
                   m_d, m_d2, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
                   SKIP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
@@ -98,7 +95,8 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
     the same iteration, so with ``num_stages`` s the pipeliner gives the K/V copies s - 1
     shared buffers and issues them s - 1 tiles ahead (entries loaded in the iteration
     that uses them hold each copy to one buffer, waited on before its tile's products).
-    Either way only the entries of visible keys are loaded: the masks are the keys'.
+    Either way only the entries of visible keys are loaded (the masks are the keys'), and
+    only entries in ``[0, num_pages)`` are dereferenced.
     """
     p_table = block_table + i_seq * stride_bt
     if CARRY:
@@ -115,13 +113,16 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
         if needed:
             if not CARRY:
                 page = _pages(p_table, k_pos, lo, seq_len, page_size)
+            # Only keys on a page of the cache are read; a visible key on a bad entry
+            # gives a NaN logit (load_keys).
+            m_read = valid_page(page, num_pages)
             row = page.to(tl.int64)
             offset = k_pos % page_size
             slot_k = row * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = row * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
-            b_k, b_k2 = _load_key(K_cache + slot_k, m_key, o_d, m_d, o_d2, m_d2, EVEN_D, EVEN_D2,
+            b_k, b_k2 = _load_key(K_cache + slot_k, m_read, o_d, m_d, o_d2, m_d2, EVEN_D, EVEN_D2,
                                   SPLIT_D)
-            b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_key, m_dv, EVEN_DV)  # [BN, BDV]
+            b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_read, m_dv, EVEN_DV)  # [BN, BDV]
             m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
                                     softcap, USE_SOFTCAP, SPLIT_D)
         if CARRY:
@@ -131,21 +132,23 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
 
 @triton.jit
 def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib, num_sparse,
-                  K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale, softcap,
-                  o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N: tl.constexpr,
+                  pool_rows, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph,
+                  qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N: tl.constexpr,
                   USE_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
                   EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
-    """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``idx >= 0``; -1 (and the
-    entries past K) are never dereferenced."""
+    """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``0 <= idx < pool_rows``;
+    -1 (and the entries past K) are no key, and no entry outside the pool is dereferenced
+    (any other value is a visible key that cannot be read: NaN, _common.load_keys)."""
     for start_n in range(start, stop, BLOCK_N):
         o_i = start_n + o_n
         row = tl.load(Idx + i_seq * stride_ib + o_i, mask=o_i < num_sparse, other=-1)
-        m_key = row >= 0
+        m_key = row != -1
+        m_read = (row >= 0) & (row < pool_rows)
         row = row.to(tl.int64)
-        b_k, b_k2 = _load_key(K_pool + row * stride_kpn + i_kvh * stride_kph, m_key, o_d, m_d,
+        b_k, b_k2 = _load_key(K_pool + row * stride_kpn + i_kvh * stride_kph, m_read, o_d, m_d,
                               o_d2, m_d2, EVEN_D, EVEN_D2, SPLIT_D)
         b_v = load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
-                         m_key, m_dv, EVEN_DV)  # [BN, BDV]
+                         m_read, m_dv, EVEN_DV)  # [BN, BDV]
         m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
                                 softcap, USE_SOFTCAP, SPLIT_D)
     return m_i, l_i, acc
@@ -158,8 +161,8 @@ def _decode_kernel(
     stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
-    page_size, num_sparse, num_splits, head_programs, qk_scale, softcap, window_left,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
+    page_size, num_pages, pool_rows, num_sparse, num_splits, head_programs, qk_scale, softcap,
+    window_left, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
@@ -233,7 +236,7 @@ def _decode_kernel(
             start = lo - (lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     m_i, l_i, acc = _window_tiles(
         start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
-        page_size, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
+        page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
         stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N,
         USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV, SPLIT_D, CARRY)
     if HAS_SPARSE:
@@ -241,7 +244,7 @@ def _decode_kernel(
         sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
         m_i, l_i, acc = _sparse_tiles(
             sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
-            num_sparse, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale,
+            num_sparse, pool_rows, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale,
             softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N, USE_SOFTCAP, EVEN_D, EVEN_D2,
             EVEN_DV, SPLIT_D)
 
@@ -262,143 +265,97 @@ def _decode_kernel(
             tl.store(Lse + i_seq * stride_lb + head, lse, mask=m_h)
 
 
-def decode_attention(q, k_cache, v_cache, block_table, seq_lens, **kwargs):
-    """Launcher of the decode kernel (see swattn.decode_attention for the arguments, and
-    :func:`prepare` for the launcher-only ones)."""
-    launch, out, lse = prepare(q, k_cache, v_cache, block_table, seq_lens, **kwargs)
-    launch()
-    return (out, lse) if kwargs.get("return_lse") else out
+# --------------------------------------------------------------------------------------
+# Host side: what a plan fixes, and one launch on run-time tensors.
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """Everything a decode launch fixes at plan time: the sizes, the window and scalars,
+    the config, the split count and the loop-bound variant. ``has_sinks``/``has_sparse``
+    come from the run's arguments."""
+
+    head_dim: int
+    head_dim_v: int
+    group: int
+    num_kv_heads: int
+    page_size: int
+    config: DecodeConfig
+    window_left: int | None
+    softcap: float
+    qk_scale: float
+    num_splits: int
+    return_lse: bool
+    pdl: bool = False
+    bounds: str = "tight"
+    has_sinks: bool = False
+    has_sparse: bool = False
+
+    @property
+    def head_blocking(self):
+        """``(BLOCK_H, head blocks)``: the group's query heads in programs."""
+        return head_blocking(self.config, self.group)
 
 
-def prepare(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
-            softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False, out=None,
-            lse=None, bounds="tight", block_n=None, config=None, hopper=None):
-    """Validate once (one small host sync), allocate what is missing (``out``, ``lse``, the
-    split scratch) and return ``(launch, out, lse)``: ``launch()`` runs the kernel(s) on
-    these tensors with no host sync and no allocation, so it can be called again or
-    captured in a CUDA graph, with ``seq_lens`` (and the block table) changed in place as
-    long as every length still fits the block table and the pages it names.
+_TENSORS = ("Q", "K_cache", "V_cache", "block_table", "seq_lens", "sinks", "K_pool", "V_pool",
+            "Idx", "Out", "Lse", "Part_o", "Part_lse")
+_INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
+         "stride_vcs", "stride_vch", "stride_bt", "stride_kpn", "stride_kph", "stride_vpn",
+         "stride_vph", "stride_ib", "stride_ob", "stride_oh", "stride_lb", "stride_pb", "stride_ph",
+         "stride_ps", "stride_plb", "stride_plh", "num_pages", "pool_rows", "num_sparse")
 
-    ``lse`` is an optional [B, Hq] float32 buffer for ``return_lse``; ``bounds`` picks the
-    loop-bound variant; ``block_n`` or a whole ``config`` override the config function.
-    Keep ``launch`` as long as a graph captured from it is replayed: it owns the split
-    scratch, which the graph does not keep alive.
 
-    ``hopper`` overrides the config's choice of the Gluon fast path
-    (:mod:`.decode_hopper`, sm_90): True demands it (a ValueError says why a launch cannot
-    take it), False keeps the Triton kernel; by default the config's ``hopper`` where the
-    launch can take it.
-    """
-    if bounds not in BOUNDS:
-        raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
-    if hopper not in (None, True, False):
-        raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
-    a = check_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
-                     sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
-                     num_splits=num_splits, out=out)
-    cfg = config or decode_config(a.head_dim, a.head_dim_v, a.group, q.dtype, q.device)
-    capacity = block_table.shape[1] * a.page_size
-    max_keys = capacity if window_left is None else min(window_left + 1, capacity)
-    use_hopper = hopper
-    if hopper is None:
-        # Short windows keep the Triton kernel (C-A, 129 keys: 8.9 us against 9.2).
-        use_hopper = cfg.hopper and block_n is None and max_keys >= HOPPER_MIN_KEYS
-    if use_hopper:
-        from . import decode_hopper
-        reason = decode_hopper.unsupported(q, k_cache, v_cache,
-                                           sparse if a.sparse_keys > 0 else None, a.group)
-        if reason is not None and hopper:
-            raise ValueError(f"hopper=True: the Hopper path cannot take this launch: {reason}")
-        use_hopper = reason is None
-    if use_hopper:
-        block_n = decode_hopper.BLOCK_N
-        blocking = (decode_hopper.BLOCK_M, 1)
-    else:
-        block_n = block_n or cfg.block_n
-        blocking = head_blocking(cfg, a.group)  # (BLOCK_H, head blocks), once for every launch
-    on_gpu = q.device.type == "cuda"
-    if num_splits is None:
-        sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
-               if on_gpu else DECODE_CPU_SMS)
-        programs = a.num_kv_heads * blocking[1]
-        chooser = hopper_decode_splits if use_hopper else decode_splits
-        num_splits = chooser(a.batch, programs, max_keys + a.sparse_keys, sms, block_n)
-    if out is None:
-        out = torch.empty(a.batch, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
-    if return_lse and lse is None:
-        lse = torch.empty(a.batch, a.num_q_heads, dtype=torch.float32, device=q.device)
-    elif not return_lse:
-        lse = None
-    # PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
-    pdl = (num_splits > 1 and on_gpu and torch.version.hip is None and MERGE_PDL is not False
-           and torch.cuda.get_device_capability(q.device)[0] >= 9)
-    parts = None
-    if num_splits > 1:
-        part_o = torch.empty(a.batch, a.num_q_heads, num_splits, a.head_dim_v, dtype=torch.float32,
-                             device=q.device)
-        part_lse = torch.empty(a.batch, a.num_q_heads, num_splits, dtype=torch.float32, device=q.device)
-        parts = (part_o, part_lse)
+@functools.lru_cache(maxsize=256)
+def _launcher(spec: DecodeSpec):
+    cfg = spec.config
+    block_h, head_blocks = spec.head_blocking
+    block_d, block_d2 = split_width(spec.head_dim)
+    fixed = dict(
+        page_size=spec.page_size, num_splits=spec.num_splits,
+        head_programs=spec.num_kv_heads * head_blocks, qk_scale=spec.qk_scale,
+        softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        D=spec.head_dim, DV=spec.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
+        SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
+        BLOCK_H=block_h, HEAD_BLOCKS=head_blocks, BLOCK_N=cfg.block_n,
+        USE_WINDOW=spec.window_left is not None, HAS_SINKS=spec.has_sinks,
+        USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
+        WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
+        TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
+        HEADS_FIRST=cfg.heads_first, PDL=spec.pdl)
+    return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                  _TENSORS, _INTS)
 
-    qk_scale = kernel_scale(a.scale, softcap)
-    descs = decode_hopper.descriptors(q, k_cache, v_cache) if use_hopper else None
-    # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place; a split
-    # that saw no key wrote a finite 0.
-    merged = (parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1)) if parts else None
 
-    def launch():
-        if a.batch == 0:
-            return
-        if use_hopper:
-            decode_hopper.launch(a, q, k_cache, block_table, seq_lens, window_left, sinks,
-                                 softcap, qk_scale, (num_splits, pdl), out, lse, parts, bounds,
-                                 descs)
+class DecodeLaunch:
+    """The Triton kernel's launch for one spec, what every run shares bound once; a call
+    launches on checked arguments, batch > 0 (the caller launches the split merge): no
+    host sync, no allocation. ``sparse``: (k_pool, v_pool, idx) or None; ``parts``: the
+    split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None."""
+
+    def __init__(self, spec: DecodeSpec):
+        self.launch = _launcher(spec)
+        self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
+        self.heads_first = spec.config.heads_first
+        self.num_splits = spec.num_splits
+        self.has_sparse = spec.has_sparse
+
+    def __call__(self, batch, q, k_cache, v_cache, block_table, seq_lens, sinks, sparse, out, lse,
+                 parts):
+        grid = ((batch * self.head_programs, self.num_splits, 1) if self.heads_first
+                else (batch, self.head_programs, self.num_splits))
+        if self.has_sparse:
+            k_pool, v_pool, idx = sparse
+            kps, vps, num_sparse = k_pool.stride(), v_pool.stride(), idx.shape[1]
+            pool = (kps[0], kps[1], vps[0], vps[1], idx.stride(0), k_pool.shape[0], num_sparse)
         else:
-            _launch(a, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks, softcap,
-                    sparse, (num_splits, pdl), out, lse, parts, bounds, block_n, cfg, blocking,
-                    qk_scale)
-        if merged is not None:
-            launch_merge(*merged, sinks, out, lse, finite=True, pdl=pdl)
-
-    return launch, out, lse
-
-
-def _launch(a: DecodeArgs, q, k_cache, v_cache, block_table, seq_lens, window_left, sinks,
-            softcap, sparse, splitting, out, lse, parts, bounds, block_n, cfg, blocking, qk_scale):
-    """The Triton kernel's launch on validated arguments, batch > 0 (the caller launches
-    the split merge): no host sync, no allocation. ``splitting``: (splits, whether the
-    merge is launched by PDL)."""
-    num_splits, pdl = splitting
-    use_softcap = softcap > 0
-    has_sparse = sparse is not None and a.sparse_keys > 0
-    k_pool, v_pool, idx = sparse if has_sparse else (q, q, seq_lens)
-    part_o, part_lse = parts if parts is not None else (out, out)
-    block_h, head_blocks = blocking
-    block_d, block_d2 = split_width(a.head_dim)
-    head_programs = a.num_kv_heads * head_blocks
-    grid = ((a.batch * head_programs, num_splits) if cfg.heads_first
-            else (a.batch, head_programs, num_splits))
-    _decode_kernel[grid](
-        Q=q, K_cache=k_cache, V_cache=v_cache, block_table=block_table, seq_lens=seq_lens,
-        sinks=sinks if sinks is not None else q, K_pool=k_pool, V_pool=v_pool, Idx=idx,
-        Out=out, Lse=lse if lse is not None else out, Part_o=part_o, Part_lse=part_lse,
-        stride_qb=q.stride(0), stride_qh=q.stride(1),
-        stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
-        stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
-        stride_bt=block_table.stride(0), stride_kpn=k_pool.stride(0), stride_kph=k_pool.stride(1),
-        stride_vpn=v_pool.stride(0), stride_vph=v_pool.stride(1), stride_ib=idx.stride(0),
-        stride_ob=out.stride(0), stride_oh=out.stride(1),
-        stride_lb=lse.stride(0) if lse is not None else 0,
-        stride_pb=part_o.stride(0), stride_ph=part_o.stride(1), stride_ps=part_o.stride(2),
-        stride_plb=part_lse.stride(0), stride_plh=part_lse.stride(1),
-        page_size=a.page_size, num_sparse=a.sparse_keys, num_splits=num_splits,
-        head_programs=head_programs,
-        qk_scale=qk_scale, softcap=float(softcap), window_left=window_left or 0,
-        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
-        SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(a.head_dim_v), GROUP=a.group, BLOCK_H=block_h,
-        HEAD_BLOCKS=head_blocks, BLOCK_N=block_n, USE_WINDOW=window_left is not None,
-        HAS_SINKS=sinks is not None,
-        USE_SOFTCAP=use_softcap, HAS_SPARSE=has_sparse, WRITE_PARTIAL=parts is not None,
-        RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        CARRY=cfg.num_stages > 2 if CARRY_PAGES is None else CARRY_PAGES,
-        HEADS_FIRST=cfg.heads_first, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+            k_pool = v_pool = idx = q  # not read
+            pool = (0, 0, 0, 0, 0, 0, 0)
+        part_o, part_lse, ps = split_scratch(parts, out)
+        qs, kcs, vcs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
+        self.launch(grid, (
+            q, k_cache, v_cache, block_table, seq_lens, q if sinks is None else sinks, k_pool,
+            v_pool, idx, out, out if lse is None else lse, part_o, part_lse), (
+            qs[0], qs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], block_table.stride(0),
+            pool[0], pool[1], pool[2], pool[3], pool[4], os_[0], os_[1],
+            0 if lse is None else lse.stride(0), ps[0], ps[1], ps[2], ps[3], ps[4],
+            k_cache.shape[0], pool[5], pool[6]))

@@ -19,7 +19,9 @@ of a 64-row tile (wgmma's M; rows past the group are zero and not stored). Key t
 walks the tiles from the one holding the window's first key to the one holding the last
 key, and only the first and last are masked; a page copy is issued only for a page
 holding a key in ``[first key, seq_len)``, so no block-table entry below the window or
-past the end is read (a copy left out reads a row past the cache's last: zeros). The
+past the end is read (a copy left out reads a row past the cache's last: zeros for V, NaN
+for K, whose descriptor pads with NaN; those keys are masked). An entry outside
+``[0, num_pages)`` is not copied either: its keys read as NaN, so the output comes out NaN. The
 boundary tiles' V rows outside ``[first key, seq_len)`` are zeroed in shared memory
 before their product (rows past the end are unwritten: NaN in the tests; their weight is
 0, but 0 * NaN is not). With splits, split i owns one contiguous run of those tiles and
@@ -35,6 +37,8 @@ heads, page sizes that are multiples of 16 dividing or divided by 64, no sparse 
 :func:`unsupported` says why a launch cannot take it.
 """
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -43,9 +47,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from .extend import tma_rows
-from .extend_hopper import (_descriptor, _issue, _tile_pages, _uniform, _weights, operand_layout,
+from ._launch import Descriptor, Launch
+from .extend_hopper import (_issue, _tile_pages, _uniform, _weights, descriptor, operand_layout,
                             wgmma_layout)
+from .merge import split_scratch
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -53,7 +58,7 @@ NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
 # K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of
 # shared memory with the query tile; the registers allow two). H200, session 11
-# (scripts/probes/decode_hopper_probe.py): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
+# (benchmarks/results/2026-12-01-h200-session11, the decode probes): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
 # 259.5 / 259.4, 4 (one program an SM) 264.3; C-F (d64, 4 splits) 2 stages 277.3, 4
 # stages 272.6, 6 stages 283.8.
 STAGES = {64: 4, 128: 2}
@@ -167,7 +172,8 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
             mbarrier.arrive(empty.index(st))
             i += 1
 
-    # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible.
+    # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible,
+    # NaN where a visible key's page was bad.
     rows = gl.arange(0, BM, layout=row_o)
     head = i_kvh * GROUP + rows
     m_row = rows < GROUP
@@ -177,8 +183,8 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
     if HAS_SINKS and not WRITE_PARTIAL:
         sink = gl.load(sinks + head, mask=m_row, other=0.0)
         denom = l_o + gl.exp2(sink * 1.4426950408889634 - m_safe)
-    o = gl.where((l_o > 0.0)[:, None], acc / denom[:, None], 0.0)
-    lse = gl.where(l_o > 0.0, (m_safe + gl.log2(l_o)) * 0.6931471805599453, float("-inf"))
+    o = gl.where((l_o == 0.0)[:, None], 0.0, acc / denom[:, None])
+    lse = gl.where(l_o == 0.0, float("-inf"), (m_safe + gl.log2(l_o)) * 0.6931471805599453)
     cols = gl.arange(0, D, layout=col_o)
     if WRITE_PARTIAL:
         p_o = Part_o + i_seq * stride_pb + head[:, None] * stride_ph + i_split * stride_ps
@@ -207,7 +213,7 @@ def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
-            pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, PAGE, PR, NP)
+            pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
             mbarrier.wait(empty.index(st), free)
             _issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
@@ -287,7 +293,7 @@ def _hopper_decode_kernel(
 # --------------------------------------------------------------------------------------
 
 def takes_shape(head_dim, head_dim_v, group, page_size):
-    """Whether the path takes these sizes (a pure function: the config asks it too)."""
+    """Whether the path takes these sizes (a pure function: the plan asks it too)."""
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > BLOCK_M or page_size % 16:
         return False
     if page_size < BLOCK_N:
@@ -295,53 +301,94 @@ def takes_shape(head_dim, head_dim_v, group, page_size):
     return page_size % BLOCK_N == 0
 
 
-def unsupported(q, k_cache, v_cache, sparse, group):
-    """Why a launch cannot take the Hopper path (a sentence), or None when it can."""
-    if q.device.type != "cuda":
+def unsupported(device, dtype, head_dim, head_dim_v, group, page_size):
+    """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
+    tensors' strides are checked at run time (:func:`descriptors`)."""
+    if device.type != "cuda":
         return "it runs on CUDA devices only (not under the interpreter)"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
+    if torch.cuda.get_device_capability(device) != (9, 0):
         return "it needs an sm_90 GPU (Hopper)"
-    if sparse is not None:
-        return "it takes no sparse keys"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"it takes fp16 or bf16, got {q.dtype}"
-    if not takes_shape(q.shape[-1], v_cache.shape[-1], group, k_cache.shape[1]):
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"it takes fp16 or bf16, got {dtype}"
+    if not takes_shape(head_dim, head_dim_v, group, page_size):
         return (f"it needs D = Dv in {HEAD_DIMS}, at most {BLOCK_M} query heads a KV head and "
                 f"page_size a multiple of 16 that divides or is divided by {BLOCK_N}")
-    if q.stride(-1) != 1:
-        return "it needs the query's head dim contiguous"
-    if any(tma_rows(t) is None for t in (k_cache, v_cache)):
-        return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _layouts(dtype, head_dim, page_size):
+    """(cache tile layout, query tile layout) of one shape."""
+    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    page_rows = min(page_size, BLOCK_N)
+    return (gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], gl_dtype),
+            gl.NVMMASharedLayout.get_default_for([BLOCK_M, head_dim], gl_dtype))
+
+
 def descriptors(q, k_cache, v_cache):
-    """(k_cache, v_cache) descriptors and the query tile's shared layout, made once."""
-    page_rows = min(k_cache.shape[1], BLOCK_N)
-    dtype = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    return (_descriptor(k_cache, page_rows), _descriptor(v_cache, page_rows),
-            gl.NVMMASharedLayout.get_default_for([BLOCK_M, q.shape[-1]], dtype))
+    """(k_cache, v_cache) descriptors of one launch (K's pads with NaN: see the module
+    docstring), or a sentence saying why the copy engine cannot take the tensors."""
+    if q.stride(-1) != 1:
+        return "the query's head dim must be contiguous"
+    cache_layout, _ = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
+    rows = min(k_cache.shape[1], BLOCK_N)
+    kc = descriptor(k_cache, rows, cache_layout, "nan")
+    vc = descriptor(v_cache, rows, cache_layout)
+    if kc is None or vc is None:
+        return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
+    return kc, vc
 
 
-def launch(a, q, k_cache, block_table, seq_lens, window_left, sinks, softcap, qk_scale,
-           splitting, out, lse, parts, bounds, descs):
-    """One launch of the decode kernel on validated arguments (decode._launch's contract):
-    no host sync, no allocation. ``splitting``: (splits, whether the caller launches the
-    merge by PDL); ``parts``: the split scratch (splits > 1), merged by the caller;
-    ``descs``: :func:`descriptors`."""
-    num_splits, pdl = splitting
-    kc_desc, vc_desc, q_layout = descs
-    part_o, part_lse = parts if parts is not None else (out, out)
-    oob_row = k_cache.shape[0] * k_cache.shape[1]
-    _hopper_decode_kernel[(a.batch * a.num_kv_heads, num_splits)](
-        kc_desc, vc_desc, q, block_table, seq_lens, sinks if sinks is not None else part_lse, out,
-        lse if lse is not None else part_lse, part_o, part_lse,
-        q.stride(0), q.stride(1), block_table.stride(0), out.stride(0), out.stride(1),
-        lse.stride(0) if lse is not None else 0, part_o.stride(0), part_o.stride(1),
-        part_o.stride(2) if parts is not None else 0, part_lse.stride(0), part_lse.stride(1),
-        a.num_kv_heads, num_splits, oob_row, qk_scale, float(softcap), window_left or 0,
-        D=a.head_dim, GROUP=a.group, PAGE=a.page_size, BM=BLOCK_M, BN=BLOCK_N,
-        STAGES=STAGES[a.head_dim], Q_LAYOUT=q_layout, USE_WINDOW=window_left is not None,
-        HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0, WRITE_PARTIAL=parts is not None,
-        RETURN_LSE=lse is not None, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        PRODUCER_REGS=PRODUCER_REGS, PDL=pdl, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+def lazy_descriptors(q, k_cache, v_cache):
+    """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor)."""
+    if q.stride(-1) != 1:
+        raise ValueError("the query's head dim must be contiguous")
+    cache_layout, _ = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
+    rows = min(k_cache.shape[1], BLOCK_N)
+    return (Descriptor(k_cache, descriptor, rows, cache_layout, "nan"),
+            Descriptor(v_cache, descriptor, rows, cache_layout))
+
+
+_TENSORS = ("kc_desc", "vc_desc", "Q", "block_table", "seq_lens", "sinks", "Out", "Lse", "Part_o",
+            "Part_lse")
+_INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb", "stride_pb",
+         "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row")
+
+
+@functools.lru_cache(maxsize=64)
+def _launcher(spec, dtype):
+    _, q_layout = _layouts(dtype, spec.head_dim, spec.page_size)
+    fixed = dict(
+        num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits, qk_scale=spec.qk_scale,
+        softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=BLOCK_M, BN=BLOCK_N,
+        STAGES=STAGES[spec.head_dim], Q_LAYOUT=q_layout, USE_WINDOW=spec.window_left is not None,
+        HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
+        WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
+        TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
+        PRODUCER_REGS=PRODUCER_REGS, PDL=spec.pdl)
+    return Launch(_hopper_decode_kernel, fixed, {"num_warps": NUM_WARPS, "maxnreg": MAXNREG},
+                  _TENSORS, _INTS)
+
+
+class HopperDecodeLaunch:
+    """The Gluon decode kernel's launch for one spec, bound once; a call launches on
+    checked arguments (decode.DecodeLaunch's contract): no host sync, no allocation.
+    ``parts``: the split scratch (splits > 1), merged by the caller; ``descs``:
+    :func:`descriptors` of this run's cache."""
+
+    def __init__(self, spec, dtype):
+        self.launch = _launcher(spec, dtype)
+        self.num_kv_heads = spec.num_kv_heads
+        self.num_splits = spec.num_splits
+
+    def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs):
+        part_o, part_lse, ps = split_scratch(parts, out)
+        lse_t = out if lse is None else lse
+        qs, os_ = q.stride(), out.stride()
+        self.launch(
+            (batch * self.num_kv_heads, self.num_splits, 1),
+            (descs[0], descs[1], q, block_table, seq_lens, lse_t if sinks is None else sinks, out,
+             lse_t, part_o, part_lse),
+            (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
+             *ps, k_cache.shape[0] * k_cache.shape[1]))

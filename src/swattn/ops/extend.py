@@ -12,8 +12,8 @@ SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so 
 claim that the bounds change nothing is checked bit for bit.
 """
 
-import math
-from dataclasses import replace
+import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -21,12 +21,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._common import (causal_key_end, finish, first_key_tile, full_tiles_end, full_tiles_start,
-                      kernel_scale, load_rows, load_whole, right_key_end, scores_log2,
-                      softmax_step, visible_key_end)
-from ._validate import ExtendArgs, check_extend
-from .config import dot_side, extend_config, packs_gqa
-
-BOUNDS = ("tight", "skip", "none")
+                      load_keys, load_rows, load_whole, right_key_end, scores_log2, softmax_step,
+                      valid_page, visible_key_end)
+from ._launch import Launch
+from ._tma import tma_rows
+from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
 
 
 @triton.jit
@@ -90,9 +89,10 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, EVEN_D: tl.constexpr,
                  EVEN_DV: tl.constexpr):
     """Load one masked key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load
-    allows and fold the logits ``keep`` leaves visible into the state."""
+    allows (other keys read as NaN, _common.load_keys, values as 0) and fold the logits
+    ``keep`` leaves visible into the state."""
     if _any_visible(keep, SKIP, True):
-        b_k = load_rows(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
+        b_k = load_keys(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
         b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
                                    USE_SOFTCAP, True)
@@ -100,20 +100,30 @@ def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale
 
 
 @triton.jit
-def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, col, stride_row, stride_slot,
-                o_n, o_c, m_c, FROM_CACHE: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
-    """The K or V rows of the mask-free tile at ``start_n`` (every row of the block sees it
-    whole, so no row predicate): from the paged cache (FROM_CACHE: ``pages`` the tile's
-    block-table entries, one a key, or with TMA the scalar entry of the page holding the
-    whole tile; ``stride_row`` the page stride, ``stride_slot`` a slot's) or from the new
-    tokens (row ``row0 + start_n`` on, ``stride_row`` a token's). With TMA one copy from
-    ``desc`` (rows of ``[n, heads * dim]``, the head at column ``col``)."""
+def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, num_pages, col, stride_row,
+                stride_slot, o_n, o_c, m_c, FROM_CACHE: tl.constexpr, IS_KEY: tl.constexpr,
+                EVEN: tl.constexpr, TMA: tl.constexpr):
+    """The K (IS_KEY) or V rows of the mask-free tile at ``start_n`` (every row of the
+    block sees it whole, so no row predicate from the window): from the paged cache
+    (FROM_CACHE: ``pages`` the tile's block-table entries, one a key, or with TMA the
+    scalar entry of the page holding the whole tile; ``stride_row`` the page stride,
+    ``stride_slot`` a slot's) or from the new tokens (row ``row0 + start_n`` on,
+    ``stride_row`` a token's). With TMA one copy from ``desc`` (rows of
+    ``[n, heads * dim]``, the head at column ``col``). A cache entry outside
+    ``[0, num_pages)`` is not read: its keys come out NaN (the K descriptor pads with NaN;
+    _common.load_keys), its values 0."""
     if FROM_CACHE:
         if TMA:
-            b_t = desc.load([pages * page_size + start_n % page_size, col])
+            row = tl.where(valid_page(pages, num_pages), pages * page_size + start_n % page_size,
+                           num_pages * page_size)
+            b_t = desc.load([row, col])
         else:
+            m_read = valid_page(pages, num_pages)
             offsets = pages.to(tl.int64) * stride_row + ((start_n + o_n) % page_size) * stride_slot
-            b_t = load_whole(p_rows + offsets[:, None] + o_c[None, :], m_c, EVEN)
+            if IS_KEY:
+                b_t = load_keys(p_rows + offsets[:, None] + o_c[None, :], m_read, m_c, EVEN)
+            else:
+                b_t = load_rows(p_rows + offsets[:, None] + o_c[None, :], m_read, m_c, EVEN)
     else:
         if TMA:
             b_t = desc.load([row0 + start_n, col])
@@ -136,7 +146,8 @@ def _tile_pages(bt_row, start_n, o_n, page_size, TMA: tl.constexpr):
 
 @triton.jit
 def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v, p_k, p_v,
-                 stride_k, stride_ks, stride_v, stride_vs, row0, bt_row, page_size, col_k, col_v,
+                 stride_k, stride_ks, stride_v, stride_vs, row0, bt_row, page_size, num_pages,
+                 col_k, col_v,
                  o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
                  FROM_CACHE: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                  TMA: tl.constexpr):
@@ -150,10 +161,10 @@ def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, des
         pages = o_n
         if FROM_CACHE:
             pages = _tile_pages(bt_row, start_n, o_n, page_size, TMA)
-        b_k = _whole_tile(desc_k, p_k, start_n, row0, pages, page_size, col_k, stride_k, stride_ks,
-                          o_n, o_d, m_d, FROM_CACHE, EVEN_D, TMA)  # [BN, BD]
-        b_v = _whole_tile(desc_v, p_v, start_n, row0, pages, page_size, col_v, stride_v, stride_vs,
-                          o_n, o_dv, m_dv, FROM_CACHE, EVEN_DV, TMA)  # [BN, BDV]
+        b_k = _whole_tile(desc_k, p_k, start_n, row0, pages, page_size, num_pages, col_k, stride_k,
+                          stride_ks, o_n, o_d, m_d, FROM_CACHE, True, EVEN_D, TMA)  # [BN, BD]
+        b_v = _whole_tile(desc_v, p_v, start_n, row0, pages, page_size, num_pages, col_v, stride_v,
+                          stride_vs, o_n, o_dv, m_dv, FROM_CACHE, False, EVEN_DV, TMA)  # [BN, BDV]
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, qk_scale, softcap,
                                    USE_SOFTCAP, False)
     return m_i, l_i, acc
@@ -184,7 +195,7 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
 
 @triton.jit
 def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                  block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                  block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
                   stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
                   mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
                   m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
@@ -200,14 +211,16 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
         m_i, l_i, acc = _whole_tiles(
             start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
             K_cache + i_kvh * stride_kch, V_cache + i_kvh * stride_vch, stride_kcp, stride_kcs,
-            stride_vcp, stride_vcs, 0, block_table + i_seq * stride_bt, page_size, col_k, col_v,
-            o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, True, EVEN_D, EVEN_DV, TMA)
+            stride_vcp, stride_vcs, 0, block_table + i_seq * stride_bt, page_size, num_pages, col_k,
+            col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, True, EVEN_D, EVEN_DV, TMA)
     else:
         for start_n in range(start, stop, BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
             page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
-                           other=0)
+                           other=-1)
+            # Only keys on a page of the cache are read (a visible key on a bad entry: NaN).
+            m_load = valid_page(page, num_pages)
             page = page.to(tl.int64)
             slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
@@ -239,7 +252,7 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
         m_i, l_i, acc = _whole_tiles(
             start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
             K + i_kvh * stride_kh, V + i_kvh * stride_vh, stride_kt, 0, stride_vt, 0, seq_start,
-            K, 1, col_k, col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP,
+            K, 1, 1, col_k, col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP,
             False, EVEN_D, EVEN_DV, TMA)
     else:
         for start_n in range(start, stop, BLOCK_N):
@@ -261,7 +274,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
 
 @triton.jit
 def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start, prefix_len,
-                   key_start, key_end, lowest_key, block_table, stride_bt, page_size, K_cache,
+                   key_start, key_end, lowest_key, block_table, stride_bt, page_size, num_pages,
+                   K_cache,
                    V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
                    K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row, qk_scale,
                    softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
@@ -281,7 +295,9 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
         in_prefix = k_pos < prefix_len
         m_cached = m_load & in_prefix
         m_new = m_load & (k_pos >= prefix_len)
-        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_cached, other=0)
+        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_cached, other=-1)
+        # Only cached keys on a page of the cache are read (a visible one on a bad entry: NaN).
+        m_cached = valid_page(page, num_pages)
         page = page.to(tl.int64)
         offset = k_pos % page_size
         tok = (seq_start + k_pos - prefix_len).to(tl.int64)
@@ -296,7 +312,7 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
             slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
             b_k = tl.where(in_prefix[:, None],
-                           load_rows(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
+                           load_keys(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
                            load_rows(K + (tok * stride_kt + i_kvh * stride_kh)[:, None] + o_d[None, :],
                                       m_new, m_d, EVEN_D))  # [BN, BD]
             b_v = tl.where(in_prefix[:, None],
@@ -315,7 +331,7 @@ def _extend_kernel(
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
-    num_seqs, page_size, qk_scale, softcap, window_left, window_right,
+    num_seqs, page_size, num_pages, qk_scale, softcap, window_left, window_right,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     GROUP: tl.constexpr, PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SEQS_POW2: tl.constexpr, USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr,
@@ -417,7 +433,7 @@ def _extend_kernel(
                                               start), stop)
             m_i, l_i, acc = _prefix_tiles(
                 start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
                 stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
                 mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
                 BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
@@ -425,7 +441,7 @@ def _extend_kernel(
             m_i, l_i, acc = _unified_tiles(
                 cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
                 prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
-                K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
+                num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
                 stride_vch, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row,
                 qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
                 USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
@@ -454,7 +470,7 @@ def _extend_kernel(
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
             m_i, l_i, acc = _prefix_tiles(
                 start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, K_cache, V_cache, stride_kcp, stride_kcs,
+                block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
                 stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
                 mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
                 BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
@@ -491,165 +507,130 @@ def _extend_kernel(
         tl.store(Lse + tok_q * stride_lt + head, lse, mask=m_rows)
 
 
-def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, **kwargs):
-    """Launcher of the two-stage kernel (see swattn.extend_attention for the arguments, and
-    :func:`prepare` for the launcher-only ones)."""
-    launch, out, lse = prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
-                               **kwargs)
-    launch()
-    return (out, lse) if kwargs.get("return_lse") else out
+# --------------------------------------------------------------------------------------
+# Host side: what a plan fixes, and one launch on run-time tensors.
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExtendSpec:
+    """Everything an extend launch fixes at plan time (either kernel: this module's, or
+    the Hopper path's, which has its own tiles and ignores ``config``); ``has_sinks`` and
+    the TMA flags come from the run's arguments."""
+
+    num_seqs: int
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    page_size: int
+    config: Config | None
+    window_left: int | None
+    window_right: int | None
+    causal: bool
+    softcap: float
+    qk_scale: float
+    keys: str
+    return_lse: bool
+    masked: bool
+    deterministic: bool
+    bounds: str = "tight"
+    has_sinks: bool = False
+    tma_new: bool = False
+    tma_cache: bool = False
+
+    @property
+    def group(self):
+        return self.num_q_heads // self.num_kv_heads
 
 
-def prepare(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
-            window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
-            scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
-            deterministic=False, out=None, bounds="tight", block_m=None, block_n=None,
-            pack_gqa=None, config=None, hopper=None):
-    """Validate once (one small host sync) and return ``(launch, out, lse)``: ``launch()``
-    runs the kernel on these tensors, one launch with no host sync and no allocation (each
-    program finds its sequence from ``cu_seqlens`` itself), so an engine (or a benchmark)
-    can call it many times or capture it in a CUDA graph, as long as the lengths it was
-    validated with still hold.
-
-    ``bounds`` picks the loop-bound variant; ``block_m``/``block_n``/``pack_gqa`` or a whole
-    ``config`` override the config function (tests walk every tiling, packed or not).
-    ``hopper`` overrides the config's choice of the Gluon fast path (:mod:`.extend_hopper`,
-    sm_90 only): True asks for it (a ValueError says why a launch cannot take it), False
-    keeps the portable Triton kernel; by default the config's ``hopper`` where the launch
-    can take it and no Triton tiling (``block_m``, ``block_n``, ``pack_gqa``) is asked for.
-    """
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
-    if bounds not in BOUNDS:
-        raise ValueError(f"bounds must be one of {BOUNDS}, got {bounds!r}")
-    a = check_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
-                     window_left=window_left, window_right=window_right, causal=causal,
-                     sinks=sinks, softcap=softcap, scale=scale, mask=mask,
-                     mask_indptr=mask_indptr, keys=keys, out=out)
-    cfg = config or extend_config(a.head_dim, a.head_dim_v, a.group, window_left, q.dtype,
-                                  q.device, k_cache.shape[1])
-    cfg = replace(cfg, block_m=block_m or cfg.block_m, block_n=block_n or cfg.block_n,
-                  pack_gqa=cfg.pack_gqa if pack_gqa is None else pack_gqa)
-    if hopper not in (None, True, False):
-        raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
-    tiling_asked = block_m is not None or block_n is not None or pack_gqa is not None
-    use_hopper = (cfg.hopper and not tiling_asked) if hopper is None else hopper
-    if use_hopper:
-        from . import extend_hopper
-        reason = extend_hopper.unsupported(q, k, v, k_cache, v_cache, mask, deterministic)
-        if reason is not None and hopper:
-            raise ValueError(f"hopper=True: the Hopper path cannot take this launch: {reason}")
-        use_hopper = reason is None
-    if out is None:
-        out = torch.empty(a.num_tokens, a.num_q_heads, a.head_dim_v, dtype=q.dtype, device=q.device)
-    lse = torch.empty(a.num_tokens, a.num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
-    if use_hopper:
-        descs = extend_hopper.descriptors(q, k, v, k_cache, v_cache)
-        page_size = k_cache.shape[1]
-        qk_scale = kernel_scale(a.scale, softcap)
-
-        def launch_hopper():
-            extend_hopper.launch(a, block_table, cu_seqlens, prefix_lens, sinks, out,
-                                 lse if return_lse else out, descs, page_size,
-                                 k_cache.shape[0] * page_size, window_left, window_right, causal,
-                                 softcap, keys, return_lse, bounds, qk_scale)
-
-        return launch_hopper, out, lse
-    # The TMA descriptors once here, not in every launch.
-    descriptors = _descriptors(cfg, k, v, k_cache, v_cache, mask is not None)
-
-    def launch():
-        _launch(a, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
-                mask_indptr, out, lse if return_lse else out, window_left, window_right, causal,
-                softcap, keys, return_lse, bounds, cfg, descriptors, deterministic)
-
-    return launch, out, lse
+_TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens", "sinks",
+            "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc")
+_INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
+         "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
+         "stride_ot", "stride_oh", "stride_lt", "num_pages")
 
 
-def tma_rows(t):
-    """``(rows, row_stride)`` of ``t`` (``[..., heads, dim]``, each row's heads side by
-    side, the leading dims flattening into rows) seen as rows ``[rows, heads * dim]`` for a
-    TMA descriptor; None where the copy engine cannot take it (strides or base not 16-byte
-    aligned, heads not side by side, rows past int32)."""
-    *lead, heads, dim = t.shape
-    if t.stride(-1) != 1 or (heads > 1 and t.stride(-2) != dim):
-        return None
-    if any(t.stride(i) != t.shape[i + 1] * t.stride(i + 1) for i in range(len(lead) - 1)):
-        return None
-    rows, row_stride = math.prod(lead), t.stride(len(lead) - 1)
-    if not 0 < rows < 2 ** 31 or (row_stride * t.element_size()) % 16 or t.data_ptr() % 16:
-        return None
-    return rows, row_stride
+@functools.lru_cache(maxsize=256)
+def _launcher(spec: ExtendSpec):
+    cfg = spec.config
+    pack = packs_gqa(cfg, spec.group)
+    fixed = dict(
+        num_seqs=spec.num_seqs, page_size=spec.page_size, qk_scale=spec.qk_scale,
+        softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        window_right=spec.window_right or 0, D=spec.head_dim, DV=spec.head_dim_v,
+        BLOCK_D=dot_side(spec.head_dim), BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
+        PACK_GQA=pack, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        SEQS_POW2=max(triton.next_power_of_2(spec.num_seqs), 2),
+        USE_WINDOW=spec.window_left is not None,
+        USE_RIGHT=(not spec.causal) and spec.window_right is not None,
+        IS_CAUSAL=spec.causal and not spec.masked, HAS_SINKS=spec.has_sinks,
+        USE_SOFTCAP=spec.softcap > 0, USE_MASK=spec.masked,
+        DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
+        RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
+        SPLIT_FULL=cfg.split_full, UNIFIED=spec.deterministic, TMA_NEW=spec.tma_new,
+        TMA_CACHE=spec.tma_cache)
+    return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                  _TENSORS, _INTS)
 
 
-def _row_descriptor(t, block_rows, block_cols):
-    """A TMA descriptor of ``t`` as rows (:func:`tma_rows`) read in boxes of
-    ``[block_rows, dim]``; None where the copy engine cannot take it (also a head dim off
-    the box)."""
-    view = tma_rows(t)
-    if t.shape[-1] != block_cols or view is None:
+def _row_descriptor(t, block_rows, block_cols, padding="zero"):
+    """A TMA descriptor of ``t`` as rows (:func:`._tma.tma_rows`) read in boxes of
+    ``[block_rows, dim]``, padded with ``padding`` past its rows; None where the copy
+    engine cannot take it (also a head dim off the box). Built field by field: tma_rows
+    has checked what the class's own checks would."""
+    view = tma_rows(t) if t.shape[-1] == block_cols else None
+    if view is None:
         return None
     rows, row_stride = view
-    return TensorDescriptor(t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1],
-                            [block_rows, block_cols])
+    desc = TensorDescriptor.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides = t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1]
+    desc.block_shape, desc.padding = [block_rows, block_cols], padding
+    return desc
 
 
-def _descriptors(cfg, k, v, k_cache, v_cache, use_mask):
+def descriptors(cfg, k, v, k_cache, v_cache, masked):
     """``(desc_k, desc_v, desc_kc, desc_vc)`` for the mask-free tiles: new k/v always (when
-    the copy engine can take them), the cache where a page holds whole key tiles. None
-    where a pair cannot (those tiles then load through pointers, the same bits)."""
+    the copy engine can take them), the cache where a page holds whole key tiles (its K
+    padded with NaN: a bad page entry's keys read as NaN). None where a pair cannot (those
+    tiles then load through pointers, the same bits)."""
     none = (None, None)
-    if not cfg.tma or not cfg.split_full or use_mask:
+    if not cfg.tma or not cfg.split_full or masked:
         return none + none
     width_k, width_v = dot_side(k.shape[-1]), dot_side(v.shape[-1])
 
-    def pair(kt, vt):
-        dk = _row_descriptor(kt, cfg.block_n, width_k)
+    def pair(kt, vt, k_padding):
+        dk = _row_descriptor(kt, cfg.block_n, width_k, k_padding)
         dv = _row_descriptor(vt, cfg.block_n, width_v)
         return (dk, dv) if dk is not None and dv is not None else none
 
-    cached = pair(k_cache, v_cache) if k_cache.shape[1] % cfg.block_n == 0 else none
-    return pair(k, v) + cached
+    cached = pair(k_cache, v_cache, "nan") if k_cache.shape[1] % cfg.block_n == 0 else none
+    return pair(k, v, "zero") + cached
 
 
-def _launch(a: ExtendArgs, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
-            mask, mask_indptr, out, lse, window_left, window_right, causal, softcap, keys,
-            return_lse, bounds, cfg, descriptors, deterministic=False):
-    """Launch on validated arguments: one kernel, no host sync, no allocation.
-    ``descriptors``: :func:`_descriptors` of these tensors and ``cfg``."""
-    if a.num_tokens == 0:
-        return
-    pack = packs_gqa(cfg, a.group)
-    tokens = cfg.block_m // a.group if pack else cfg.block_m
-    # Upper bound of sum(ceil(E_b / tokens)) without reading the lengths back to the host.
-    grid = (triton.cdiv(a.num_tokens, tokens) + a.num_seqs, a.num_kv_heads if pack else a.num_q_heads)
-    use_softcap = softcap > 0
-    qk_scale = kernel_scale(a.scale, softcap)
-    use_mask = mask is not None
-    desc_k, desc_v, desc_kc, desc_vc = descriptors
-    _extend_kernel[grid](
-        Q=q, K=k, V=v, K_cache=k_cache, V_cache=v_cache, block_table=block_table,
-        cu_seqlens=cu_seqlens, prefix_lens=prefix_lens,
-        sinks=sinks if sinks is not None else q,
-        mask=mask.view(torch.uint8) if use_mask else q,
-        mask_indptr=mask_indptr if use_mask else cu_seqlens,
-        Out=out, Lse=lse, desc_k=desc_k, desc_v=desc_v, desc_kc=desc_kc, desc_vc=desc_vc,
-        stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
-        stride_vt=v.stride(0), stride_vh=v.stride(1),
-        stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
-        stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),
-        stride_bt=block_table.stride(0), stride_ot=out.stride(0), stride_oh=out.stride(1),
-        stride_lt=lse.stride(0),
-        num_seqs=a.num_seqs, page_size=k_cache.shape[1], qk_scale=qk_scale,
-        softcap=float(softcap), window_left=window_left or 0, window_right=window_right or 0,
-        D=a.head_dim, DV=a.head_dim_v, BLOCK_D=dot_side(a.head_dim),
-        BLOCK_DV=dot_side(a.head_dim_v), GROUP=a.group, PACK_GQA=pack,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SEQS_POW2=max(triton.next_power_of_2(a.num_seqs), 2),
-        USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
-        IS_CAUSAL=causal and not use_mask, HAS_SINKS=sinks is not None, USE_SOFTCAP=use_softcap,
-        USE_MASK=use_mask, DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
-        RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        SPLIT_FULL=cfg.split_full, UNIFIED=deterministic, TMA_NEW=desc_k is not None,
-        TMA_CACHE=desc_kc is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+class ExtendLaunch:
+    """The kernel's launch for one spec, what every run shares bound once; a call
+    launches on checked arguments: no host sync, no allocation. The grid is an upper bound
+    of the blocks (each program finds its sequence from ``cu_seqlens`` itself), from the
+    rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors."""
+
+    def __init__(self, spec: ExtendSpec):
+        self.launch = _launcher(spec)
+        pack = packs_gqa(spec.config, spec.group)
+        self.tokens = spec.config.block_m // spec.group if pack else spec.config.block_m
+        self.heads = spec.num_kv_heads if pack else spec.num_q_heads
+        self.num_seqs = spec.num_seqs
+
+    def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
+                 mask, mask_indptr, out, lse, descs):
+        num_tokens = q.shape[0]
+        if num_tokens == 0:
+            return
+        lse_t = out if lse is None else lse
+        qs, ks, vs, kcs, vcs, os_ = (q.stride(), k.stride(), v.stride(), k_cache.stride(),
+                                     v_cache.stride(), out.stride())
+        self.launch((-(-num_tokens // self.tokens) + self.num_seqs, self.heads, 1), (
+            q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+            q if sinks is None else sinks, q if mask is None else mask.view(torch.uint8),
+            cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs), (
+            qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
+            vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0]))

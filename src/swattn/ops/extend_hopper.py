@@ -20,7 +20,10 @@ whole skip the mask.
 What the copy engine reads that no query may see is kept out of the sums: a page copy is
 issued only for a page holding a key in ``[lowest visible key, stage end)``, so no
 block-table entry below the block's window or past the sequence end is read (the copy
-of a page left out reads past the cache's last row: zeros, no memory touched); the last
+of a page left out reads past the cache's last row, no memory touched: zeros for V and
+NaN for K, whose cache descriptor pads with NaN, and those keys are masked). An entry
+outside ``[0, num_pages)`` is not copied either: its keys read as NaN and the rows that
+see them come out NaN. The last
 cache tile's V rows at and past the prefix end (unwritten rows of the last page, NaN in
 the tests) are zeroed in shared memory before its product, and its K rows there are
 masked out of the scores.
@@ -36,6 +39,8 @@ says why a launch cannot take it. Gluon does not run under the interpreter: the 
 compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
 """
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -45,7 +50,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
 from ._common import compile_bound
-from .extend import tma_rows
+from ._launch import Descriptor, Launch
+from ._tma import tma_rows
 
 # Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
 # shared memory at d128, so two CTAs an SM). Session 5's probe of B's loop on the H200
@@ -216,20 +222,25 @@ def _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
 
 
 @gluon.jit
-def _tile_pages(bt_row, start, key_end, lowest, ok, PAGE: gl.constexpr, PR: gl.constexpr,
+def _tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
                 NP: gl.constexpr):
     """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
     of a page larger than the tile) and which copies are issued: those holding a key in
-    [lowest, key_end). ``ok``: the tile is a cache tile that will be loaded."""
+    [lowest, key_end) whose entry is a page of the cache (``[0, oob_row / PAGE)``; a bad
+    entry's copy is left out, so its keys read as the K descriptor's NaN padding).
+    ``ok``: the tile is a cache tile that will be loaded."""
+    num_pages = oob_row // PAGE
     v0 = ok & (start < key_end) & (start + PR > lowest)
-    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=0)
+    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=-1)
     v1 = ok & (start + PR < key_end) & (start + 2 * PR > lowest) & (NP > 1)
-    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=0)
+    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=-1)
     v2 = ok & (start + 2 * PR < key_end) & (start + 3 * PR > lowest) & (NP > 2)
-    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=0)
+    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=-1)
     v3 = ok & (start + 3 * PR < key_end) & (start + 4 * PR > lowest) & (NP > 3)
-    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=0)
-    return (p0, p1, p2, p3), (v0, v1, v2, v3)
+    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=-1)
+    valid = ((p0 >= 0) & (p0 < num_pages), (p1 >= 0) & (p1 < num_pages),
+             (p2 >= 0) & (p2 < num_pages), (p3 >= 0) & (p3 < num_pages))
+    return (p0, p1, p2, p3), valid
 
 
 @gluon.jit
@@ -301,7 +312,8 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     if FROM_CACHE and not WS:
         # The block-table entries now; the copies that use them after the scores' wait.
-        pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, PAGE, PR, NP)
+        pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, oob_row, PAGE, PR,
+                                       NP)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
         k_new = True
@@ -414,7 +426,7 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                                                          extend_len, BN)
                 nxt_ok = STAGES < n
                 pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                           PAGE, PR, NP)
+                                           oob_row, PAGE, PR, NP)
                 _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
                        nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             if (~is_new) & (key0 + BN > key_end):
@@ -452,8 +464,8 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
             nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
                                                      extend_len, BN)
             nxt_ok = j + STAGES < n
-            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new, PAGE,
-                                       PR, NP)
+            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
+                                       oob_row, PAGE, PR, NP)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
@@ -483,20 +495,20 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                    row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
     # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
-    # no key is visible.
+    # no key is visible, NaN where a visible key's page was bad.
     m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i
     if HAS_SINKS:
         denom = l_i + gl.exp2(gl.load(sinks + i_h) * 1.4426950408889634 - m_safe)
-    o = gl.where(gl.convert_layout(l_i > 0.0, row_o)[:, None],
-                 acc / gl.convert_layout(denom, row_o)[:, None], 0.0)
+    o = gl.where(gl.convert_layout(l_i == 0.0, row_o)[:, None], 0.0,
+                 acc / gl.convert_layout(denom, row_o)[:, None])
     rows_o = block_start + gl.arange(0, BM, layout=row_o)
     tok = (seq_start + rows_o).to(gl.int64)
     cols = gl.arange(0, D, layout=col_o)
     p_o = Out + tok[:, None] * stride_ot + i_h * stride_oh + cols[None, :]
     gl.store(p_o, o.to(Out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
     if RETURN_LSE:
-        lse = gl.where(l_i > 0.0, (m_safe + gl.log2(l_i)) * 0.6931471805599453, float("-inf"))
+        lse = gl.where(l_i == 0.0, float("-inf"), (m_safe + gl.log2(l_i)) * 0.6931471805599453)
         gl.store(Lse + (seq_start + rows).to(gl.int64) * stride_lt + i_h, lse,
                  mask=rows < extend_len)
 
@@ -517,7 +529,7 @@ def _produce(k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, emp
         st = j % STAGES
         free = ((j // STAGES) & 1) ^ 1
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ~is_new, PAGE, PR, NP)
+        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ~is_new, oob_row, PAGE, PR, NP)
         mbarrier.wait(empty_k.index(st), free)
         _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, is_new, start, row0, col,
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
@@ -627,7 +639,8 @@ def _hopper_extend_kernel(
         for i in gl.static_range(STAGES):
             ok = i < n
             is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
-            pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, PAGE, PR, NP)
+            pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, oob_row, PAGE, PR,
+                                       NP)
             _issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
                    pages, valid, oob_row, PAGE, PR, NP, BN, D)
             _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
@@ -665,7 +678,7 @@ def launch_options(ws):
 
 def takes_shape(head_dim, head_dim_v, page_size):
     """Whether the path takes these head dims and this page size (a pure function: the
-    config and the tile model ask it too)."""
+    plan and the tile model ask it too)."""
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim or page_size % 16:
         return False
     if page_size < BLOCK_N:
@@ -673,70 +686,115 @@ def takes_shape(head_dim, head_dim_v, page_size):
     return page_size % BLOCK_N == 0
 
 
-def unsupported(q, k, v, k_cache, v_cache, mask, deterministic):
-    """Why a launch cannot take the Hopper path (a sentence), or None when it can."""
-    if q.device.type != "cuda":
+def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, deterministic):
+    """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
+    tensors' strides are checked at run time (:func:`descriptors`)."""
+    if device.type != "cuda":
         return "it runs on CUDA devices only (not under the interpreter)"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
+    if torch.cuda.get_device_capability(device) != (9, 0):
         return "it needs an sm_90 GPU (Hopper)"
     if deterministic:
         return "deterministic=True runs the single-pass kernel"
-    if mask is not None:
+    if masked:
         return "it takes no custom mask"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"it takes fp16 or bf16, got {q.dtype}"
-    if q.shape[-1] not in HEAD_DIMS or v.shape[-1] != q.shape[-1]:
-        return f"it needs D = Dv in {HEAD_DIMS}, got {q.shape[-1]} and {v.shape[-1]}"
-    if not takes_shape(q.shape[-1], v.shape[-1], k_cache.shape[1]):
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"it takes fp16 or bf16, got {dtype}"
+    if head_dim not in HEAD_DIMS or head_dim_v != head_dim:
+        return f"it needs D = Dv in {HEAD_DIMS}, got {head_dim} and {head_dim_v}"
+    if not takes_shape(head_dim, head_dim_v, page_size):
         return (f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, "
-                f"got {k_cache.shape[1]}")
-    if any(tma_rows(t) is None for t in (q, k, v, k_cache, v_cache)):
-        return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
+                f"got {page_size}")
     return None
 
 
-def _descriptor(t, box_rows):
-    """A Gluon TMA descriptor of ``t`` as rows (extend.tma_rows) in boxes of [box_rows,
-    dim]; None where the copy engine cannot take it."""
+def descriptor(t, box_rows, layout, padding="zero"):
+    """A Gluon TMA descriptor of ``t`` as rows (extend.tma_rows) read in boxes of
+    [box_rows, dim], padded with ``padding`` past its rows; None where the copy engine
+    cannot take it. Built field by field: :func:`extend.tma_rows` has checked what the
+    class's own checks would (they cost more than the launch)."""
     view = tma_rows(t)
     if view is None:
         return None
     rows, row_stride = view
-    dim = t.shape[-1]
-    dtype = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
-    layout = gl.NVMMASharedLayout.get_default_for([box_rows, dim], dtype)
-    return TensorDescriptor(t, [rows, t.shape[-2] * dim], [row_stride, 1], [box_rows, dim], layout)
+    desc = TensorDescriptor.__new__(TensorDescriptor)
+    desc.base, desc.shape, desc.strides = t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1]
+    desc.block_shape, desc.layout, desc.padding = [box_rows, t.shape[-1]], layout, padding
+    return desc
+
+
+@functools.lru_cache(maxsize=64)
+def _layouts(dtype, head_dim, page_size):
+    """The shared layouts of the q/new-key tiles and of the cache's page copies."""
+    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    return (gl.NVMMASharedLayout.get_default_for([BLOCK_M, head_dim], gl_dtype),
+            gl.NVMMASharedLayout.get_default_for([min(page_size, BLOCK_N), head_dim], gl_dtype))
 
 
 def descriptors(q, k, v, k_cache, v_cache):
-    """(q, k, v, k_cache, v_cache) descriptors of one launch, made once."""
-    page_rows = min(k_cache.shape[1], BLOCK_N)
-    return (_descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-            _descriptor(k_cache, page_rows), _descriptor(v_cache, page_rows))
+    """(q, k, v, k_cache, v_cache) descriptors of one launch (the cache's K pads with NaN:
+    see the module docstring), or a sentence saying why the copy engine cannot take them."""
+    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
+    rows = min(k_cache.shape[1], BLOCK_N)
+    descs = (descriptor(q, BLOCK_M, tile), descriptor(k, BLOCK_N, tile),
+             descriptor(v, BLOCK_N, tile), descriptor(k_cache, rows, page, "nan"),
+             descriptor(v_cache, rows, page))
+    if any(d is None for d in descs):
+        return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
+    return descs
 
 
-def launch(a, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, page_size, oob_row,
-           window_left, window_right, causal, softcap, keys, return_lse, bounds, qk_scale):
-    """One launch on validated arguments (extend._launch's contract): no host sync, no
-    allocation. ``descs``: :func:`descriptors`."""
-    if a.num_tokens == 0:
-        return
-    seqs_pow2 = max(1 << max(a.num_seqs - 1, 0).bit_length(), 2)
-    ws = warp_specialized(bounds, window_left)
-    grid = (-(-a.num_tokens // BLOCK_M) + a.num_seqs, a.num_q_heads)
-    if HEADS_FIRST:
-        grid = grid[::-1]
-    q_desc, k_desc, v_desc, kc_desc, vc_desc = descs
-    _hopper_extend_kernel[grid](
-        q_desc, k_desc, v_desc, kc_desc, vc_desc, block_table, cu_seqlens, prefix_lens,
-        sinks if sinks is not None else lse, out, lse, block_table.stride(0), out.stride(0),
-        out.stride(1), lse.stride(0), a.num_seqs, oob_row, qk_scale, float(softcap), window_left or 0,
-        window_right or 0,
-        D=a.head_dim, GROUP=a.group, PAGE=page_size,
-        BM=BLOCK_M, BN=BLOCK_N, STAGES=STAGES, SEQS_POW2=seqs_pow2,
-        USE_WINDOW=window_left is not None, USE_RIGHT=(not causal) and window_right is not None,
-        IS_CAUSAL=causal, HAS_SINKS=sinks is not None, USE_SOFTCAP=softcap > 0,
-        DO_PREFIX=keys in ("all", "prefix"), DO_NEW=keys in ("all", "new"),
-        RETURN_LSE=return_lse, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, WS=ws, PRODUCER_REGS=WS_PRODUCER_REGS,
-        **launch_options(ws))
+def lazy_descriptors(q, k, v, k_cache, v_cache):
+    """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor):
+    a layout whose tensor maps were encoded before costs no descriptor; one the copy
+    engine cannot take raises a ValueError at the launch."""
+    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
+    rows = min(k_cache.shape[1], BLOCK_N)
+    return (Descriptor(q, descriptor, BLOCK_M, tile), Descriptor(k, descriptor, BLOCK_N, tile),
+            Descriptor(v, descriptor, BLOCK_N, tile), Descriptor(k_cache, descriptor, rows, page, "nan"),
+            Descriptor(v_cache, descriptor, rows, page))
+
+
+_TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "block_table", "cu_seqlens",
+            "prefix_lens", "sinks", "Out", "Lse")
+_INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
+
+
+@functools.lru_cache(maxsize=64)
+def _launcher(spec):
+    """The kernel's launch for one ExtendSpec (see ops.extend)."""
+    ws = warp_specialized(spec.bounds, spec.window_left)
+    fixed = dict(
+        num_seqs=spec.num_seqs, qk_scale=spec.qk_scale, softcap=float(spec.softcap),
+        window_left=spec.window_left or 0, window_right=spec.window_right or 0,
+        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=BLOCK_M, BN=BLOCK_N,
+        STAGES=STAGES, SEQS_POW2=max(1 << max(spec.num_seqs - 1, 0).bit_length(), 2),
+        USE_WINDOW=spec.window_left is not None,
+        USE_RIGHT=(not spec.causal) and spec.window_right is not None, IS_CAUSAL=spec.causal,
+        HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
+        DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
+        RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
+        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, WS=ws, PRODUCER_REGS=WS_PRODUCER_REGS)
+    return Launch(_hopper_extend_kernel, fixed, launch_options(ws), _TENSORS, _INTS)
+
+
+class HopperExtendLaunch:
+    """The Gluon kernel's launch for one ExtendSpec, bound once; a call launches on
+    checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation.
+    ``descs``: :func:`descriptors` of this run's tensors."""
+
+    def __init__(self, spec):
+        self.launch = _launcher(spec)
+        self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
+
+    def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache):
+        num_tokens = q.shape[0]
+        if num_tokens == 0:
+            return
+        blocks = -(-num_tokens // BLOCK_M) + self.num_seqs
+        grid = (self.num_q_heads, blocks, 1) if HEADS_FIRST else (blocks, self.num_q_heads, 1)
+        lse_t = out if lse is None else lse
+        os_ = out.stride()
+        self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,
+                           lse_t if sinks is None else sinks, out, lse_t),
+                    (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
+                     k_cache.shape[0] * k_cache.shape[1]))

@@ -13,11 +13,14 @@ run and wait (``griddepcontrol.wait``) for the decode's writes, so the second la
 latency is hidden.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
+from ._launch import Launch
 from ._validate import FLOAT_DTYPES, check_sinks, check_tensor
 
 
@@ -52,15 +55,62 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
     denom = l
     if HAS_SINKS:
         denom = l + tl.exp(tl.load(sinks + i_h) - m_safe)
-    o = tl.where(l > 0.0, tl.sum(w[:, None] * b_o, 0) / denom, 0.0)  # [BDV]
+    # l is 0 where no part saw a key, NaN where a part is NaN (a key it could not read):
+    # that reaches o and lse.
+    o = tl.where(l == 0.0, 0.0, tl.sum(w[:, None] * b_o, 0) / denom)  # [BDV]
     tl.store(Out + i_n * stride_n + i_h * stride_h + o_dv, o.to(Out.dtype.element_ty), mask=o_dv < DV)
     if RETURN_LSE:
-        tl.store(Lse + i_n * stride_lse_n + i_h, tl.where(l > 0.0, m_safe + tl.log(l), float("-inf")))
+        tl.store(Lse + i_n * stride_lse_n + i_h, tl.where(l == 0.0, float("-inf"), m_safe + tl.log(l)))
+
+
+@functools.lru_cache(maxsize=128)
+def _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl):
+    fixed = dict(DV=dv, BLOCK_S=max(triton.next_power_of_2(num_parts), 2),
+                 BLOCK_DV=triton.next_power_of_2(dv), HAS_SINKS=has_sinks,
+                 RETURN_LSE=return_lse, FINITE=finite, WAIT=pdl)
+    options = {"num_warps": 1 if num_parts * dv <= 2048 else 4, "launch_pdl": pdl}
+    return Launch(_merge_kernel, fixed, options,
+                  ("Parts_o", "Parts_lse", "sinks", "Out", "Lse"),
+                  ("stride_os", "stride_on", "stride_oh", "stride_ls", "stride_ln", "stride_lh",
+                   "stride_n", "stride_h", "stride_lse_n", "num_parts"))
+
+
+def split_scratch(parts, out):
+    """``(part_o, part_lse, strides)`` of a split kernel's scratch (``parts``: ``(part_o
+    [B, Hq, S, Dv], part_lse [B, Hq, S])``): the five strides its kernels take; without
+    splits (None) ``out`` stands in for both (never written) and the strides are 0."""
+    if parts is None:
+        return out, out, (0, 0, 0, 0, 0)
+    part_o, part_lse = parts
+    pos, pls = part_o.stride(), part_lse.stride()
+    return part_o, part_lse, (pos[0], pos[1], pos[2], pls[0], pls[1])
+
+
+class MergeLaunch:
+    """The split merge of a plan's scratch, bound once per (parts, Dv, flags); a call
+    merges ``parts_o [S, N, H, Dv]``, ``parts_lse [S, N, H]`` (views of the plan's
+    [N, H, S, ...] buffers) into ``out`` (and ``lse``) with the run's ``sinks`` (see
+    :func:`launch_merge`)."""
+
+    def __init__(self, num_parts, dv, has_sinks, return_lse, finite, pdl):
+        self.num_parts = num_parts
+        self.launch = _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl)
+
+    def __call__(self, parts_o, parts_lse, sinks, out, lse):
+        _, rows, heads, _ = parts_o.shape
+        if rows == 0 or heads == 0:
+            return
+        po, pl = parts_o.stride(), parts_lse.stride()
+        self.launch((rows, heads, 1),
+                    (parts_o, parts_lse, parts_lse if sinks is None else sinks, out,
+                     parts_lse if lse is None else lse),
+                    (po[0], po[1], po[2], pl[0], pl[1], pl[2], out.stride(0), out.stride(1),
+                     0 if lse is None else lse.stride(0), self.num_parts))
 
 
 def launch_merge(parts_o, parts_lse, sinks, out, lse, finite=False, pdl=False):
     """Merge ``parts_o [S, N, H, Dv]`` (any strides, Dv contiguous) and ``parts_lse
-    [S, N, H]`` float32 into ``out [N, H, Dv]`` and, if given, ``lse [N, H]``. Validated
+    [S, N, H]`` float32 into ``out [N, H, Dv]`` and, if given, ``lse [N, H]``. Checked
     arguments only; no host sync, no allocation (CUDA-graph safe). ``finite``: every part's
     output is finite, so it is read whatever its lse; ``pdl``: launched as a programmatic
     dependent of the previous kernel on the stream (sm_90+), which must write the parts
@@ -68,18 +118,13 @@ def launch_merge(parts_o, parts_lse, sinks, out, lse, finite=False, pdl=False):
     num_parts, rows, heads, dv = parts_o.shape
     if rows == 0 or heads == 0:
         return
-    _merge_kernel[(rows, heads)](
-        Parts_o=parts_o, Parts_lse=parts_lse, sinks=sinks if sinks is not None else parts_lse,
-        Out=out, Lse=lse if lse is not None else parts_lse,
-        stride_os=parts_o.stride(0), stride_on=parts_o.stride(1), stride_oh=parts_o.stride(2),
-        stride_ls=parts_lse.stride(0), stride_ln=parts_lse.stride(1), stride_lh=parts_lse.stride(2),
-        stride_n=out.stride(0), stride_h=out.stride(1),
-        stride_lse_n=lse.stride(0) if lse is not None else 0, num_parts=num_parts,
-        DV=dv, BLOCK_S=max(triton.next_power_of_2(num_parts), 2),
-        BLOCK_DV=triton.next_power_of_2(dv), HAS_SINKS=sinks is not None,
-        RETURN_LSE=lse is not None, FINITE=finite, WAIT=pdl,
-        num_warps=1 if num_parts * dv <= 2048 else 4, launch_pdl=pdl,
-    )
+    po, pl = parts_o.stride(), parts_lse.stride()
+    _launcher(num_parts, dv, sinks is not None, lse is not None, finite, pdl)(
+        (rows, heads, 1),
+        (parts_o, parts_lse, sinks if sinks is not None else parts_lse, out,
+         lse if lse is not None else parts_lse),
+        (po[0], po[1], po[2], pl[0], pl[1], pl[2], out.stride(0), out.stride(1),
+         lse.stride(0) if lse is not None else 0, num_parts))
 
 
 def check_merge(outs, lses, sinks, out, lse):

@@ -125,6 +125,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
     t = torch.empty(4 * hopper.BLOCK_M, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
     descs = hopper.descriptors(t, t, t, cache, cache)
+    assert isinstance(descs, tuple), descs
     constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=hopper.BLOCK_M, BN=hopper.BLOCK_N,
                       STAGES=hopper.STAGES, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
@@ -158,7 +159,8 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     q = torch.empty(2, 2 * group, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
-    kc, vc, q_layout = hopper.descriptors(q, cache, cache)
+    kc, vc = hopper.descriptors(q, cache, cache)
+    q_layout = hopper._layouts(torch_dtype, head_dim, page_size)[1]
     constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=hopper.BLOCK_M,
                       BN=hopper.BLOCK_N, STAGES=hopper.STAGES[head_dim], Q_LAYOUT=q_layout,
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,

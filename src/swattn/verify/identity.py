@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import reference
+from ..plan import run_extend, run_decode
 from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
 from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
@@ -250,7 +251,7 @@ def _run_extend_row(row, device, deterministic):
     else:
         kwargs = dict(kwargs, block_m=tiling[0], block_n=tiling[1], pack_gqa=tiling[2],
                       hopper=False)
-    results = {b: ops_extend.extend_attention(*tensors, window_left=case.window_left, bounds=b,
+    results = {b: run_extend(*tensors, window_left=case.window_left, bounds=b,
                                               deterministic=deterministic, **kwargs)
                for b in ops_extend.BOUNDS}
     kwargs = {k: v for k, v in kwargs.items() if k not in ("block_m", "block_n", "pack_gqa", "hopper")}
@@ -263,7 +264,7 @@ def _run_decode_row(row, device):
     kwargs = _on_device(kwargs, device)
     if case.sparse_keys:
         kwargs["sparse"] = build_sparse(case, device)
-    results = {b: ops_decode.decode_attention(*tensors, window_left=case.window_left, bounds=b,
+    results = {b: run_decode(*tensors, window_left=case.window_left, bounds=b,
                                               block_n=block_n, **kwargs)
                for b in ops_decode.BOUNDS}
     kwargs.pop("hopper", None)
