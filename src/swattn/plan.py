@@ -247,7 +247,8 @@ class ExtendPlan:
         if launch is None:
             spec = _replace(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache)
             bind = self._hopper.HopperExtendLaunch if self.path == "hopper" else _extend.ExtendLaunch
-            launch = self._launches[key] = bind(spec)
+            dtypes = (self.dtype, None if self.mask_indptr is None else self.mask_indptr.dtype)
+            launch = self._launches[key] = bind(spec, dtypes)
         return launch
 
     def replan(self, cu_seqlens, prefix_lens, mask_indptr=None):
@@ -427,7 +428,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         # What the plan's choices depend on: sizes, dtype, device, the options (their types
         # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
         key = ("extend", q.shape[1:], q.dtype, dev, k.shape[1:], v.shape[1:], k_cache.shape[1:],
-               prefix_lens.shape[0], mask_indptr is not None, options, tuple(map(type, options)),
+               prefix_lens.shape[0], None if mask_indptr is None else mask_indptr.dtype, options,
+               tuple(map(type, options)),
                config, q.stride(), k.stride(), v.stride(), k_cache.stride(), v_cache.stride())
         hit = _ONE_SHOT.get(key)
         if hit is not None:
@@ -629,11 +631,11 @@ class DecodePlan:
             if self.path == "hopper":
                 launch = self._hopper.HopperDecodeLaunch(spec, self.dtype)
             else:
-                launch = _decode.DecodeLaunch(spec)
+                launch = _decode.DecodeLaunch(spec, self.dtype)
             merge = None
             if spec.num_splits > 1:
                 merge = MergeLaunch(spec.num_splits, spec.head_dim_v, has_sinks, spec.return_lse,
-                                    True, spec.pdl)
+                                    True, spec.pdl, (torch.float32, self.dtype))
             bound = self._launches[key] = (launch, merge)
         return bound
 

@@ -163,9 +163,11 @@ class Launch:
     """One kernel's launches for one plan: ``fixed`` maps every argument not given at run
     time to its value (constexprs, scalars; launch options such as ``num_warps`` go in
     ``options``), ``tensors`` and ``ints`` name the arguments given at run time, in the
-    order :meth:`__call__` takes them."""
+    order :meth:`__call__` takes them. ``dtypes``: the dtypes of the run-time tensors
+    (whatever the plan fixes of them: they are part of the kernel's specialization, and one
+    Launch serves every plan of its fixed values)."""
 
-    def __init__(self, kernel, fixed, options, tensors, ints=()):
+    def __init__(self, kernel, fixed, options, tensors, ints=(), dtypes=()):
         self.kernel = kernel
         self.fixed = fixed
         self.options = options
@@ -179,7 +181,7 @@ class Launch:
             raise TypeError(f"{kernel.__name__}: arguments missing {missing}, unknown {extra}")
         self.assemble = _assembler(names, fixed, self.tensor_names, self.int_names)
         fixed_key = (kernel, tuple((n, _key_of(fixed[n])) for n in names if n in fixed),
-                     tuple(sorted(options.items())))
+                     tuple(sorted(options.items())), tuple(dtypes))
         self.id = _FIXED_IDS.setdefault(fixed_key, len(_FIXED_IDS))
         self.interpreted = os.environ.get("TRITON_INTERPRET") == "1"
 

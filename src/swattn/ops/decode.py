@@ -306,7 +306,7 @@ _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "st
 
 
 @functools.lru_cache(maxsize=256)
-def _launcher(spec: DecodeSpec):
+def _launcher(spec: DecodeSpec, dtype):
     cfg = spec.config
     block_h, head_blocks = spec.head_blocking
     block_d, block_d2 = split_width(spec.head_dim)
@@ -323,17 +323,18 @@ def _launcher(spec: DecodeSpec):
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
         HEADS_FIRST=cfg.heads_first, PDL=spec.pdl)
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                  _TENSORS, _INTS)
+                  _TENSORS, _INTS, (dtype,))
 
 
 class DecodeLaunch:
     """The Triton kernel's launch for one spec, what every run shares bound once; a call
     launches on checked arguments, batch > 0 (the caller launches the split merge): no
     host sync, no allocation. ``sparse``: (k_pool, v_pool, idx) or None; ``parts``: the
-    split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None."""
+    split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None. ``dtype``: the
+    queries' and the cache's."""
 
-    def __init__(self, spec: DecodeSpec):
-        self.launch = _launcher(spec)
+    def __init__(self, spec: DecodeSpec, dtype):
+        self.launch = _launcher(spec, dtype)
         self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
         self.heads_first = spec.config.heads_first
         self.num_splits = spec.num_splits

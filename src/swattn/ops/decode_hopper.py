@@ -368,7 +368,7 @@ def _launcher(spec, dtype):
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         PRODUCER_REGS=PRODUCER_REGS, PDL=spec.pdl)
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": NUM_WARPS, "maxnreg": MAXNREG},
-                  _TENSORS, _INTS)
+                  _TENSORS, _INTS, (dtype,))
 
 
 class HopperDecodeLaunch:

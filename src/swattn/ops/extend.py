@@ -551,7 +551,7 @@ _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "strid
 
 
 @functools.lru_cache(maxsize=256)
-def _launcher(spec: ExtendSpec):
+def _launcher(spec: ExtendSpec, dtypes):
     cfg = spec.config
     pack = packs_gqa(cfg, spec.group)
     fixed = dict(
@@ -570,7 +570,7 @@ def _launcher(spec: ExtendSpec):
         SPLIT_FULL=cfg.split_full, UNIFIED=spec.deterministic, TMA_NEW=spec.tma_new,
         TMA_CACHE=spec.tma_cache)
     return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                  _TENSORS, _INTS)
+                  _TENSORS, _INTS, dtypes)
 
 
 def _row_descriptor(t, block_rows, block_cols, padding="zero"):
@@ -611,10 +611,11 @@ class ExtendLaunch:
     """The kernel's launch for one spec, what every run shares bound once; a call
     launches on checked arguments: no host sync, no allocation. The grid is an upper bound
     of the blocks (each program finds its sequence from ``cu_seqlens`` itself), from the
-    rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors."""
+    rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors; ``dtypes``: the
+    tensors' (the queries' and the cache's, the mask offsets')."""
 
-    def __init__(self, spec: ExtendSpec):
-        self.launch = _launcher(spec)
+    def __init__(self, spec: ExtendSpec, dtypes):
+        self.launch = _launcher(spec, dtypes)
         pack = packs_gqa(spec.config, spec.group)
         self.tokens = spec.config.block_m // spec.group if pack else spec.config.block_m
         self.heads = spec.num_kv_heads if pack else spec.num_q_heads

@@ -760,7 +760,7 @@ _INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
 
 
 @functools.lru_cache(maxsize=64)
-def _launcher(spec):
+def _launcher(spec, dtypes):
     """The kernel's launch for one ExtendSpec (see ops.extend)."""
     ws = warp_specialized(spec.bounds, spec.window_left)
     fixed = dict(
@@ -774,7 +774,7 @@ def _launcher(spec):
         DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, WS=ws, PRODUCER_REGS=WS_PRODUCER_REGS)
-    return Launch(_hopper_extend_kernel, fixed, launch_options(ws), _TENSORS, _INTS)
+    return Launch(_hopper_extend_kernel, fixed, launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
 class HopperExtendLaunch:
@@ -782,8 +782,8 @@ class HopperExtendLaunch:
     checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation.
     ``descs``: :func:`descriptors` of this run's tensors."""
 
-    def __init__(self, spec):
-        self.launch = _launcher(spec)
+    def __init__(self, spec, dtypes):
+        self.launch = _launcher(spec, dtypes)
         self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
 
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache):

@@ -64,7 +64,7 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
 
 
 @functools.lru_cache(maxsize=128)
-def _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl):
+def _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl, dtypes):
     fixed = dict(DV=dv, BLOCK_S=max(triton.next_power_of_2(num_parts), 2),
                  BLOCK_DV=triton.next_power_of_2(dv), HAS_SINKS=has_sinks,
                  RETURN_LSE=return_lse, FINITE=finite, WAIT=pdl)
@@ -72,7 +72,7 @@ def _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl):
     return Launch(_merge_kernel, fixed, options,
                   ("Parts_o", "Parts_lse", "sinks", "Out", "Lse"),
                   ("stride_os", "stride_on", "stride_oh", "stride_ls", "stride_ln", "stride_lh",
-                   "stride_n", "stride_h", "stride_lse_n", "num_parts"))
+                   "stride_n", "stride_h", "stride_lse_n", "num_parts"), dtypes)
 
 
 def split_scratch(parts, out):
@@ -92,9 +92,9 @@ class MergeLaunch:
     [N, H, S, ...] buffers) into ``out`` (and ``lse``) with the run's ``sinks`` (see
     :func:`launch_merge`)."""
 
-    def __init__(self, num_parts, dv, has_sinks, return_lse, finite, pdl):
+    def __init__(self, num_parts, dv, has_sinks, return_lse, finite, pdl, dtypes):
         self.num_parts = num_parts
-        self.launch = _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl)
+        self.launch = _launcher(num_parts, dv, has_sinks, return_lse, finite, pdl, dtypes)
 
     def __call__(self, parts_o, parts_lse, sinks, out, lse):
         _, rows, heads, _ = parts_o.shape
@@ -119,7 +119,8 @@ def launch_merge(parts_o, parts_lse, sinks, out, lse, finite=False, pdl=False):
     if rows == 0 or heads == 0:
         return
     po, pl = parts_o.stride(), parts_lse.stride()
-    _launcher(num_parts, dv, sinks is not None, lse is not None, finite, pdl)(
+    _launcher(num_parts, dv, sinks is not None, lse is not None, finite, pdl,
+              (parts_o.dtype, out.dtype))(
         (rows, heads, 1),
         (parts_o, parts_lse, sinks if sinks is not None else parts_lse, out,
          lse if lse is not None else parts_lse),
