@@ -22,7 +22,7 @@ from . import workloads as wl
 METHOD = ("median of repetitions, each one CUDA-graph replay after a 256 MB write that "
           "flushes L2; variants interleaved repetition by repetition (order rotated each "
           "repetition and round); a "
-          "same-variant control (the tight kernel's module loaded and compiled a second time) "
+          "same-variant control (a second plan of the same batch, timed as its own variant) "
           "gives the noise floor, and a ratio within it reads 'no change'; every output "
           "checked against the float64 reference on the first sequence (poisoned with NaN "
           "first) before timing; FLOPs count visible (query, key) pairs only")

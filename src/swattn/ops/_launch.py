@@ -10,10 +10,11 @@ about them) and host TMA descriptors encoded once per tensor layout (:func:`_ten
 
 The first launch with a given specialization goes through the JIT (which compiles the
 kernel, or finds it in its caches) and keeps the compiled kernel under a key that holds
-everything Triton specializes on: the fixed values, the run-time integers (strides) and
-whether every tensor is 16-byte aligned. Launch hooks (profilers), the interpreter and any
-misaligned tensor take the JIT's own path every time; so does everything on a Triton whose
-launcher is not laid out as 3.6's (the direct path checks it once).
+everything Triton specializes on: the fixed values, the tensors' dtypes (which the plan
+fixes), the run-time integers (strides) and whether every tensor is 16-byte aligned. Launch
+hooks (profilers), the interpreter and any misaligned tensor take the JIT's own path every
+time; so does everything on a Triton whose launcher is not laid out as 3.6's (the direct path
+checks it once).
 """
 
 import os
@@ -22,8 +23,8 @@ import torch
 from triton import knobs
 
 _COMPILED = {}  # (fixed-values id, device, run-time ints) -> _Compiled
-_FIXED_IDS = {}  # fixed values (kernel, constexprs, scalars, options) -> small int
-_TENSOR_MAPS = {}  # (address, shape, strides, padding, descriptor meta) -> launcher arguments
+_FIXED_IDS = {}  # fixed values (kernel, constexprs, scalars, options, dtypes) -> small int
+_TENSOR_MAPS = {}  # (address, shape, strides, descriptor metadata) -> launcher arguments
 _TENSOR_MAPS_MAX = 1024
 
 
@@ -73,7 +74,6 @@ class _Compiled:
         self.cooperative = runner.launch_cooperative_grid
         self.pdl = runner.launch_pdl
 
-
     def expand(self, args):
         """``args`` with each host TMA descriptor replaced by its launcher arguments."""
         out = []
@@ -110,8 +110,9 @@ def _tensor_map(desc, meta):
     layout: an engine hands over the same caches, and activation buffers at the same
     addresses, layer after layer."""
     from triton.backends.nvidia.driver import make_tensordesc_arg
-    # The metadata is the compiled kernel's for this argument: it fixes the box, the
-    # element type and the padding; the tensor's address, shape and strides do the rest.
+    # The metadata is the compiled kernel's for this argument: it fixes the box and the
+    # element type; the padding of an argument is always the one its launcher gives it;
+    # the tensor's address, shape and strides do the rest.
     if type(desc) is Descriptor:
         t = desc.tensor
         key = (t.data_ptr(), t.shape, t.stride(), id(meta))

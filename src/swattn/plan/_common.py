@@ -1,0 +1,82 @@
+"""What the extend and decode plans share: argument checks, the device, the host lengths'
+device copies, and the choices of one-shot calls remembered by what they depend on."""
+
+from dataclasses import replace
+
+import torch
+
+from ..ops import config as _config
+from ..ops._validate import FLOAT_DTYPES, check_device, check_int, check_scalars
+
+
+def resolve_device(device):
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    check_device("device", device)
+    return device
+
+
+def check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
+                  dtype, kv_dtype, hopper, bounds):
+    for name, value in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
+                        ("head_dim", head_dim), ("head_dim_v", head_dim_v), ("page_size", page_size)):
+        check_int(name, value, 1)
+    if num_q_heads % num_kv_heads:
+        raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    check_scalars(softcap, scale)
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
+    if kv_dtype is not None and kv_dtype != dtype:
+        raise ValueError(f"kv_dtype {kv_dtype}: a cache dtype other than the query's ({dtype}) is "
+                         "not supported yet")
+    if hopper is not None and not isinstance(hopper, bool):
+        raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
+    if bounds not in _config.BOUNDS:
+        raise ValueError(f"bounds must be one of {_config.BOUNDS}, got {bounds!r}")
+
+
+def no_fp8(k_scale, v_scale):
+    if k_scale is not None or v_scale is not None:
+        raise ValueError("k_scale/v_scale apply to fp8 caches, which are not supported yet")
+
+
+def to_device(values, device):
+    """An int32 device tensor of host ints: copied without waiting for the GPU."""
+    host = torch.tensor(values, dtype=torch.int32)
+    return host.to(device, non_blocking=True) if device.type == "cuda" else host
+
+
+def check_rank(name, t, dim):
+    """A tensor of rank ``dim`` (a TypeError, or a ValueError naming ``name``)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must have {dim} dimensions, got shape {tuple(t.shape)}")
+
+
+def expect_first(name, t, dim):
+    """The first tensor of a one-shot call: its type and rank, a float dtype, and a device
+    the kernels run on."""
+    check_rank(name, t, dim)
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be one of {FLOAT_DTYPES}, got {t.dtype}")
+    check_device(name, t.device)
+
+
+# The choices of one-shot calls (their plans' spec, path and bound launches), by what they
+# depend on: a model calls the one-shot functions layer after layer with the same sizes.
+ONE_SHOT = {}
+
+
+def remember(key, choice):
+    """Keep a one-shot call's choice under ``key`` (None: not kept)."""
+    if key is not None:
+        if len(ONE_SHOT) >= 512:
+            ONE_SHOT.clear()
+        ONE_SHOT[key] = choice
+
+
+def replace_spec(spec, **changes):
+    """``spec`` (a frozen dataclass) with ``changes``."""
+    return replace(spec, **changes)

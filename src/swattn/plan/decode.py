@@ -1,0 +1,325 @@
+"""The decode plan: :func:`plan_decode` and :class:`DecodePlan` (see :mod:`swattn.plan`), and
+the plan of a one-shot call (:func:`decode_plan_for`)."""
+
+import torch
+
+from ..ops import config as _config
+from ..ops import decode as _decode
+from ..ops._common import kernel_scale
+from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
+                             check_window, expect, host_ints)
+from ..ops.merge import MergeLaunch
+from ._common import (ONE_SHOT, check_common, check_rank, expect_first, no_fp8, remember,
+                      replace_spec, resolve_device, to_device)
+
+
+class DecodePlan:
+    """One batch's decode attention, planned: made by :func:`plan_decode`.
+
+    Attributes: ``path`` (``"hopper"`` or ``"triton"``), ``config``, ``num_splits`` (the
+    split-KV chunks per sequence and KV head), ``batch`` (the capacity ``replan`` keeps),
+    and the device buffer ``seq_lens`` the kernels read."""
+
+    def __init__(self, spec, path, device, dtype, batch, seq_lens, sparse_keys, host=None,
+                 launches=None):
+        self.spec = spec
+        self.path = path
+        self.config = spec.config
+        self.num_splits = spec.num_splits
+        self.device = device
+        self.dtype = dtype
+        self.batch = batch
+        self.seq_lens = seq_lens
+        self.sparse_keys = sparse_keys
+        self._index = device.index if device.type == "cuda" else -1
+        # The bound launches: the plan's own, or shared by the one-shot calls of one choice.
+        self._launches = {} if launches is None else launches
+        self._hq = spec.num_kv_heads * spec.group
+        self._shapes = ((batch, self._hq, spec.head_dim),
+                        (spec.page_size, spec.num_kv_heads, spec.head_dim),
+                        (spec.page_size, spec.num_kv_heads, spec.head_dim_v))
+        self._out_shape = (batch, self._hq, spec.head_dim_v)
+        self._sinks_shape = (self._hq,)
+        self._hopper = None
+        if path == "hopper":
+            from ..ops import decode_hopper
+            self._hopper = decode_hopper
+        self._readable = host is not None
+        self._pages_needed = max((-(-x // spec.page_size) for x in host), default=0) if host else 0
+        parts = None
+        if spec.num_splits > 1:
+            # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
+            hq = spec.num_kv_heads * spec.group
+            part_o = torch.empty(batch, hq, spec.num_splits, spec.head_dim_v, dtype=torch.float32,
+                                 device=device)
+            part_lse = torch.empty(batch, hq, spec.num_splits, dtype=torch.float32, device=device)
+            parts = (part_o, part_lse)
+        self._parts = parts
+        # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
+        self._merged = (parts[0].permute(2, 0, 1, 3), parts[1].permute(2, 0, 1)) if parts else None
+
+    def run(self, q, k_cache, v_cache, block_table, *, sinks=None, sparse=None, k_scale=None,
+            v_scale=None, out=None, lse=None):
+        """The decode attention of the planned batch for one layer; returns ``out``, or
+        ``(out, lse)`` when the plan returns lse. Arguments as
+        :func:`swattn.decode_attention`'s. No host sync; no allocation when ``out`` (and
+        ``lse``) are given."""
+        if sparse is not None or k_scale is not None or v_scale is not None \
+                or not self._fits(q, k_cache, v_cache, block_table, sinks, out, lse):
+            self._check(q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse)
+        s, batch = self.spec, self.batch
+        if out is None:
+            out = torch.empty(batch, self._hq, s.head_dim_v, dtype=self.dtype, device=q.device)
+        if s.return_lse and lse is None:
+            lse = torch.empty(batch, self._hq, dtype=torch.float32, device=q.device)
+        if batch:
+            launch, merge = self._launch(sinks is not None, sparse is not None)
+            if self.path == "hopper":
+                launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse, self._parts,
+                       self._hopper.lazy_descriptors(q, k_cache, v_cache))
+            else:
+                launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks, sparse, out,
+                       lse, self._parts)
+            if merge is not None:
+                merge(*self._merged, sinks, out, lse)
+        return (out, lse) if s.return_lse else out
+
+    def _fits(self, q, k_cache, v_cache, block_table, sinks, out, lse):
+        """Whether the run's tensors are what the plan takes (see ExtendPlan._fits)."""
+        dt, dev, (qt, kct, vct) = self.dtype, self._index, self._shapes
+        try:
+            kcs, vcs, bts = k_cache.shape, v_cache.shape, block_table.shape
+            ok = (q.dtype is dt and k_cache.dtype is dt and v_cache.dtype is dt
+                  and block_table.dtype is torch.int32 and q.shape == qt and kcs[1:] == kct
+                  and vcs[0] == kcs[0] and vcs[1:] == vct and len(bts) == 2
+                  and bts[0] == self.batch and bts[1] >= self._pages_needed
+                  and q.get_device() == dev and k_cache.get_device() == dev
+                  and v_cache.get_device() == dev and block_table.get_device() == dev
+                  and q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
+                  and block_table.stride(1) == 1)
+            if ok and sinks is not None:
+                ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
+                      and sinks.get_device() == dev)
+            if ok and out is not None:
+                ok = (out.dtype is dt and out.shape == self._out_shape and out.get_device() == dev
+                      and out.stride(2) == 1)
+            if ok and self.spec.return_lse and lse is not None:
+                ok = (lse.dtype is torch.float32 and lse.shape == self._out_shape[:2]
+                      and lse.get_device() == dev)
+            return ok
+        except (AttributeError, IndexError, TypeError):
+            return False
+
+    def _check(self, q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse):
+        """The run's arguments one by one, raising the error that names what is wrong."""
+        s, dev, dtype, batch = self.spec, self._index, self.dtype, self.batch
+        expect("q", q, dtype, dev, (batch, self._hq, s.head_dim))
+        expect("k_cache", k_cache, dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim), 1)
+        expect("v_cache", v_cache, dtype, dev, (k_cache.shape[0], s.page_size, s.num_kv_heads,
+                                                s.head_dim_v))
+        expect("block_table", block_table, torch.int32, dev, (), 2)
+        if block_table.shape[0] != batch or block_table.shape[1] < self._pages_needed:
+            raise ValueError(f"block_table must be [{batch}, >= {self._pages_needed}] (sequences, "
+                             f"pages the planned lengths need), got {tuple(block_table.shape)}")
+        if sinks is not None:
+            expect("sinks", sinks, torch.float32, dev, (self._hq,))
+        if sparse is not None:
+            self._check_sparse(sparse)
+        no_fp8(k_scale, v_scale)
+        if out is not None:
+            expect("out", out, dtype, dev, (batch, self._hq, s.head_dim_v))
+        if s.return_lse and lse is not None:
+            expect("lse", lse, torch.float32, dev, (batch, self._hq))
+
+    def _check_sparse(self, sparse):
+        s, dev = self.spec, self._index
+        if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
+            raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
+                            f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
+                                                          if isinstance(sparse, (tuple, list)) else ""))
+        if self.sparse_keys == 0:
+            raise ValueError("sparse keys given, but the plan was made with sparse_keys=0")
+        k_pool, v_pool, idx = sparse
+        expect("sparse k_pool", k_pool, self.dtype, dev, (s.num_kv_heads, s.head_dim), 1)
+        expect("sparse v_pool", v_pool, self.dtype, dev, (k_pool.shape[0], s.num_kv_heads,
+                                                         s.head_dim_v))
+        expect("sparse idx", idx, torch.int32, dev, (self.batch, self.sparse_keys))
+
+    def _launch(self, has_sinks, has_sparse):
+        """``(kernel launch, split merge or None)`` of a run with or without sinks and
+        sparse keys (bound once each)."""
+        key = (has_sinks, has_sparse)
+        bound = self._launches.get(key)
+        if bound is None:
+            spec = replace_spec(self.spec, has_sinks=has_sinks, has_sparse=has_sparse)
+            if self.path == "hopper":
+                launch = self._hopper.HopperDecodeLaunch(spec, self.dtype)
+            else:
+                launch = _decode.DecodeLaunch(spec, self.dtype)
+            merge = None
+            if spec.num_splits > 1:
+                merge = MergeLaunch(spec.num_splits, spec.head_dim_v, has_sinks, spec.return_lse,
+                                    True, spec.pdl, (torch.float32, self.dtype))
+            bound = self._launches[key] = (launch, merge)
+        return bound
+
+    def replan(self, seq_lens):
+        """Write the next batch's lengths into this plan's buffer, in place: at most
+        ``batch`` sequences (the rest padded with empty ones, whose output is 0); the rest
+        of the plan (window, kernel, split count) is kept. A CUDA graph captured from
+        :meth:`run` then replays with the new lengths."""
+        if not self._readable:
+            raise ValueError("this plan was made from device tensors it did not read (a "
+                             "one-shot call): make one with plan_decode to replan")
+        lens = host_ints("seq_lens", seq_lens)
+        check_lengths("seq_lens", lens)
+        if len(lens) > self.batch:
+            raise ValueError(f"replan with {len(lens)} sequences: the plan holds {self.batch}")
+        lens = lens + [0] * (self.batch - len(lens))
+        self.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
+        self._pages_needed = max((-(-x // self.spec.page_size) for x in lens), default=0)
+
+
+def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim, head_dim_v,
+                 page_size, window_left, softcap, scale, num_splits, return_lse, kv_dtype,
+                 sparse_keys, max_keys, dtype, device, hopper, bounds, config):
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
+                  dtype, kv_dtype, hopper, bounds)
+    check_window(window_left)
+    check_num_splits(num_splits)
+    check_int("sparse_keys", sparse_keys, 0)
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    group = num_q_heads // num_kv_heads
+    cfg = _config.decode_config(head_dim, head_dim_v, group, dtype, device)
+    if isinstance(config, dict):
+        cfg = replace_spec(cfg, **config)
+    elif config is not None:
+        cfg = config
+    want = hopper
+    if hopper is None:
+        # Short windows keep the Triton kernel (C-A, 129 keys: see config.HOPPER_MIN_KEYS).
+        want = cfg.hopper and config is None and max_keys >= _config.HOPPER_MIN_KEYS
+    path = "triton"
+    if want:
+        from ..ops import decode_hopper
+        reason = decode_hopper.unsupported(device, dtype, head_dim, head_dim_v, group, page_size)
+        if reason is None and sparse_keys:
+            reason = "it takes no sparse keys"
+        if reason is not None and hopper:
+            raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
+        if reason is None:
+            path = "hopper"
+            cfg = replace_spec(cfg, block_n=decode_hopper.BLOCK_N, block_h=decode_hopper.BLOCK_M,
+                           hopper=True)
+    if num_splits is None:
+        sms = (torch.cuda.get_device_properties(device).multi_processor_count
+               if device.type == "cuda" else _config.DECODE_CPU_SMS)
+        programs = num_kv_heads * (1 if path == "hopper" else _config.head_blocking(cfg, group)[1])
+        chooser = _config.hopper_decode_splits if path == "hopper" else _config.decode_splits
+        num_splits = chooser(batch, programs, max_keys + sparse_keys, sms, cfg.block_n)
+    # The split merge by PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
+    pdl = (num_splits > 1 and device.type == "cuda" and torch.version.hip is None
+           and torch.cuda.get_device_capability(device)[0] >= 9)
+    spec = _decode.DecodeSpec(
+        head_dim=head_dim, head_dim_v=head_dim_v, group=group, num_kv_heads=num_kv_heads,
+        page_size=page_size, config=cfg, window_left=window_left, softcap=float(softcap),
+        qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
+        num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds)
+    return DecodePlan(spec, path, device, dtype, batch, seq_lens_t, sparse_keys, lens)
+
+
+def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None, page_size,
+                window_left=None, softcap=0.0, scale=None, num_splits=None, return_lse=False,
+                kv_dtype=None, sparse_keys=0, block_table=None, num_pages=None,
+                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None):
+    """Plan the decode attention of one batch (see :class:`DecodePlan`).
+
+    Args:
+        seq_lens: [B] tokens in each sequence's cache, the new one included (host list or
+            tensor; a GPU tensor is read back once).
+        num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size: the layer's sizes.
+        window_left, softcap, scale, return_lse: as :func:`swattn.decode_attention`'s.
+        num_splits: split-KV chunks per sequence and KV head; None chooses from the batch,
+            the keys the window (or, without one, the longest sequence) holds, and the GPU's
+            SM count. ``replan`` keeps it.
+        sparse_keys: K of the ``sparse`` index list each run will pass (0: none).
+        kv_dtype: the cache's dtype where it differs from the queries' (not supported yet).
+        block_table, num_pages: a host copy of the block table and the cache's page count:
+            every entry a query will read is checked here, once.
+        dtype, device: the queries' dtype and device.
+        hopper, bounds, config: as :func:`plan_extend`'s.
+    """
+    device = resolve_device(device)
+    lens = host_ints("seq_lens", seq_lens)
+    check_lengths("seq_lens", lens)
+    if block_table is not None:
+        if num_pages is None:
+            raise ValueError("num_pages (the cache's page count) is needed to check block_table")
+        check_window(window_left)
+        reads = [((max(x - 1 - window_left, 0) if window_left is not None else 0) // page_size,
+                  -(-x // page_size)) for x in lens]
+        check_pages_read(block_table, num_pages, reads)
+    longest = max(lens, default=0)
+    max_keys = longest if window_left is None else min(window_left + 1, longest)
+    return _decode_plan(
+        lens, to_device(lens, device), len(lens), num_q_heads=num_q_heads,
+        num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, page_size=page_size,
+        window_left=window_left, softcap=softcap, scale=scale, num_splits=num_splits,
+        return_lse=return_lse, kv_dtype=kv_dtype, sparse_keys=sparse_keys, max_keys=max_keys,
+        dtype=dtype, device=device, hopper=hopper, bounds=bounds, config=config)
+
+
+def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, softcap=0.0,
+                    scale=None, sparse=None, num_splits=None, return_lse=False, hopper=None,
+                    bounds="tight", config=None):
+    """The plan of a one-shot call: sizes from the tensors, ``seq_lens`` the device tensor
+    given, neither read nor copied (no host sync); the split count from the window, or the
+    block table's capacity without one. Lengths are the caller's to keep consistent with
+    the block table; :func:`plan_decode` checks them. A Hopper plan falls back to the
+    Triton kernel when the copy engine cannot take these tensors' strides."""
+    expect_first("q", q, 3)
+    dev = q.device.index if q.device.type == "cuda" else -1
+    for name, t, dim in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
+                         ("block_table", block_table, 2)):
+        check_rank(name, t, dim)
+    expect("seq_lens", seq_lens, torch.int32, dev, (q.shape[0],))
+    sparse_keys = 0
+    if sparse is not None:
+        if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
+            raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
+                            f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
+                                                          if isinstance(sparse, (tuple, list)) else ""))
+        check_rank("sparse idx", sparse[2], 2)
+        sparse_keys = sparse[2].shape[1]
+    options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds)
+    key = None
+    if not isinstance(config, dict):
+        # As extend_plan_for's; the block table's width sets the keys of a full window.
+        key = ("decode", q.shape, q.dtype, dev, k_cache.shape[1:], v_cache.shape[1:],
+               block_table.shape[1], sparse_keys, options, tuple(map(type, options)), config,
+               q.stride(), k_cache.stride(), v_cache.stride())
+        hit = ONE_SHOT.get(key)
+        if hit is not None:
+            spec, path, launches = hit
+            return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,
+                              launches=launches)
+    capacity = block_table.shape[1] * k_cache.shape[1]
+    max_keys = capacity if window_left is None or not isinstance(window_left, int) \
+        else min(window_left + 1, capacity)
+    num_kv_heads = k_cache.shape[2]
+    kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2],
+                  head_dim_v=v_cache.shape[3], page_size=k_cache.shape[1], window_left=window_left,
+                  softcap=softcap, scale=scale, num_splits=num_splits, return_lse=return_lse,
+                  kv_dtype=None, sparse_keys=sparse_keys, max_keys=max_keys, dtype=q.dtype,
+                  device=q.device, bounds=bounds, config=config)
+    if num_kv_heads < 1:
+        raise ValueError(f"k_cache must have at least one head, got shape {tuple(k_cache.shape)}")
+    plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, **kwargs)
+    if plan.path == "hopper" and hopper is None:
+        from ..ops import decode_hopper
+        if isinstance(decode_hopper.descriptors(q, k_cache, v_cache), str):
+            plan = _decode_plan(None, seq_lens, q.shape[0], hopper=False, **kwargs)
+    remember(key, (plan.spec, plan.path, plan._launches))
+    return plan

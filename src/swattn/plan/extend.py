@@ -1,0 +1,390 @@
+"""The extend plan: :func:`plan_extend` and :class:`ExtendPlan` (see :mod:`swattn.plan`), and
+the plan of a one-shot call (:func:`extend_plan_for`)."""
+
+import torch
+
+from ..ops import config as _config
+from ..ops import extend as _extend
+from ..ops._common import kernel_scale
+from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
+                             expect, host_ints)
+from ._common import (ONE_SHOT, check_common, check_rank, expect_first, no_fp8, remember,
+                      replace_spec, resolve_device, to_device)
+
+
+class ExtendPlan:
+    """One batch's extend attention, planned: made by :func:`plan_extend`.
+
+    Attributes: ``path`` (``"hopper"``: the Gluon kernel for sm_90; ``"triton"``: the
+    portable two-stage kernel; ``"single-pass"``: the deterministic kernel), ``config``
+    (the Triton kernel's tiles; None on the Hopper path), ``num_seqs`` and ``max_tokens``
+    (the batch capacity ``replan`` keeps), ``num_tokens`` (the current batch's), and the
+    device buffers ``cu_seqlens``, ``prefix_lens`` (and ``mask_indptr``) the kernels read.
+    """
+
+    def __init__(self, spec, path, device, dtype, cu_seqlens, prefix_lens, mask_indptr,
+                 host=None, max_tokens=None, launches=None):
+        self.spec = spec
+        self.path = path
+        self.config = spec.config
+        self.device = device
+        self.dtype = dtype
+        self.cu_seqlens = cu_seqlens
+        self.prefix_lens = prefix_lens
+        self.mask_indptr = mask_indptr
+        self.num_seqs = spec.num_seqs
+        self.max_tokens = max_tokens
+        self._index = device.index if device.type == "cuda" else -1
+        # The bound launches: the plan's own, or shared by the one-shot calls of one choice.
+        self._launches = {} if launches is None else launches
+        s = spec
+        self._tails = ((s.num_q_heads, s.head_dim), (s.num_kv_heads, s.head_dim),
+                       (s.num_kv_heads, s.head_dim_v), (s.page_size, s.num_kv_heads, s.head_dim),
+                       (s.page_size, s.num_kv_heads, s.head_dim_v), (s.num_q_heads, s.head_dim_v))
+        self._sinks_shape = (s.num_q_heads,)
+        self._hopper = None
+        if path == "hopper":
+            from ..ops import extend_hopper
+            self._hopper = extend_hopper
+        self._host(host)
+
+    def _host(self, host):
+        """Keep what the run checks need of the host metadata (None: not known)."""
+        if host is None:
+            self.num_tokens, self._pages_needed, self._mask_entries = None, 0, 0
+            return
+        cu, prefix, indptr = host
+        s = self.spec
+        self.num_tokens = cu[-1]
+        reads_prefix = s.keys != "new"
+        self._pages_needed = max((-(-p // s.page_size) for p, a, b in zip(prefix, cu, cu[1:])
+                                  if b > a and reads_prefix), default=0)
+        self._mask_entries = indptr[-1] if indptr is not None else 0
+
+    def run(self, q, k, v, k_cache, v_cache, block_table, *, sinks=None, mask=None, k_scale=None,
+            v_scale=None, out=None, lse=None):
+        """The attention of the planned batch for one layer; returns ``out``, or ``(out,
+        lse)`` when the plan returns lse. Arguments as :func:`swattn.extend_attention`'s;
+        ``q``/``k``/``v`` may have more rows than the batch's tokens (a batch padded to a
+        captured size: rows past ``cu_seqlens[-1]`` are left alone). No host sync; no
+        allocation when ``out`` (and ``lse``) are given."""
+        if not self._fits(q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse) \
+                or k_scale is not None or v_scale is not None:
+            self._check(q, k, v, k_cache, v_cache, block_table, sinks, mask, k_scale, v_scale,
+                        out, lse)
+        s = self.spec
+        rows = q.shape[0]
+        if out is None:
+            out = torch.empty(rows, s.num_q_heads, s.head_dim_v, dtype=self.dtype, device=q.device)
+        if s.return_lse and lse is None:
+            lse = torch.empty(rows, s.num_q_heads, dtype=torch.float32, device=q.device)
+        if self.path == "hopper":
+            # A layout the copy engine cannot take raises at the launch (plan with
+            # hopper=False for such tensors).
+            self._launch(sinks is not None, False, False)(
+                q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
+                self._hopper.lazy_descriptors(q, k, v, k_cache, v_cache), k_cache)
+        else:
+            descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
+            self._launch(sinks is not None, descs[0] is not None, descs[2] is not None)(
+                q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
+                mask, self.mask_indptr, out, lse, descs)
+        return (out, lse) if s.return_lse else out
+
+    def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
+        """Whether the run's tensors are what the plan takes: one expression over what each
+        tensor carries on the host (a failing run gets :meth:`_check`'s error)."""
+        dt, dev, (qt, kt, vt, kct, vct, ot) = self.dtype, self._index, self._tails
+        try:
+            qs, ks, vs, kcs, vcs, bts = (q.shape, k.shape, v.shape, k_cache.shape, v_cache.shape,
+                                         block_table.shape)
+            rows = qs[0]
+            ok = (q.dtype is dt and k.dtype is dt and v.dtype is dt and k_cache.dtype is dt
+                  and v_cache.dtype is dt and block_table.dtype is torch.int32
+                  and qs[1:] == qt and ks[0] == rows and ks[1:] == kt and vs[0] == rows
+                  and vs[1:] == vt and kcs[1:] == kct and vcs[0] == kcs[0] and vcs[1:] == vct
+                  and len(bts) == 2 and bts[0] >= self.num_seqs and bts[1] >= self._pages_needed
+                  and (self.num_tokens is None or rows >= self.num_tokens)
+                  and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
+                  and k_cache.get_device() == dev and v_cache.get_device() == dev
+                  and block_table.get_device() == dev
+                  and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
+                  and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
+                  and block_table.stride(1) == 1)
+            if ok and sinks is not None:
+                ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
+                      and sinks.get_device() == dev)
+            if ok and out is not None:
+                ok = (out.dtype is dt and out.shape[0] == rows and out.shape[1:] == ot
+                      and out.get_device() == dev and out.stride(2) == 1)
+            if ok and self.spec.return_lse and lse is not None:
+                ok = (lse.dtype is torch.float32 and lse.shape == (rows, self.spec.num_q_heads)
+                      and lse.get_device() == dev)
+            if ok and (mask is not None) != self.spec.masked:
+                ok = False
+            if ok and mask is not None:
+                ok = (mask.dtype is torch.bool and mask.dim() == 1
+                      and mask.shape[0] >= self._mask_entries and mask.get_device() == dev)
+            return ok
+        except (AttributeError, IndexError, TypeError):
+            return False
+
+    def _check(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, k_scale, v_scale, out,
+               lse):
+        """The run's arguments one by one, raising the error that names what is wrong."""
+        s, dev = self.spec, self._index
+        dtype = self.dtype
+        expect("q", q, dtype, dev, (s.num_q_heads, s.head_dim), 1)
+        rows = q.shape[0]
+        if self.num_tokens is not None and rows < self.num_tokens:
+            raise ValueError(f"q has {rows} rows, the planned batch has {self.num_tokens} tokens")
+        expect("k", k, dtype, dev, (rows, s.num_kv_heads, s.head_dim))
+        expect("v", v, dtype, dev, (rows, s.num_kv_heads, s.head_dim_v))
+        expect("k_cache", k_cache, dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim), 1)
+        expect("v_cache", v_cache, dtype, dev, (k_cache.shape[0], s.page_size, s.num_kv_heads,
+                                                s.head_dim_v))
+        expect("block_table", block_table, torch.int32, dev, (), 2)
+        if block_table.shape[0] < s.num_seqs or block_table.shape[1] < self._pages_needed:
+            raise ValueError(f"block_table must be at least [{s.num_seqs}, {self._pages_needed}] "
+                             f"(sequences, pages the planned prefixes need), got "
+                             f"{tuple(block_table.shape)}")
+        if sinks is not None:
+            expect("sinks", sinks, torch.float32, dev, (s.num_q_heads,))
+        if s.masked:
+            if mask is None:
+                raise ValueError("mask is required: the plan was made with mask_indptr")
+            expect("mask", mask, torch.bool, dev, (), 1)
+            if mask.shape[0] < self._mask_entries:
+                raise ValueError(f"mask has {mask.shape[0]} entries, mask_indptr needs {self._mask_entries}")
+        elif mask is not None:
+            raise ValueError("mask given, but the plan was made without mask_indptr")
+        no_fp8(k_scale, v_scale)
+        if out is not None:
+            expect("out", out, dtype, dev, (rows, s.num_q_heads, s.head_dim_v))
+        if s.return_lse and lse is not None:
+            expect("lse", lse, torch.float32, dev, (rows, s.num_q_heads))
+
+    def tiling(self):
+        """The tiles the plan's kernel walks, for the tile model (swattn.tiles): query
+        rows and keys a tile, tokens a block (fewer than its rows where the query heads of
+        a KV group share a block) and the heads the blocks are repeated over."""
+        s = self.spec
+        if self.path == "hopper":
+            from ..ops import extend_hopper
+            return {"block_m": extend_hopper.BLOCK_M, "block_n": extend_hopper.BLOCK_N,
+                    "tokens_per_block": extend_hopper.BLOCK_M, "heads": s.num_q_heads}
+        cfg = s.config
+        if _config.packs_gqa(cfg, s.group):
+            return {"block_m": cfg.block_m, "block_n": cfg.block_n,
+                    "tokens_per_block": cfg.block_m // s.group, "heads": s.num_kv_heads}
+        return {"block_m": cfg.block_m, "block_n": cfg.block_n, "tokens_per_block": cfg.block_m,
+                "heads": s.num_q_heads}
+
+    def _launch(self, has_sinks, tma_new, tma_cache):
+        """The kernel's launch for a run with or without sinks and the TMA loads (bound
+        once each)."""
+        key = (has_sinks, tma_new, tma_cache)
+        launch = self._launches.get(key)
+        if launch is None:
+            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache)
+            bind = self._hopper.HopperExtendLaunch if self.path == "hopper" else _extend.ExtendLaunch
+            dtypes = (self.dtype, None if self.mask_indptr is None else self.mask_indptr.dtype)
+            launch = self._launches[key] = bind(spec, dtypes)
+        return launch
+
+    def replan(self, cu_seqlens, prefix_lens, mask_indptr=None):
+        """Write the next batch's lengths into this plan's buffers, in place: at most
+        ``num_seqs`` sequences (the rest padded with empty ones) and ``max_tokens`` tokens;
+        the rest of the plan (window, kernel, config) is kept. A CUDA graph captured from
+        :meth:`run` then replays with the new lengths."""
+        if self.max_tokens is None:
+            raise ValueError("this plan was made from device tensors it did not read (a "
+                             "one-shot call): make one with plan_extend to replan")
+        cu = host_ints("cu_seqlens", cu_seqlens)
+        prefix = host_ints("prefix_lens", prefix_lens)
+        indptr = host_ints("mask_indptr", mask_indptr) if mask_indptr is not None else None
+        if self.spec.masked != (indptr is not None):
+            raise ValueError("mask_indptr must be given exactly when the plan was made with one")
+        check_extend_lengths(cu, prefix, indptr)
+        if len(prefix) > self.num_seqs:
+            raise ValueError(f"replan with {len(prefix)} sequences: the plan holds {self.num_seqs}")
+        if cu[-1] > self.max_tokens:
+            raise ValueError(f"replan with {cu[-1]} tokens: the plan holds {self.max_tokens}")
+        pad = self.num_seqs - len(prefix)
+        cu, prefix = cu + [cu[-1]] * pad, prefix + [0] * pad
+        self.cu_seqlens.copy_(torch.tensor(cu, dtype=torch.int32), non_blocking=True)
+        self.prefix_lens.copy_(torch.tensor(prefix, dtype=torch.int32), non_blocking=True)
+        if indptr is not None:
+            indptr = indptr + [indptr[-1]] * pad
+            self.mask_indptr.copy_(torch.tensor(indptr, dtype=self.mask_indptr.dtype),
+                                   non_blocking=True)
+        self._host((cu, prefix, indptr))
+
+
+
+def _extend_path(device, dtype, head_dim, head_dim_v, page_size, group, window_left, masked,
+                 deterministic, hopper, config):
+    """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
+    the Hopper path where the config asks for it (or ``hopper=True``) and the plan can take
+    it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
+    fields to change in the chosen one (tests walk every tiling)."""
+    cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
+    tiling_asked = config is not None
+    if isinstance(config, dict):
+        cfg = replace_spec(cfg, **config)
+    elif config is not None:
+        cfg = config
+    if deterministic:
+        if hopper:
+            raise ValueError("hopper=True: the Hopper path cannot take this plan: "
+                             "deterministic=True runs the single-pass kernel")
+        return "single-pass", cfg
+    want = (cfg.hopper and not tiling_asked) if hopper is None else hopper
+    if want:
+        from ..ops import extend_hopper
+        reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
+                                           deterministic)
+        if reason is not None and hopper:
+            raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
+        if reason is None:
+            return "hopper", None
+    return "triton", cfg
+
+
+def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
+                 num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
+                 softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
+                 bounds, config, max_tokens):
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
+                  dtype, kv_dtype, hopper, bounds)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    check_window(window_left, window_right, causal)
+    if keys not in KEYS:
+        raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
+    for name, flag in (("return_lse", return_lse), ("deterministic", deterministic)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    masked = indptr_t is not None
+    path, cfg = _extend_path(device, dtype, head_dim, head_dim_v, page_size,
+                             num_q_heads // num_kv_heads, window_left, masked, deterministic,
+                             hopper, config)
+    spec = _extend.ExtendSpec(
+        num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,
+        window_right=window_right, causal=causal, softcap=float(softcap),
+        qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
+        keys=keys, return_lse=return_lse, masked=masked, deterministic=deterministic,
+        bounds=bounds)
+    host = (cu, prefix, indptr) if cu is not None else None
+    return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens)
+
+
+def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None,
+                page_size, window_left=None, window_right=None, causal=True, softcap=0.0,
+                scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
+                kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
+                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None):
+    """Plan the extend attention of one batch (see :class:`ExtendPlan`).
+
+    Args:
+        cu_seqlens: [B + 1] offsets of each sequence's new tokens (host list or tensor; a
+            GPU tensor is read back once).
+        prefix_lens: [B] cached tokens before each sequence's new ones (likewise).
+        num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size: the layer's sizes
+            (head_dim_v defaults to head_dim).
+        window_left, window_right, causal, softcap, scale, keys, return_lse, deterministic:
+            as :func:`swattn.extend_attention`'s.
+        mask_indptr: [B + 1] offsets of each sequence's custom-mask entries (host); the mask
+            itself comes with each run.
+        kv_dtype: the cache's dtype where it differs from the queries' (not supported yet).
+        block_table, num_pages: a host copy of the block table and the cache's page count:
+            every entry a query will read is checked here, once (a ValueError names it).
+        max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
+        dtype, device: the queries' dtype and device.
+        hopper: None lets the plan choose the kernel; False keeps the portable Triton kernel;
+            True asks for the Hopper path (a ValueError says why a plan cannot take it).
+        bounds, config: verification: the loop-bound variant, and a Config (or a dict of
+            Config fields to change) for the Triton kernel's tiles.
+    """
+    device = resolve_device(device)
+    cu = host_ints("cu_seqlens", cu_seqlens)
+    prefix = host_ints("prefix_lens", prefix_lens)
+    indptr = host_ints("mask_indptr", mask_indptr) if mask_indptr is not None else None
+    check_extend_lengths(cu, prefix, indptr)
+    max_tokens = cu[-1] if max_tokens is None else max_tokens
+    check_int("max_tokens", max_tokens, cu[-1])
+    if block_table is not None:
+        if num_pages is None:
+            raise ValueError("num_pages (the cache's page count) is needed to check block_table")
+        if keys != "new":
+            reads = [((max(p - window_left, 0) if window_left is not None else 0) // page_size,
+                      -(-p // page_size)) if b > a else (0, 0)
+                     for p, a, b in zip(prefix, cu, cu[1:])]
+            check_pages_read(block_table, num_pages, reads)
+    indptr_t = None
+    if indptr is not None:
+        indptr_t = torch.tensor(indptr, dtype=torch.int64)
+        indptr_t = indptr_t.to(device, non_blocking=True) if device.type == "cuda" else indptr_t
+    return _extend_plan(
+        cu, prefix, indptr, to_device(cu, device), to_device(prefix, device), indptr_t,
+        len(prefix), num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
+        window_right=window_right, causal=causal, softcap=softcap, scale=scale, keys=keys,
+        return_lse=return_lse, deterministic=deterministic, kv_dtype=kv_dtype, dtype=dtype,
+        device=device, hopper=hopper, bounds=bounds, config=config, max_tokens=max_tokens)
+
+
+def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
+                    window_left=None, window_right=None, causal=True, softcap=0.0, scale=None,
+                    mask_indptr=None, keys="all", return_lse=False, deterministic=False,
+                    hopper=None, bounds="tight", config=None):
+    """The plan of a one-shot call: sizes from the tensors, and the lengths as the device
+    tensors given, which it neither reads nor copies (no host sync: the kernels read them
+    at launch). Their values are the caller's to keep consistent (as FlashAttention's
+    ``cu_seqlens``); :func:`plan_extend` checks them. A Hopper plan falls back to the
+    Triton kernel when the copy engine cannot take these tensors' strides."""
+    expect_first("q", q, 3)
+    device = q.device
+    dev = device.index if device.type == "cuda" else -1
+    for name, t, dim in (("k", k, 3), ("v", v, 3), ("k_cache", k_cache, 4)):
+        check_rank(name, t, dim)
+    expect("cu_seqlens", cu_seqlens, torch.int32, dev, (), 1)
+    expect("prefix_lens", prefix_lens, torch.int32, dev, (cu_seqlens.shape[0] - 1,))
+    if mask_indptr is not None:
+        check_rank("mask_indptr", mask_indptr, 1)
+        if mask_indptr.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
+        expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (cu_seqlens.shape[0],))
+    options = (window_left, window_right, causal, softcap, scale, keys, return_lse,
+               deterministic, hopper, bounds)
+    key = None
+    if not isinstance(config, dict):
+        # What the plan's choices depend on: sizes, dtype, device, the options (their types
+        # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
+        key = ("extend", q.shape[1:], q.dtype, dev, k.shape[1:], v.shape[1:], k_cache.shape[1:],
+               prefix_lens.shape[0], None if mask_indptr is None else mask_indptr.dtype, options,
+               tuple(map(type, options)),
+               config, q.stride(), k.stride(), v.stride(), k_cache.stride(), v_cache.stride())
+        hit = ONE_SHOT.get(key)
+        if hit is not None:
+            spec, path, launches = hit
+            return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
+                              launches=launches)
+    kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim=q.shape[2],
+                  head_dim_v=v.shape[2], page_size=k_cache.shape[1], window_left=window_left,
+                  window_right=window_right, causal=causal, softcap=softcap, scale=scale,
+                  keys=keys, return_lse=return_lse, deterministic=deterministic, kv_dtype=None,
+                  dtype=q.dtype, device=device, bounds=bounds, config=config, max_tokens=None)
+    if k.shape[1] < 1:
+        raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")
+    plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
+                        prefix_lens.shape[0], hopper=hopper, **kwargs)
+    if plan.path == "hopper" and hopper is None:
+        from ..ops import extend_hopper
+        if isinstance(extend_hopper.descriptors(q, k, v, k_cache, v_cache), str):
+            plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
+                                prefix_lens.shape[0], hopper=False, **kwargs)
+    remember(key, (plan.spec, plan.path, plan._launches))
+    return plan
