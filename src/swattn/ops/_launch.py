@@ -95,8 +95,12 @@ class Descriptor:
     def __init__(self, tensor, build, *args):
         self.tensor, self.build, self.args = tensor, build, args
 
+    def attempt(self):
+        """The descriptor, or None where the copy engine cannot take the tensor."""
+        return self.build(self.tensor, *self.args)
+
     def make(self):
-        desc = self.build(self.tensor, *self.args)
+        desc = self.attempt()
         if desc is None:
             raise ValueError("the copy engine cannot take these tensors' strides (rows of "
                              "heads * dim, 16-byte aligned): make the plan with hopper=False "

@@ -330,10 +330,7 @@ def descriptors(q, k_cache, v_cache):
     docstring), or a sentence saying why the copy engine cannot take the tensors."""
     if q.stride(-1) != 1:
         return "the query's head dim must be contiguous"
-    cache_layout, _ = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
-    rows = min(k_cache.shape[1], BLOCK_N)
-    kc = descriptor(k_cache, rows, cache_layout, "nan")
-    vc = descriptor(v_cache, rows, cache_layout)
+    kc, vc = (d.attempt() for d in lazy_descriptors(q, k_cache, v_cache))
     if kc is None or vc is None:
         return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
     return kc, vc

@@ -733,11 +733,7 @@ def _layouts(dtype, head_dim, page_size):
 def descriptors(q, k, v, k_cache, v_cache):
     """(q, k, v, k_cache, v_cache) descriptors of one launch (the cache's K pads with NaN:
     see the module docstring), or a sentence saying why the copy engine cannot take them."""
-    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
-    rows = min(k_cache.shape[1], BLOCK_N)
-    descs = (descriptor(q, BLOCK_M, tile), descriptor(k, BLOCK_N, tile),
-             descriptor(v, BLOCK_N, tile), descriptor(k_cache, rows, page, "nan"),
-             descriptor(v_cache, rows, page))
+    descs = tuple(d.attempt() for d in lazy_descriptors(q, k, v, k_cache, v_cache))
     if any(d is None for d in descs):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
     return descs

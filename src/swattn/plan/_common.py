@@ -1,12 +1,30 @@
 """What the extend and decode plans share: argument checks, the device, the host lengths'
 device copies, and the choices of one-shot calls remembered by what they depend on."""
 
+import importlib
 from dataclasses import replace
 
 import torch
 
 from ..ops import config as _config
 from ..ops._validate import FLOAT_DTYPES, check_device, check_int, check_scalars
+
+
+class Plan:
+    """What every plan holds: its spec, the kernel path and config it chose, the device and
+    the queries' dtype, and its bound launches (its own, or those the one-shot calls of one
+    choice share); ``hopper_module``: the ``swattn.ops`` module of its Hopper path."""
+
+    def __init__(self, spec, path, device, dtype, launches, hopper_module):
+        self.spec = spec
+        self.path = path
+        self.config = spec.config
+        self.device = device
+        self.dtype = dtype
+        self._index = device.index if device.type == "cuda" else -1
+        self._launches = {} if launches is None else launches
+        self._hopper = (importlib.import_module(f"swattn.ops.{hopper_module}")
+                        if path == "hopper" else None)
 
 
 def resolve_device(device):

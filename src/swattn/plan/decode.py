@@ -9,11 +9,11 @@ from ..ops._common import kernel_scale
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
-from ._common import (ONE_SHOT, check_common, check_rank, expect_first, no_fp8, remember,
+from ._common import (ONE_SHOT, Plan, check_common, check_rank, expect_first, no_fp8, remember,
                       replace_spec, resolve_device, to_device)
 
 
-class DecodePlan:
+class DecodePlan(Plan):
     """One batch's decode attention, planned: made by :func:`plan_decode`.
 
     Attributes: ``path`` (``"hopper"`` or ``"triton"``), ``config``, ``num_splits`` (the
@@ -22,28 +22,17 @@ class DecodePlan:
 
     def __init__(self, spec, path, device, dtype, batch, seq_lens, sparse_keys, host=None,
                  launches=None):
-        self.spec = spec
-        self.path = path
-        self.config = spec.config
+        super().__init__(spec, path, device, dtype, launches, "decode_hopper")
         self.num_splits = spec.num_splits
-        self.device = device
-        self.dtype = dtype
         self.batch = batch
         self.seq_lens = seq_lens
         self.sparse_keys = sparse_keys
-        self._index = device.index if device.type == "cuda" else -1
-        # The bound launches: the plan's own, or shared by the one-shot calls of one choice.
-        self._launches = {} if launches is None else launches
         self._hq = spec.num_kv_heads * spec.group
         self._shapes = ((batch, self._hq, spec.head_dim),
                         (spec.page_size, spec.num_kv_heads, spec.head_dim),
                         (spec.page_size, spec.num_kv_heads, spec.head_dim_v))
         self._out_shape = (batch, self._hq, spec.head_dim_v)
         self._sinks_shape = (self._hq,)
-        self._hopper = None
-        if path == "hopper":
-            from ..ops import decode_hopper
-            self._hopper = decode_hopper
         self._readable = host is not None
         self._pages_needed = max((-(-x // spec.page_size) for x in host), default=0) if host else 0
         parts = None

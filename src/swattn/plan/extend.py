@@ -8,11 +8,11 @@ from ..ops import extend as _extend
 from ..ops._common import kernel_scale
 from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
                              expect, host_ints)
-from ._common import (ONE_SHOT, check_common, check_rank, expect_first, no_fp8, remember,
+from ._common import (ONE_SHOT, Plan, check_common, check_rank, expect_first, no_fp8, remember,
                       replace_spec, resolve_device, to_device)
 
 
-class ExtendPlan:
+class ExtendPlan(Plan):
     """One batch's extend attention, planned: made by :func:`plan_extend`.
 
     Attributes: ``path`` (``"hopper"``: the Gluon kernel for sm_90; ``"triton"``: the
@@ -24,28 +24,17 @@ class ExtendPlan:
 
     def __init__(self, spec, path, device, dtype, cu_seqlens, prefix_lens, mask_indptr,
                  host=None, max_tokens=None, launches=None):
-        self.spec = spec
-        self.path = path
-        self.config = spec.config
-        self.device = device
-        self.dtype = dtype
+        super().__init__(spec, path, device, dtype, launches, "extend_hopper")
         self.cu_seqlens = cu_seqlens
         self.prefix_lens = prefix_lens
         self.mask_indptr = mask_indptr
         self.num_seqs = spec.num_seqs
         self.max_tokens = max_tokens
-        self._index = device.index if device.type == "cuda" else -1
-        # The bound launches: the plan's own, or shared by the one-shot calls of one choice.
-        self._launches = {} if launches is None else launches
         s = spec
         self._tails = ((s.num_q_heads, s.head_dim), (s.num_kv_heads, s.head_dim),
                        (s.num_kv_heads, s.head_dim_v), (s.page_size, s.num_kv_heads, s.head_dim),
                        (s.page_size, s.num_kv_heads, s.head_dim_v), (s.num_q_heads, s.head_dim_v))
         self._sinks_shape = (s.num_q_heads,)
-        self._hopper = None
-        if path == "hopper":
-            from ..ops import extend_hopper
-            self._hopper = extend_hopper
         self._host(host)
 
     def _host(self, host):
