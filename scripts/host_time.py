@@ -2,7 +2,8 @@
 one-shot call and a plan, at the heads of workloads A (gpt-oss: 64/8 heads of 64, window 128,
 sinks) and C-A (its decode), with four sequences of a few tokens so the GPU waits on the host.
 Seven rounds of 500 calls each, back to back after 20 warm-up calls; min and median of the
-rounds' means, in microseconds a call; then a profile of the one-shot extend call.
+rounds' means, in microseconds a call; then a profile of the one-shot extend call. First, the
+host's own speed (one tiny torch op) to compare machines.
 
     PYTHONPATH=src python3 scripts/host_time.py
 """
@@ -30,6 +31,10 @@ def host_us(fn, n=500):
     return f"min {res[0]:.1f} med {res[3]:.1f}"
 
 sinks = torch.randn(64, device="cuda")
+# The host's own speed, for comparing machines: one tiny torch op, and one tensor attribute.
+one = torch.zeros(1, device="cuda")
+print("host baseline: torch add_ on one element, host us", host_us(lambda: one.add_(1)))
+print("host baseline: 100 x tensor.stride(), host us", host_us(lambda: [one.stride() for _ in range(100)]))
 dc = DecodeCase([100, 50, 129, 7], num_q_heads=64, num_kv_heads=8, head_dim=64, head_dim_v=64, page_size=16, window_left=None, dtype=torch.bfloat16, seed=1)
 q, kc, vc, bt, sl = build_decode(dc, "cuda")
 plan = swattn.plan_decode(sl.tolist(), num_q_heads=64, num_kv_heads=8, head_dim=64, page_size=16, window_left=127)

@@ -113,7 +113,6 @@ def _tensor_map(desc, meta):
     strides; ``desc`` a descriptor or a :class:`Descriptor`), encoded once per tensor
     layout: an engine hands over the same caches, and activation buffers at the same
     addresses, layer after layer."""
-    from triton.backends.nvidia.driver import make_tensordesc_arg
     # The metadata is the compiled kernel's for this argument: it fixes the box and the
     # element type; the padding of an argument is always the one its launcher gives it;
     # the tensor's address, shape and strides do the rest.
@@ -126,6 +125,7 @@ def _tensor_map(desc, meta):
     if args is None:
         if len(_TENSOR_MAPS) >= _TENSOR_MAPS_MAX:
             _TENSOR_MAPS.clear()
+        from triton.backends.nvidia.driver import make_tensordesc_arg
         made = desc.make() if type(desc) is Descriptor else desc
         args = _TENSOR_MAPS[key] = make_tensordesc_arg(made, meta)
     return args

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ._common import (causal_key_end, finish, first_key_tile, full_tiles_end, full_tiles_start,
                       load_keys, load_rows, load_whole, right_key_end, scores_log2, softmax_step,
                       valid_page, visible_key_end)
-from ._launch import Launch
-from ._tma import tma_rows
+from ._launch import Descriptor, Launch
+from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
 
 
@@ -573,19 +572,13 @@ def _launcher(spec: ExtendSpec, dtypes):
                   _TENSORS, _INTS, dtypes)
 
 
-def _row_descriptor(t, block_rows, block_cols, padding="zero"):
+def _row_descriptor(t, block_rows, padding="zero"):
     """A TMA descriptor of ``t`` as rows (:func:`._tma.tma_rows`) read in boxes of
-    ``[block_rows, dim]``, padded with ``padding`` past its rows; None where the copy
-    engine cannot take it (also a head dim off the box). Built field by field: tma_rows
-    has checked what the class's own checks would."""
-    view = tma_rows(t) if t.shape[-1] == block_cols else None
-    if view is None:
+    ``[block_rows, dim]``, made only where a launch needs one (:class:`._launch.Descriptor`);
+    None where the copy engine cannot take it (also a head dim off the tile's width)."""
+    if t.shape[-1] != dot_side(t.shape[-1]) or tma_rows(t) is None:
         return None
-    rows, row_stride = view
-    desc = TensorDescriptor.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides = t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1]
-    desc.block_shape, desc.padding = [block_rows, block_cols], padding
-    return desc
+    return Descriptor(t, row_descriptor, block_rows, padding)
 
 
 def descriptors(cfg, k, v, k_cache, v_cache, masked):
@@ -596,11 +589,10 @@ def descriptors(cfg, k, v, k_cache, v_cache, masked):
     none = (None, None)
     if not cfg.tma or not cfg.split_full or masked:
         return none + none
-    width_k, width_v = dot_side(k.shape[-1]), dot_side(v.shape[-1])
 
     def pair(kt, vt, k_padding):
-        dk = _row_descriptor(kt, cfg.block_n, width_k, k_padding)
-        dv = _row_descriptor(vt, cfg.block_n, width_v)
+        dk = _row_descriptor(kt, cfg.block_n, k_padding)
+        dv = _row_descriptor(vt, cfg.block_n)
         return (dk, dv) if dk is not None and dv is not None else none
 
     cached = pair(k_cache, v_cache, "nan") if k_cache.shape[1] % cfg.block_n == 0 else none

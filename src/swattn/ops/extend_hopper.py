@@ -51,7 +51,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .. import window
 from ._common import compile_bound
 from ._launch import Descriptor, Launch
-from ._tma import tma_rows
+from ._tma import row_descriptor
 
 # Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
 # shared memory at d128, so two CTAs an SM). Session 5's probe of B's loop on the H200
@@ -708,18 +708,10 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
 
 
 def descriptor(t, box_rows, layout, padding="zero"):
-    """A Gluon TMA descriptor of ``t`` as rows (extend.tma_rows) read in boxes of
-    [box_rows, dim], padded with ``padding`` past its rows; None where the copy engine
-    cannot take it. Built field by field: :func:`extend.tma_rows` has checked what the
-    class's own checks would (they cost more than the launch)."""
-    view = tma_rows(t)
-    if view is None:
-        return None
-    rows, row_stride = view
-    desc = TensorDescriptor.__new__(TensorDescriptor)
-    desc.base, desc.shape, desc.strides = t, [rows, t.shape[-2] * t.shape[-1]], [row_stride, 1]
-    desc.block_shape, desc.layout, desc.padding = [box_rows, t.shape[-1]], layout, padding
-    return desc
+    """A Gluon TMA descriptor of ``t`` as rows read in boxes of [box_rows, dim] in the
+    shared ``layout``, padded with ``padding`` past its rows; None where the copy engine
+    cannot take it (:func:`._tma.row_descriptor`)."""
+    return row_descriptor(t, box_rows, padding, layout, TensorDescriptor)
 
 
 @functools.lru_cache(maxsize=64)

@@ -23,8 +23,18 @@ class Plan:
         self.dtype = dtype
         self._index = device.index if device.type == "cuda" else -1
         self._launches = {} if launches is None else launches
-        self._hopper = (importlib.import_module(f"swattn.ops.{hopper_module}")
-                        if path == "hopper" else None)
+        self._hopper = _module(hopper_module) if path == "hopper" else None
+
+
+_MODULES = {}
+
+
+def _module(name):
+    """The ``swattn.ops`` module ``name``, imported when a plan first needs it."""
+    module = _MODULES.get(name)
+    if module is None:
+        module = _MODULES[name] = importlib.import_module(f"swattn.ops.{name}")
+    return module
 
 
 def resolve_device(device):

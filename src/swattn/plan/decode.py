@@ -84,14 +84,14 @@ class DecodePlan(Plan):
                   and bts[0] == self.batch and bts[1] >= self._pages_needed
                   and q.get_device() == dev and k_cache.get_device() == dev
                   and v_cache.get_device() == dev and block_table.get_device() == dev
-                  and q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
-                  and block_table.stride(1) == 1)
+                  and q.stride()[2] == 1 and k_cache.stride()[3] == 1 and v_cache.stride()[3] == 1
+                  and block_table.stride()[1] == 1)
             if ok and sinks is not None:
                 ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
                       and sinks.get_device() == dev)
             if ok and out is not None:
                 ok = (out.dtype is dt and out.shape == self._out_shape and out.get_device() == dev
-                      and out.stride(2) == 1)
+                      and out.stride()[2] == 1)
             if ok and self.spec.return_lse and lse is not None:
                 ok = (lse.dtype is torch.float32 and lse.shape == self._out_shape[:2]
                       and lse.get_device() == dev)
@@ -268,11 +268,25 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     block table's capacity without one. Lengths are the caller's to keep consistent with
     the block table; :func:`plan_decode` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
-    expect_first("q", q, 3)
-    dev = q.device.index if q.device.type == "cuda" else -1
-    for name, t, dim in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
-                         ("block_table", block_table, 2)):
-        check_rank(name, t, dim)
+    options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds)
+    key = hit = None
+    if not isinstance(config, dict) and (sparse is None or type(sparse) is tuple):
+        # As extend_plan_for's; the block table's width sets the keys of a full window.
+        try:
+            key = ("decode", q.shape, q.dtype, q.get_device(), k_cache.shape[1:],
+                   v_cache.shape[1:], block_table.shape[1],
+                   0 if sparse is None else sparse[2].shape[1], options,
+                   tuple(map(type, options)), config, q.stride(), k_cache.stride(),
+                   v_cache.stride())
+            hit = ONE_SHOT.get(key)
+        except (AttributeError, IndexError, TypeError, ValueError):
+            key = hit = None  # the checks below say what is wrong
+    if hit is None:
+        expect_first("q", q, 3)
+        for name, t, dim in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
+                             ("block_table", block_table, 2)):
+            check_rank(name, t, dim)
+    dev = q.get_device()
     expect("seq_lens", seq_lens, torch.int32, dev, (q.shape[0],))
     sparse_keys = 0
     if sparse is not None:
@@ -282,18 +296,10 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                                                           if isinstance(sparse, (tuple, list)) else ""))
         check_rank("sparse idx", sparse[2], 2)
         sparse_keys = sparse[2].shape[1]
-    options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds)
-    key = None
-    if not isinstance(config, dict):
-        # As extend_plan_for's; the block table's width sets the keys of a full window.
-        key = ("decode", q.shape, q.dtype, dev, k_cache.shape[1:], v_cache.shape[1:],
-               block_table.shape[1], sparse_keys, options, tuple(map(type, options)), config,
-               q.stride(), k_cache.stride(), v_cache.stride())
-        hit = ONE_SHOT.get(key)
-        if hit is not None:
-            spec, path, launches = hit
-            return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,
-                              launches=launches)
+    if hit is not None:
+        spec, path, launches = hit
+        return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,
+                          launches=launches)
     capacity = block_table.shape[1] * k_cache.shape[1]
     max_keys = capacity if window_left is None or not isinstance(window_left, int) \
         else min(window_left + 1, capacity)

@@ -97,15 +97,15 @@ class ExtendPlan(Plan):
                   and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
                   and k_cache.get_device() == dev and v_cache.get_device() == dev
                   and block_table.get_device() == dev
-                  and q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1
-                  and k_cache.stride(3) == 1 and v_cache.stride(3) == 1
-                  and block_table.stride(1) == 1)
+                  and q.stride()[2] == 1 and k.stride()[2] == 1 and v.stride()[2] == 1
+                  and k_cache.stride()[3] == 1 and v_cache.stride()[3] == 1
+                  and block_table.stride()[1] == 1)
             if ok and sinks is not None:
                 ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
                       and sinks.get_device() == dev)
             if ok and out is not None:
                 ok = (out.dtype is dt and out.shape[0] == rows and out.shape[1:] == ot
-                      and out.get_device() == dev and out.stride(2) == 1)
+                      and out.get_device() == dev and out.stride()[2] == 1)
             if ok and self.spec.return_lse and lse is not None:
                 ok = (lse.dtype is torch.float32 and lse.shape == (rows, self.spec.num_q_heads)
                       and lse.get_device() == dev)
@@ -334,11 +334,30 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     at launch). Their values are the caller's to keep consistent (as FlashAttention's
     ``cu_seqlens``); :func:`plan_extend` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
-    expect_first("q", q, 3)
+    options = (window_left, window_right, causal, softcap, scale, keys, return_lse,
+               deterministic, hopper, bounds)
+    key = None
+    if not isinstance(config, dict):
+        # What the plan's choices depend on: sizes, dtype, device, the options (their types
+        # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
+        # A call with the key of an earlier one skips the checks its run repeats.
+        try:
+            key = ("extend", q.shape[1:], q.dtype, q.get_device(), k.shape[1:], v.shape[1:],
+                   k_cache.shape[1:], prefix_lens.shape[0],
+                   None if mask_indptr is None else mask_indptr.dtype, options,
+                   tuple(map(type, options)), config, q.stride(), k.stride(), v.stride(),
+                   k_cache.stride(), v_cache.stride())
+            hit = ONE_SHOT.get(key)
+        except (AttributeError, IndexError, TypeError):
+            key = hit = None  # not tensors (or options not hashable): the checks below say
+    else:
+        hit = None
+    if hit is None:
+        expect_first("q", q, 3)
+        for name, t, dim in (("k", k, 3), ("v", v, 3), ("k_cache", k_cache, 4)):
+            check_rank(name, t, dim)
     device = q.device
-    dev = device.index if device.type == "cuda" else -1
-    for name, t, dim in (("k", k, 3), ("v", v, 3), ("k_cache", k_cache, 4)):
-        check_rank(name, t, dim)
+    dev = q.get_device()
     expect("cu_seqlens", cu_seqlens, torch.int32, dev, (), 1)
     expect("prefix_lens", prefix_lens, torch.int32, dev, (cu_seqlens.shape[0] - 1,))
     if mask_indptr is not None:
@@ -346,21 +365,10 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         if mask_indptr.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
         expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (cu_seqlens.shape[0],))
-    options = (window_left, window_right, causal, softcap, scale, keys, return_lse,
-               deterministic, hopper, bounds)
-    key = None
-    if not isinstance(config, dict):
-        # What the plan's choices depend on: sizes, dtype, device, the options (their types
-        # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
-        key = ("extend", q.shape[1:], q.dtype, dev, k.shape[1:], v.shape[1:], k_cache.shape[1:],
-               prefix_lens.shape[0], None if mask_indptr is None else mask_indptr.dtype, options,
-               tuple(map(type, options)),
-               config, q.stride(), k.stride(), v.stride(), k_cache.stride(), v_cache.stride())
-        hit = ONE_SHOT.get(key)
-        if hit is not None:
-            spec, path, launches = hit
-            return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
-                              launches=launches)
+    if hit is not None:
+        spec, path, launches = hit
+        return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
+                          launches=launches)
     kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim=q.shape[2],
                   head_dim_v=v.shape[2], page_size=k_cache.shape[1], window_left=window_left,
                   window_right=window_right, causal=causal, softcap=softcap, scale=scale,
