@@ -75,6 +75,10 @@ def _add_prove_arguments(parser):
     parser.add_argument("--quick", action="store_true", help="a small grid (well under a second)")
 
 
+register(from_module(
+    "demo", "serve a tiny gpt-oss-style model through swattn's plan/run API, checked against "
+    "transformers (the main job)", "swattn.demo"))
+
 register(Command(
     "prove", "prove the key-tile bounds exhaustively against the mask (exit 1 on a violation)",
     _add_prove_arguments, lazy("swattn.verify.prove:run")))

@@ -16,8 +16,16 @@ inner dimension in index order, then rounds once to the accumulator's type: ever
 gets the same bits wherever its row and column sit, and bf16 and fp8 operands read as the
 numbers they hold. It applies to every kernel the interpreter runs in the process, and it is
 installed when ``swattn.ops`` is imported under ``TRITON_INTERPRET=1``.
+
+It also patches the language once per launch instead of once per call: the interpreter
+re-patches ``triton.language`` (walking every builtin) at each call of a ``@triton.jit``
+helper, which took two fifths of a launch's time in our kernels (many small helpers, called
+per key tile); within a launch that patch is already in place, so a helper call whose module
+sees only the language modules the launch patched skips it. Numbers are unchanged: the
+patches are the same objects either way.
 """
 
+import inspect
 import os
 
 import numpy as np
@@ -45,11 +53,55 @@ def _dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     return TensorHandle(total.astype(d.data.dtype) + d.data, d.dtype.scalar)
 
 
+_PATCHED = []  # per running launch: the language modules its patch covers
+_LANGS = {}  # a helper's function -> the language modules its globals see
+
+
+def _langs(fn):
+    import triton.language as tl
+
+    got = _LANGS.get(fn)
+    if got is None:
+        got = _LANGS[fn] = frozenset(id(v) for v in fn.__globals__.values()
+                                     if inspect.ismodule(v) and v in (tl, tl.core))
+    return got
+
+
+def _patch_once(interpreter):
+    """The interpreter's ``_patch_lang`` wrapped: a launch (GridExecutor) patches, its
+    helper calls reuse that patch."""
+    patch = interpreter._patch_lang
+    run = interpreter.GridExecutor.__call__
+
+    def patch_lang(fn):
+        langs = _langs(fn)
+        if _PATCHED and langs <= _PATCHED[-1]:
+            return interpreter._LangPatchScope()  # in place for this launch
+        scope = patch(fn)
+        if _PATCHED:
+            _PATCHED[-1] = _PATCHED[-1] | langs
+        return scope
+
+    def grid_call(self, *args, **kwargs):
+        _PATCHED.append(frozenset())
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            _PATCHED.pop()
+
+    patch_lang.swattn = grid_call.swattn = True
+    interpreter._patch_lang = patch_lang
+    interpreter.GridExecutor.__call__ = grid_call
+
+
 def install():
-    """Put :func:`_dot` in the interpreter's builder (once; a no-op off the interpreter)."""
+    """Put :func:`_dot` in the interpreter's builder and patch the language once per launch
+    (once; a no-op off the interpreter)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         return
     from triton.runtime import interpreter
 
     if interpreter.InterpreterBuilder.create_dot is not _dot:
         interpreter.InterpreterBuilder.create_dot = _dot
+    if not getattr(interpreter._patch_lang, "swattn", False):
+        _patch_once(interpreter)

@@ -1,0 +1,86 @@
+"""The demo's progress bar and summary table: rich where installed (``swattn[demo]``),
+plain text otherwise."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+try:
+    import rich.console
+    import rich.progress
+    import rich.table
+except ImportError:  # pragma: no cover - the plain-text fallback
+    rich = None
+
+
+class Progress:
+    """A progress bar of generated tokens: ``update(done, total)``."""
+
+    def __init__(self, total, label):
+        self.total, self.label, self.bar = total, label, None
+
+    def __enter__(self):
+        if rich is not None and sys.stdout.isatty():
+            self.bar = rich.progress.Progress(
+                rich.progress.TextColumn(self.label), rich.progress.BarColumn(),
+                rich.progress.MofNCompleteColumn(), rich.progress.TimeElapsedColumn())
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=self.total)
+        self._printed = 0
+        return self
+
+    def update(self, done, total):
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done)
+        elif done * 4 // total > self._printed:  # a line at each quarter
+            self._printed = done * 4 // total
+            print(f"  {self.label}: {done}/{total} tokens", flush=True)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _rows(engine, requests, rows, check, longest):
+    s = engine.stats
+    out = [("requests", f"{len(requests)} (longest {longest} tokens)"),
+           ("steps", f"{s['steps']} (token budget {engine.token_budget} a step)"),
+           ("tokens computed", f"{s['tokens']} ({s['generated']} generated)"),
+           ("prefix cache", f"{s['cached_tokens']} of {s['prompt_tokens']} prompt tokens "
+                            f"served from cached pages"),
+           ("swattn engine", f"{s['seconds']:.2f} s, {s['generated'] / s['seconds']:.1f} tokens/s")]
+    for name in ("eager", "sdpa"):
+        if name in rows:
+            sec = rows[name]["seconds"]
+            out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} "
+                                                f"tokens/s (one request at a time)"))
+    full, window = engine.pools["full"].peak, engine.pools["window"].peak
+    saved = 1 - window / full if full else 0.0
+    out.append(("pages held (peak)", f"full layers {full}, window layers {window}; a window-"
+                                     f"unaware cache holds {full} in the window layers "
+                                     f"({saved:.0%} saved there)"))
+    tiles, unbounded = s["tiles"], s["tiles_unbounded"]
+    out.append(("key tiles, window layers", f"{tiles} walked; an unbounded kernel walks "
+                                            f"{unbounded} ({tiles / max(unbounded, 1):.2f}x)"))
+    if check is not None:
+        same, total, bad = check
+        out.append(("tokens = eager", f"{same} of {total} requests identical"
+                                      + (f" (differ: {bad})" if bad else "")))
+    return out
+
+
+def summary(engine, requests, rows, check, longest):
+    """The summary table as text."""
+    items = _rows(engine, requests, rows, check, longest)
+    if rich is not None:
+        table = rich.table.Table(title="swattn demo", show_header=False)
+        table.add_column(style="bold")
+        table.add_column()
+        for key, value in items:
+            table.add_row(key, value)
+        buffer = io.StringIO()
+        rich.console.Console(file=buffer, width=110).print(table)
+        return buffer.getvalue().rstrip()
+    width = max(len(k) for k, _ in items)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in items)
