@@ -53,6 +53,31 @@ for hop in (None, False):
 print("  one-shot host us", host_us(lambda: swattn.extend_attention(*t, window_left=127, sinks=sinks, out=out)))
 print("  one-shot deterministic host us", host_us(lambda: swattn.extend_attention(*t, window_left=127, sinks=sinks, out=out, deterministic=True)))
 print("  plan_extend host us", host_us(lambda: swattn.plan_extend([0, 4, 8, 12, 16], [30, 40, 50, 60], num_q_heads=64, num_kv_heads=8, head_dim=64, page_size=16, window_left=127)))
+# Where the Hopper path's run spends its host time: the whole run, the bound launch on
+# descriptors made beforehand, and the compiled kernel's launcher on arguments assembled
+# beforehand (the driver's part).
+from swattn.ops import _launch
+plan = swattn.plan_extend(t[6].tolist(), t[7].tolist(), num_q_heads=64, num_kv_heads=8, head_dim=64, page_size=16, window_left=127, hopper=True)
+plan.run(*t[:6], sinks=sinks, out=out)
+bound = plan._launch(True, False, False)
+descs = plan._hopper.lazy_descriptors(*t[:5])
+call = lambda: bound(t[0], t[5], plan.cu_seqlens, plan.prefix_lens, sinks, out, None, descs, t[3])
+print("Hopper path breakdown: plan.run host us", host_us(lambda: plan.run(*t[:6], sinks=sinks, out=out)))
+print("  bound launch (descriptors made) host us", host_us(call))
+launch = bound.launch
+key = next(k for k in _launch._COMPILED if k[0] == launch.id)
+compiled = _launch._COMPILED[key]
+num_tokens = t[0].shape[0]
+grid = (64, -(-num_tokens // 128) + 4, 1)
+lse_t = out
+tensors = (*descs, t[5], plan.cu_seqlens, plan.prefix_lens, sinks, out, lse_t)
+ints = (t[5].stride(0), out.stride(0), out.stride(1), lse_t.stride(0), t[3].shape[0] * t[3].shape[1])
+print("  assemble + expand host us", host_us(lambda: compiled.expand(launch.assemble(tensors, ints)[1])))
+args = compiled.expand(launch.assemble(tensors, ints)[1])
+stream = torch.cuda.current_stream().cuda_stream
+raw = lambda: compiled.launch(grid[0], grid[1], grid[2], stream, compiled.function, compiled.cooperative, compiled.pdl, None, None, compiled.metadata, None, None, None, *args)
+print("  compiled launcher alone host us", host_us(raw))
+print(f"  the launcher takes {len(args)} arguments")
 pr = cProfile.Profile(); pr.enable()
 for _ in range(2000): swattn.extend_attention(*t, window_left=127, sinks=sinks, out=out)
 pr.disable(); torch.cuda.synchronize(); pstats.Stats(pr).sort_stats("tottime").print_stats(16)

@@ -15,7 +15,7 @@ def test_demo_matches_eager(capsys):
     args = argparse.Namespace(size="cpu", requests=2, seed=3, no_check=False, no_baselines=True)
     assert main.main(args) == 0
     text = capsys.readouterr().out
-    assert "2 of 2 requests identical" in text
+    assert "2 of 2 requests identical" in text and "tokens = eager (float32)" in text
 
 
 def test_engine_pages_and_prefix_cache():

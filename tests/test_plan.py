@@ -308,6 +308,32 @@ def test_sparse_index_outside_the_pool_gives_nan():
 # ---- the interpreter's product ----------------------------------------------------------
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter only")
+def test_interpreter_patches_the_language_once_a_launch(monkeypatch):
+    """One launch patches triton.language once, not at every helper call (hundreds per
+    launch in the extend kernel), and gives the same bits as a fresh patch at every call."""
+    from triton.runtime import interpreter
+
+    case = ExtendCase([9, 30], [5, 17], num_q_heads=4, num_kv_heads=2, head_dim=16,
+                      head_dim_v=16, page_size=4, window_left=7, seed=5)
+    tensors = build_extend(case, DEVICE)
+    fast = swattn.extend_attention(*tensors, window_left=7)
+    calls = []
+    patch_builtin = interpreter._patch_builtin
+    monkeypatch.setattr(interpreter, "_patch_builtin",
+                        lambda *a: calls.append(1) or patch_builtin(*a))
+    swattn.extend_attention(*tensors, window_left=7)
+    assert 0 < len(calls) <= 12, len(calls)
+    # The interpreter's own behaviour: every helper call patches again; the same bits.
+    calls.clear()
+    monkeypatch.setattr(interpreter, "_patch_lang", interpreter._patch_lang.original)
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__",
+                        interpreter.GridExecutor.__call__.original)
+    slow = swattn.extend_attention(*tensors, window_left=7)
+    assert len(calls) > 100
+    assert torch.equal(fast, slow)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter only")
 def test_interpreter_dot_does_not_depend_on_the_rows_place():
     """The product a row gets is the same bits wherever the row sits in the block (NumPy's
     BLAS product failed this for every one of 200 random draws), and bf16 operands are

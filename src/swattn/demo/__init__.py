@@ -10,8 +10,8 @@ against a window-unaware cache, key tiles walked against an unbounded kernel, an
 every request's tokens equal the eager model's greedy generation.
 
 On a machine without a CUDA GPU it runs under Triton's interpreter in fp32 (the embedded
-default, well under two minutes); on a GPU, ``--size gpu`` runs larger sizes in bf16 and
-also times transformers' eager and SDPA generation of the same requests.
+default, well under two minutes); on a GPU it runs larger sizes (``--size gpu``) in bf16 and
+also times transformers' eager and SDPA generation of the same requests in one padded batch.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ SIZES = {
                 top_k=2, vocab=128, page=4, budget=32, requests=6, system=24,
                 user=(5, 14), new=(8, 16), arrivals=2),
     "gpu": dict(hidden=1024, heads=64, kv_heads=8, head_dim=64, layers=8, window=128,
-                experts=8, top_k=2, vocab=4096, page=16, budget=2048, requests=48,
-                system=512, user=(64, 768), new=(128, 384), arrivals=1),
+                experts=8, top_k=2, vocab=4096, page=16, budget=2048, requests=16,
+                system=512, user=(64, 768), new=(96, 192), arrivals=1),
 }
 
 

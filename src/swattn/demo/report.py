@@ -42,7 +42,7 @@ class Progress:
             self.bar.stop()
 
 
-def _rows(engine, requests, rows, check, longest):
+def _rows(engine, requests, rows, check, longest, dtype):
     s = engine.stats
     out = [("requests", f"{len(requests)} (longest {longest} tokens)"),
            ("steps", f"{s['steps']} (token budget {engine.token_budget} a step)"),
@@ -50,11 +50,10 @@ def _rows(engine, requests, rows, check, longest):
            ("prefix cache", f"{s['cached_tokens']} of {s['prompt_tokens']} prompt tokens "
                             f"served from cached pages"),
            ("swattn engine", f"{s['seconds']:.2f} s, {s['generated'] / s['seconds']:.1f} tokens/s")]
-    for name in ("eager", "sdpa"):
-        if name in rows:
-            sec = rows[name]["seconds"]
-            out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} "
-                                                f"tokens/s (one request at a time)"))
+    for name, row in rows.items():
+        if name != "engine":
+            sec = row["seconds"]
+            out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} tokens/s"))
     full, window = engine.pools["full"].peak, engine.pools["window"].peak
     saved = 1 - window / full if full else 0.0
     out.append(("pages held (peak)", f"full layers {full}, window layers {window}; a window-"
@@ -64,15 +63,16 @@ def _rows(engine, requests, rows, check, longest):
     out.append(("key tiles, window layers", f"{tiles} walked; an unbounded kernel walks "
                                             f"{unbounded} ({tiles / max(unbounded, 1):.2f}x)"))
     if check is not None:
-        same, total, bad = check
-        out.append(("tokens = eager", f"{same} of {total} requests identical"
-                                      + (f" (differ: {bad})" if bad else "")))
+        same, total, prefix, tokens = check
+        out.append((f"tokens = eager ({dtype})",
+                    f"{same} of {total} requests identical; {prefix} of {tokens} generated "
+                    f"tokens before a request's first difference"))
     return out
 
 
-def summary(engine, requests, rows, check, longest):
+def summary(engine, requests, rows, check, longest, dtype):
     """The summary table as text."""
-    items = _rows(engine, requests, rows, check, longest)
+    items = _rows(engine, requests, rows, check, longest, dtype)
     if rich is not None:
         table = rich.table.Table(title="swattn demo", show_header=False)
         table.add_column(style="bold")

@@ -1,0 +1,113 @@
+"""SGLang's Triton attention kernels' signatures on swattn's kernels: change the import.
+
+``extend_attention_fwd`` and ``decode_attention_fwd`` take the arguments of
+``sglang/.../triton_ops/extend_attention.py`` and ``decode_attention.py`` (the positional
+order of SGLang 0.5's later releases, with ``k_scale``/``v_scale`` after
+``max_len_extend``), their layouts (a token pool ``k_buffer [tokens, Hkv, D]`` read through
+``kv_indptr``/``kv_indices``; the new tokens packed by ``qo_indptr``) and their semantics:
+
+- ``sliding_window_size`` in SGLang's convention: a query at list position ``q`` sees the
+  key at ``k`` when ``q <= k + sliding_window_size`` (swattn's ``window_left``); -1 = none.
+  The prefix list may hold only the window's tail (``window_kv_offsets``): positions count
+  from the list start, so the window is unchanged.
+- ``custom_mask`` (bool or int8, SGLang's layout: each sequence's ``E x (P + E)`` entries
+  from ``mask_indptr``) replaces causality, the window still applies;
+  ``skip_prefix_custom_mask=True`` keeps every prefix key visible.
+- ``is_causal=False``: the new tokens see each other both ways (within the window).
+- ``sinks``, ``logit_cap`` (soft-cap), ``sm_scale``, ``lse_extend`` (natural log),
+  ``skip_prefix``/``skip_extend`` (partial states for context parallelism).
+- decode's ``attn_logits``/``attn_lse``/``num_kv_splits``/``max_kv_splits`` are SGLang's
+  split scratch: accepted and not used (swattn plans its own split).
+
+Not served (a NotImplementedError, never a wrong answer): fp8 scales other than 1,
+``page_size > 1``, ``xai_temperature_len``, ``score_mod``, a custom mask together with
+``window_kv_offsets``, MLA's shared 4-D buffers, the lean decode.
+
+Each call reads the longest prefix back to the host once (the block table's width): SGLang's
+backend knows it on the host; an engine that wants no sync plans with ``swattn.plan_extend``.
+"""
+
+import torch
+
+from ..api import decode_attention, extend_attention
+from ._paged import require, table_from_indices, unit_scale
+
+
+def _window(sliding_window_size):
+    return None if sliding_window_size is None or sliding_window_size < 0 else int(sliding_window_size)
+
+
+def _mask(custom_mask, mask_indptr, prefix_lens, extend_lens, skip_prefix_custom_mask):
+    """The custom mask as swattn takes it (flat bool, same layout); with
+    ``skip_prefix_custom_mask``, the prefix columns set (device ops, no sync)."""
+    mask = custom_mask if custom_mask.dtype == torch.bool else custom_mask != 0
+    if not skip_prefix_custom_mask:
+        return mask
+    n = mask.numel()
+    index = torch.arange(n, device=mask.device)
+    seq = torch.searchsorted(mask_indptr[1:].to(torch.int64), index, right=True)
+    seq = seq.clamp(max=prefix_lens.shape[0] - 1)
+    width = (prefix_lens + extend_lens).to(torch.int64)[seq]
+    col = (index - mask_indptr[:-1].to(torch.int64)[seq]) % width.clamp(min=1)
+    return mask | (col < prefix_lens.to(torch.int64)[seq])
+
+
+def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
+                         kv_indptr, kv_indices, custom_mask, is_causal, mask_indptr,
+                         max_len_extend, k_scale=None, v_scale=None, sm_scale=None,
+                         logit_cap=0.0, skip_prefix_custom_mask=True, sliding_window_size=-1,
+                         sinks=None, window_kv_offsets=None, xai_temperature_len=-1,
+                         lse_extend=None, skip_prefix=False, skip_extend=False, page_size=1,
+                         score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
+                         identity_kv_indices=False):
+    """SGLang's ``extend_attention_fwd`` on swattn's extend kernel (see the module)."""
+    unit_scale("k_scale", k_scale)
+    unit_scale("v_scale", v_scale)
+    require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
+    require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
+    require(score_mod is None and aux_tensors is None, "score_mod")
+    require(not (skip_prefix and skip_extend), "skip_prefix and skip_extend together")
+    require(custom_mask is None or window_kv_offsets is None or _window(sliding_window_size) is None,
+            "a custom mask with window_kv_offsets")
+    require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
+    table, prefix_lens = table_from_indices(kv_indptr, kv_indices)
+    prefix_lens = prefix_lens.to(torch.int32)
+    cu = qo_indptr.to(torch.int32)
+    window = _window(sliding_window_size)
+    mask = None
+    if custom_mask is not None:
+        mask = _mask(custom_mask, mask_indptr, prefix_lens, cu[1:] - cu[:-1],
+                     skip_prefix_custom_mask)
+    keys = "new" if skip_prefix else "prefix" if skip_extend else "all"
+    causal = bool(is_causal) or custom_mask is not None
+    result = extend_attention(
+        q_extend, k_extend, v_extend, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), table, cu,
+        prefix_lens, window_left=window,
+        window_right=None if causal else window, causal=causal,
+        sinks=None if sinks is None else sinks.to(torch.float32), softcap=float(logit_cap or 0.0),
+        scale=sm_scale, mask=mask, mask_indptr=mask_indptr if mask is not None else None,
+        keys=keys, return_lse=lse_extend is not None, out=o_extend)
+    if lse_extend is not None:
+        lse_extend.copy_(result[1])
+
+
+def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits=None,
+                         attn_lse=None, num_kv_splits=None, max_kv_splits=None, sm_scale=None,
+                         k_scale=None, v_scale=None, logit_cap=0.0, sinks=None,
+                         xai_temperature_len=-1, has_mla=False, use_pdl=False, page_size=1,
+                         score_mod=None, aux_tensors=None, enable_lean=None, lean_Mp=None,
+                         lean_Lp=None, lean_Op=None, lean_locks=None, uneven_batch=None):
+    """SGLang's ``decode_attention_fwd`` on swattn's decode kernel: every key the lists
+    name (SGLang's decode takes its window as the list itself)."""
+    unit_scale("k_scale", k_scale)
+    unit_scale("v_scale", v_scale)
+    require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
+    require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
+    require(score_mod is None and aux_tensors is None, "score_mod")
+    require(not enable_lean, "the lean decode")
+    require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
+    batch = q.shape[0]
+    table, lens = table_from_indices(kv_indptr[:batch + 1], kv_indices)
+    decode_attention(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), table,
+                     lens.to(torch.int32), sinks=None if sinks is None else sinks.to(torch.float32),
+                     softcap=float(logit_cap or 0.0), scale=sm_scale, out=o[:batch])

@@ -1,0 +1,60 @@
+"""vLLM's Triton ``unified_attention`` signature on swattn's extend kernel: change the import.
+
+``unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+softmax_scale, causal, window_size, block_table, softcap, q_descale, k_descale, v_descale,
+..., sinks=None)`` as in ``vllm/v1/attention/ops/triton_unified_attention.py``: ``k``/``v``
+are the paged cache ``[num_blocks, block_size, Hkv, D]`` holding every key, the batch's new
+ones included (vLLM writes them before attending); the queries of sequence b are its last
+``cu_seqlens_q[b + 1] - cu_seqlens_q[b]`` positions of ``seqused_k[b]``; ``window_size =
+(left, right)``, -1 for none, a query at position p seeing keys from ``p - left``;
+``softcap`` 0 = off; ``sinks`` as gpt-oss's. The new tokens' keys are gathered from the
+cache on the device (no host read, graph-capturable), then swattn's extend kernel runs.
+
+The descale arguments apply to fp8 caches, which swattn does not take yet: with fp16/bf16
+caches they are ignored, as vLLM's kernel ignores them there; q_descale must be None. The
+3-D kernel's scratch (``seq_threshold_3D``, ``softmax_segm_*``) is accepted and unused.
+Not served (a NotImplementedError): ALiBi, ``output_scale``, ``qq_bias``, PrefixLM ranges,
+R-SWA, chunked attention, per-token-head scale caches, non-causal calls.
+"""
+
+import torch
+
+from ..api import extend_attention
+from ._paged import require, token_rows
+
+
+def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+                      softmax_scale, causal, window_size, block_table, softcap, q_descale,
+                      k_descale, v_descale, seq_threshold_3D=None, num_par_softmax_segments=None,
+                      softmax_segm_output=None, softmax_segm_max=None, softmax_segm_expsum=None,
+                      alibi_slopes=None, output_scale=None, qq_bias=None, sinks=None,
+                      mm_prefix_range=None, rswa_prefix_lens=None, rswa_window=None,
+                      use_alibi_sqrt=False, kv_quant_mode=None, k_scale_cache=None,
+                      v_scale_cache=None, chunk_lookback=-1, **kwargs):
+    """vLLM's ``unified_attention`` on swattn (see the module); writes ``out``."""
+    require(causal, "causal=False (vLLM's unified attention is causal only)")
+    require(q_descale is None, "q_descale (an fp8 query)")
+    require(not k.dtype.is_floating_point or k.element_size() >= 2, "an fp8 cache")
+    require(alibi_slopes is None and not use_alibi_sqrt, "ALiBi")
+    require(output_scale is None and qq_bias is None, "output_scale / qq_bias")
+    require(mm_prefix_range is None and rswa_prefix_lens is None and rswa_window is None,
+            "PrefixLM ranges / R-SWA")
+    require(k_scale_cache is None and v_scale_cache is None, "per-token-head scale caches")
+    require(chunk_lookback is None or chunk_lookback < 0, "chunked attention")
+    left, right = window_size if window_size is not None else (-1, -1)
+    require(right in (-1, 0), f"window_size right = {right} with causal attention")
+    page = k.shape[1]
+    q_lens = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).to(torch.int32)
+    prefix_lens = seqused_k.to(torch.int32) - q_lens
+    # The new tokens' keys, where vLLM wrote them: token t of sequence b sits at position
+    # prefix_b + i in that sequence's pages.
+    seq, i = token_rows(cu_seqlens_q, q.shape[0])
+    pos = prefix_lens.to(torch.int64)[seq] + i
+    pages = block_table.to(torch.int64)[seq, (pos // page).clamp(min=0, max=block_table.shape[1] - 1)]
+    slots = pos % page
+    k_new, v_new = k[pages, slots], v[pages, slots]
+    extend_attention(q, k_new, v_new, k, v, block_table.to(torch.int32), cu_seqlens_q.to(torch.int32),
+                     prefix_lens, window_left=None if left is None or left < 0 else int(left),
+                     sinks=None if sinks is None else sinks.to(torch.float32),
+                     softcap=float(softcap or 0.0), scale=softmax_scale, out=out)
+    return out

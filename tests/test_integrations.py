@@ -1,0 +1,268 @@
+"""The SGLang- and vLLM-signature drop-ins, tested the way those projects test their own
+Triton kernels: random ragged batches over a shuffled token pool (SGLang) or a paged cache
+with shuffled blocks (vLLM), against a dense float64 attention written here; on the GPU,
+also against the peers' own kernels where they are importable (scripts/peers_path.sh)."""
+
+import math
+
+import pytest
+import torch
+
+from swattn.integrations import sglang as sg
+from swattn.integrations import vllm as vl
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+TOL = 2e-2 if DEVICE == "cuda" else 1e-4
+
+
+def _dense(q, k, v, q_pos, k_pos, *, scale, window=None, right=None, causal=True, mask=None,
+           sinks=None, cap=0.0):
+    """One sequence: q [E, H, D] at positions q_pos, k/v [N, Hkv, D] at k_pos (float64)."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = torch.einsum("ehd,nhd->hen", q, k) * scale
+    if cap:
+        s = cap * torch.tanh(s / cap)
+    d = q_pos[:, None] - k_pos[None, :]
+    keep = torch.ones_like(d, dtype=torch.bool)
+    if mask is not None:
+        keep &= mask
+    elif causal:
+        keep &= d >= 0
+    if window is not None:
+        keep &= d <= window
+    if right is not None:
+        keep &= -d <= right
+    s = s.masked_fill(~keep[None], -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.double()[:, None, None].expand(-1, s.shape[1], 1)], -1)
+    p = torch.softmax(s, -1)[..., :k.shape[0]]
+    lse = torch.logsumexp(s[..., :k.shape[0]], -1).transpose(0, 1)
+    return torch.einsum("hen,nhd->ehd", p, v), lse
+
+
+def _sglang_case(seed, heads=(4, 2), dim=16, batch=3):
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv = heads
+    prefix = torch.randint(0, 40, (batch,), generator=g).tolist()
+    extend = torch.randint(1, 20, (batch,), generator=g).tolist()
+    pool = sum(prefix) + 50
+    k_buffer = torch.randn(pool, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    v_buffer = torch.randn(pool, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    perm = torch.randperm(pool, generator=g)
+    lists, at = [], 0
+    for p in prefix:
+        lists.append(perm[at:at + p])
+        at += p
+    kv_indptr = torch.tensor([0] + list(torch.tensor(prefix).cumsum(0)), dtype=torch.int32)
+    qo_indptr = torch.tensor([0] + list(torch.tensor(extend).cumsum(0)), dtype=torch.int32)
+    total = sum(extend)
+    q = torch.randn(total, hq, dim, generator=g).to(DTYPE).to(DEVICE)
+    k = torch.randn(total, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    v = torch.randn(total, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    sinks = torch.randn(hq, generator=g).to(DEVICE)
+    masks = [torch.rand(e, p + e, generator=g) < 0.6 for p, e in zip(prefix, extend)]
+    return dict(prefix=prefix, extend=extend, k_buffer=k_buffer, v_buffer=v_buffer, lists=lists,
+                kv_indptr=kv_indptr.to(DEVICE), kv_indices=torch.cat(lists).to(torch.int64).to(DEVICE),
+                qo_indptr=qo_indptr.to(DEVICE), q=q, k=k, v=v, sinks=sinks, masks=masks)
+
+
+def _sglang_want(c, *, window=None, causal=True, mask=False, skip_prefix_mask=True, sinks=False,
+                 cap=0.0):
+    outs, lses = [], []
+    scale = c["q"].shape[-1] ** -0.5
+    for b, (p, e) in enumerate(zip(c["prefix"], c["extend"])):
+        rows = slice(int(c["qo_indptr"][b]), int(c["qo_indptr"][b + 1]))
+        idx = c["lists"][b].to(DEVICE)
+        keys = torch.cat([c["k_buffer"][idx], c["k"][rows]])
+        vals = torch.cat([c["v_buffer"][idx], c["v"][rows]])
+        m = None
+        if mask:
+            m = c["masks"][b].clone().to(DEVICE)
+            if skip_prefix_mask:
+                m[:, :p] = True
+        q_pos = torch.arange(p, p + e, device=DEVICE)
+        o, lse = _dense(c["q"][rows], keys, vals, q_pos, torch.arange(p + e, device=DEVICE),
+                        scale=scale, window=window, right=None if causal else window,
+                        causal=causal, mask=m, sinks=c["sinks"] if sinks else None, cap=cap)
+        outs.append(o)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def _rel(got, want):
+    return ((got.double() - want).abs().max() / want.abs().max()).item()
+
+
+SGLANG_CASES = [
+    dict(),
+    dict(window=7),
+    dict(window=7, sinks=True, cap=5.0),
+    dict(causal=False, window=5),
+    dict(mask=True),
+    dict(mask=True, skip_prefix_mask=False, window=9),
+]
+
+
+@pytest.mark.parametrize("opts", SGLANG_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_sglang_extend_against_dense(opts, seed):
+    c = _sglang_case(seed)
+    out = torch.full_like(c["q"], float("nan"))
+    lse = torch.full(c["q"].shape[:2], float("nan"), device=DEVICE)
+    mask = mask_indptr = None
+    if opts.get("mask"):
+        mask = torch.cat([m.flatten() for m in c["masks"]]).to(torch.int8).to(DEVICE)
+        sizes = [m.numel() for m in c["masks"]]
+        mask_indptr = torch.tensor([0] + list(torch.tensor(sizes).cumsum(0)), dtype=torch.int64).to(DEVICE)
+    window = opts.get("window")
+    sg.extend_attention_fwd(
+        c["q"], c["k"], c["v"], out, c["k_buffer"], c["v_buffer"], c["qo_indptr"], c["kv_indptr"],
+        c["kv_indices"], mask, opts.get("causal", True), mask_indptr, max(c["extend"]), 1.0, 1.0,
+        logit_cap=opts.get("cap", 0.0), skip_prefix_custom_mask=opts.get("skip_prefix_mask", True),
+        sliding_window_size=-1 if window is None else window,
+        sinks=c["sinks"] if opts.get("sinks") else None, lse_extend=lse)
+    want, want_lse = _sglang_want(c, **opts)
+    assert _rel(out, want) < TOL
+    assert (lse.double() - want_lse).abs().max().item() < 1e-2
+
+
+def test_sglang_decode_against_dense(seed):
+    c = _sglang_case(seed)
+    batch = len(c["prefix"])
+    lens = torch.tensor(c["prefix"]) + 1  # every list at least one key
+    g = torch.Generator().manual_seed(seed)
+    pool = c["k_buffer"].shape[0]
+    lists = [torch.randperm(pool, generator=g)[:n] for n in lens.tolist()]
+    kv_indptr = torch.tensor([0] + list(lens.cumsum(0)), dtype=torch.int32).to(DEVICE)
+    q = c["q"][:batch].contiguous()
+    out = torch.full_like(q, float("nan"))
+    logits = torch.empty(batch, q.shape[1], 8, q.shape[2], device=DEVICE)
+    sg.decode_attention_fwd(q, c["k_buffer"], c["v_buffer"], out, kv_indptr,
+                            torch.cat(lists).to(DEVICE), logits, logits[..., 0], None, 8,
+                            q.shape[-1] ** -0.5, 1.0, 1.0, logit_cap=3.0, sinks=c["sinks"])
+    for b in range(batch):
+        idx = lists[b].to(DEVICE)
+        n = len(idx)
+        want, _ = _dense(q[b:b + 1], c["k_buffer"][idx], c["v_buffer"][idx],
+                         torch.tensor([n - 1], device=DEVICE), torch.arange(n, device=DEVICE),
+                         scale=q.shape[-1] ** -0.5, sinks=c["sinks"], cap=3.0)
+        assert _rel(out[b:b + 1], want) < TOL
+
+
+def _vllm_case(seed, block=16, batch=3, heads=(4, 2), dim=16):
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv = heads
+    q_lens = [1] + torch.randint(1, 20, (batch - 1,), generator=g).tolist()  # a decode and prefills
+    ctx = torch.randint(0, 50, (batch,), generator=g).tolist()
+    seqused = [c + n for c, n in zip(ctx, q_lens)]
+    pages_each = [-(-s // block) for s in seqused]
+    blocks = sum(pages_each) + 4
+    k = torch.randn(blocks, block, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    v = torch.randn(blocks, block, hkv, dim, generator=g).to(DTYPE).to(DEVICE)
+    perm = torch.randperm(blocks, generator=g)
+    width = max(pages_each) + 2
+    table = torch.zeros(batch, width, dtype=torch.int32)
+    at = 0
+    for b, n in enumerate(pages_each):
+        table[b, :n] = perm[at:at + n]
+        at += n
+    total = sum(q_lens)
+    q = torch.randn(total, hq, dim, generator=g).to(DTYPE).to(DEVICE)
+    cu = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32).to(DEVICE)
+    return dict(q=q, k=k, v=v, table=table.to(DEVICE), cu=cu, q_lens=q_lens, seqused=seqused,
+                seqused_t=torch.tensor(seqused, dtype=torch.int32).to(DEVICE),
+                sinks=torch.randn(hq, generator=g).to(DEVICE))
+
+
+def _vllm_want(c, window, softcap, sinks):
+    outs = []
+    block = c["k"].shape[1]
+    for b, (n, s) in enumerate(zip(c["q_lens"], c["seqused"])):
+        pos = torch.arange(s, device=DEVICE)
+        pages = c["table"][b].long()[pos // block]
+        keys, vals = c["k"][pages, pos % block], c["v"][pages, pos % block]
+        rows = slice(int(c["cu"][b]), int(c["cu"][b + 1]))
+        o, _ = _dense(c["q"][rows], keys, vals, torch.arange(s - n, s, device=DEVICE), pos,
+                      scale=c["q"].shape[-1] ** -0.5, window=window,
+                      sinks=c["sinks"] if sinks else None, cap=softcap)
+        outs.append(o)
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("window,softcap,sinks", [(None, 0.0, False), (9, 0.0, True), (20, 4.0, True)])
+def test_vllm_unified_against_dense(window, softcap, sinks, seed):
+    c = _vllm_case(seed)
+    pad = 3  # rows past the batch (a padded CUDA-graph size) are left alone
+    q = torch.cat([c["q"], torch.randn(pad, *c["q"].shape[1:]).to(c["q"])])
+    out = torch.full_like(q, float("nan"))
+    ones = torch.ones(1, device=DEVICE)
+    vl.unified_attention(q, c["k"], c["v"], out, c["cu"], max(c["q_lens"]), c["seqused_t"],
+                         max(c["seqused"]), q.shape[-1] ** -0.5, True,
+                         (-1, -1) if window is None else (window, 0), c["table"], softcap, None,
+                         ones, ones, sinks=c["sinks"] if sinks else None)
+    total = c["q"].shape[0]
+    assert _rel(out[:total], _vllm_want(c, window, softcap, sinks)) < TOL
+    assert out[total:].isnan().all()
+
+
+def test_drop_ins_refuse_what_they_cannot_serve():
+    c = _vllm_case(0)
+    ones = torch.ones(1, device=DEVICE)
+    out = torch.empty_like(c["q"])
+    args = (c["q"], c["k"], c["v"], out, c["cu"], 1, c["seqused_t"], 1, 1.0)
+    with pytest.raises(NotImplementedError, match="causal"):
+        vl.unified_attention(*args, False, (-1, -1), c["table"], 0, None, ones, ones)
+    with pytest.raises(NotImplementedError, match="ALiBi"):
+        vl.unified_attention(*args, True, (-1, -1), c["table"], 0, None, ones, ones,
+                             alibi_slopes=ones)
+    s = _sglang_case(0)
+    with pytest.raises(NotImplementedError, match="fp8"):
+        sg.extend_attention_fwd(s["q"], s["k"], s["v"], torch.empty_like(s["q"]), s["k_buffer"],
+                                s["v_buffer"], s["qo_indptr"], s["kv_indptr"], s["kv_indices"],
+                                None, True, None, 19, 0.5, 1.0)
+
+
+# ------------------------------------------------------------------------------------------
+# On the GPU: against the peers' own kernels, same inputs (scripts/peers_path.sh).
+# ------------------------------------------------------------------------------------------
+
+def _peer(name):
+    if DEVICE != "cuda":
+        pytest.skip("needs a CUDA GPU (scripts/gpu_check.sh runs these)")
+    try:
+        return __import__(name, fromlist=["_"])
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"{name} not importable: {exc}")
+
+
+@pytest.mark.parametrize("opts", SGLANG_CASES[:4], ids=str)
+def test_sglang_extend_equals_sglang(opts, seed):
+    mod = _peer("sglang.kernels.ops.attention.extend_attention")
+    c = _sglang_case(seed, heads=(8, 2), dim=64)
+    window = opts.get("window")
+    outs = []
+    for fn in (sg.extend_attention_fwd, mod.extend_attention_fwd):
+        out = torch.zeros_like(c["q"])
+        fn(c["q"], c["k"], c["v"], out, c["k_buffer"], c["v_buffer"], c["qo_indptr"],
+           c["kv_indptr"], c["kv_indices"], None, opts.get("causal", True), None,
+           max(c["extend"]), 1.0, 1.0, sm_scale=0.125, logit_cap=opts.get("cap", 0.0),
+           sliding_window_size=-1 if window is None else window,
+           sinks=c["sinks"] if opts.get("sinks") else None)
+        outs.append(out)
+    assert _rel(outs[0], outs[1].double()) < 1e-2
+
+
+def test_vllm_equals_vllm(seed):
+    mod = _peer("vllm.v1.attention.ops.triton_unified_attention")
+    c = _vllm_case(seed, heads=(8, 2), dim=64)
+    ones = torch.ones(1, device=DEVICE)
+    outs = []
+    for fn in (vl.unified_attention, mod.unified_attention):
+        out = torch.zeros_like(c["q"])
+        fn(c["q"], c["k"], c["v"], out, c["cu"], max(c["q_lens"]), c["seqused_t"],
+           max(c["seqused"]), 0.125, True, (9, 0), c["table"], 0, None, ones, ones,
+           sinks=c["sinks"])
+        outs.append(out)
+    assert _rel(outs[0], outs[1].double()) < 1e-2
