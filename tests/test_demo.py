@@ -8,6 +8,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+from conftest import DEVICE  # noqa: E402
 
 
 def test_demo_matches_eager(capsys):
@@ -24,12 +25,13 @@ def test_engine_pages_and_prefix_cache():
     from swattn.demo.main import ENGINE_IMPL, _ENGINES, _register, build_model, make_requests
     size = dict(SIZES["cpu"], layers=2)
     _register()
-    model = build_model(size, 0, torch.device("cpu"), torch.float32)
+    device = torch.device(DEVICE)
+    model = build_model(size, 0, device, torch.float32)
     requests = make_requests(size, 3, 1)
     for r in requests:
         r.max_new = 24
     engine = Engine(model, page_size=size["page"], num_pages=64, token_budget=32,
-                    device=torch.device("cpu"), dtype=torch.float32)
+                    device=device, dtype=torch.float32)
     model.set_attn_implementation(ENGINE_IMPL)
     _ENGINES.append(engine)
     try:

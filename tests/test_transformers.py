@@ -91,19 +91,32 @@ def test_logits_match_eager(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_generation_is_identical(family):
+    """fp32 (CPU): the 16 tokens are identical. bf16 (GPU): identical up to a step where
+    eager's own logits hold a near tie between its token and ours (bf16 rounds the two
+    attentions differently; greedy then picks either), and from there on each run follows
+    its own token."""
     model = _model(family)
     ids, mask = _batch()
 
     def generate():
         return model.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False,
-                              pad_token_id=0)
+                              pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 
     want = _run(model, "eager", generate)
-    got = _run(model, "swattn", generate)
-    new = want[:, PROMPT:]
+    got = _run(model, "swattn", generate).sequences
+    new = want.sequences[:, PROMPT:]
     assert new.shape[1] == 16
     assert len(set(new.flatten().tolist())) >= 4, "degenerate generation: the test would not see a difference"
-    assert torch.equal(got, want)
+    if not GPU:
+        assert torch.equal(got, want.sequences)
+        return
+    for row in range(got.shape[0]):
+        differ = (got[row, PROMPT:] != new[row]).nonzero()
+        if len(differ):
+            step = int(differ[0])
+            logits = want.logits[step][row].float()
+            gap = (logits[new[row, step]] - logits[got[row, PROMPT + step]]).item()
+            assert 0 <= gap <= TOL * logits.abs().max().item(), (row, step, gap)
 
 
 def _static_steps(model, ids):

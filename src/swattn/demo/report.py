@@ -51,7 +51,11 @@ def _rows(engine, requests, rows, check, longest, dtype):
                             f"served from cached pages"),
            ("swattn engine", f"{s['seconds']:.2f} s, {s['generated'] / s['seconds']:.1f} tokens/s")]
     for name, row in rows.items():
-        if name != "engine":
+        if name == "engine":
+            continue
+        if "error" in row:
+            out.append((f"transformers {name}", f"not run: {row['error']}"))
+        else:
             sec = row["seconds"]
             out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} tokens/s"))
     full, window = engine.pools["full"].peak, engine.pools["window"].peak

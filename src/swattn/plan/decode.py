@@ -281,7 +281,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
             hit = ONE_SHOT.get(key)
         except (AttributeError, IndexError, TypeError, ValueError):
             key = hit = None  # the checks below say what is wrong
-    if hit is None:
+    if hit is None or key[3] < 0:  # (CPU tensors: only under the interpreter, said each call)
         expect_first("q", q, 3)
         for name, t, dim in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
                              ("block_table", block_table, 2)):

@@ -352,7 +352,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
             key = hit = None  # not tensors (or options not hashable): the checks below say
     else:
         hit = None
-    if hit is None:
+    if hit is None or key[3] < 0:  # (CPU tensors: only under the interpreter, said each call)
         expect_first("q", q, 3)
         for name, t, dim in (("k", k, 3), ("v", v, 3), ("k_cache", k_cache, 4)):
             check_rank(name, t, dim)
