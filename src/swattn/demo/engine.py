@@ -157,7 +157,8 @@ class Engine:
         self.prefix = PrefixCache(self.pools, page_size, self.window_left)
         self.step_state = None
         self.stats = dict(steps=0, tokens=0, generated=0, prompt_tokens=0, cached_tokens=0,
-                          tiles=0, tiles_unbounded=0, window_pages_dropped=0, seconds=0.0)
+                          tiles=0, tiles_unbounded=0, window_pages_dropped=0, seconds=0.0,
+                          plan_seconds=0.0, forward_seconds=0.0)
 
     # -- pages ---------------------------------------------------------------------------
     def _admit(self, seq):
@@ -290,15 +291,19 @@ class Engine:
             if not running:
                 step += 1
                 continue
+            t0 = time.perf_counter()
             batch = self._schedule(running)
             state, ids, positions, cu = self._plan(batch)
             self.step_state = state
+            t1 = time.perf_counter()
             with torch.no_grad():
                 logits = self.model(input_ids=ids, position_ids=positions, use_cache=False,
                                     logits_to_keep=0).logits[0]
             self.step_state = None
             ends = torch.tensor([c - 1 for c in cu[1:]], device=logits.device)
-            picks = logits[ends].argmax(-1).tolist()
+            picks = logits[ends].argmax(-1).tolist()  # waits for the step
+            self.stats["plan_seconds"] += t1 - t0
+            self.stats["forward_seconds"] += time.perf_counter() - t1
             for (seq, n), token in zip(batch, picks):
                 seq.computed += n
                 self.stats["tokens"] += n

@@ -110,6 +110,22 @@ def _agreement(want, got):
     return same, len(want), prefix, sum(len(w) for w in want.values())
 
 
+def _serve(model, size, requests, device, dtype, label=None):
+    """Run ``requests`` through a fresh engine on ``model``: (engine, {rid: tokens})."""
+    pages = sum(-(-(len(r.prompt) + r.max_new) // size["page"]) for r in requests) + 8
+    engine = Engine(model, page_size=size["page"], num_pages=pages, token_budget=size["budget"],
+                    device=device, dtype=dtype)
+    model.set_attn_implementation(ENGINE_IMPL)
+    _ENGINES.append(engine)
+    try:
+        if label is None:
+            return engine, engine.run(requests)
+        with Progress(sum(r.max_new for r in requests), label) as bar:
+            return engine, engine.run(requests, progress=bar.update)
+    finally:
+        _ENGINES.pop()
+
+
 def main(args):
     from . import SIZES as sizes_of
     gpu = torch.cuda.is_available()
@@ -123,28 +139,27 @@ def main(args):
     model = build_model(size, args.seed, device, dtype)
     requests = make_requests(size, size["requests"], args.seed + 1)
     longest = max(len(r.prompt) + r.max_new for r in requests)
-    pages = sum(-(-(len(r.prompt) + r.max_new) // size["page"]) for r in requests) + 8
-    engine = Engine(model, page_size=size["page"], num_pages=pages, token_budget=size["budget"],
-                    device=device, dtype=dtype)
-    total = sum(r.max_new for r in requests)
     print(f"swattn demo: {len(requests)} requests on a gpt-oss-style model ({size['layers']} layers, "
           f"window {size['window']}, {size['heads']}/{size['kv_heads']} heads of {size['head_dim']}, "
           f"sinks), {device.type}, {str(dtype)[6:]}"
           + (" under Triton's interpreter" if not gpu else ""))
-    model.set_attn_implementation(ENGINE_IMPL)
-    _ENGINES.append(engine)
-    try:
-        with Progress(total, "generating") as bar:
-            done = engine.run(requests, progress=bar.update)
-    finally:
-        _ENGINES.pop()
+    engine, done = _serve(model, size, requests, device, dtype, "generating")
     rows = {"engine": engine.stats}
-    check = None
+    checks = []
     if not args.no_check:
         # Each request alone: no padding in the eager run, the exact comparison.
         want, seconds = _generate(model, requests, "eager", device, batched=False)
         rows["eager, one request at a time"] = {"seconds": seconds}
-        check = _agreement(want, done)
+        checks.append((str(dtype)[6:], _agreement(want, done)))
+        if dtype != torch.float32:
+            # bf16 rounds the two attentions differently and random weights leave many near
+            # ties, so greedy paths part early: the exact check runs in fp32, on a few.
+            few = requests[:4]
+            model32 = model.float()
+            _, got = _serve(model32, size, few, device, torch.float32)
+            want, _ = _generate(model32, few, "eager", device, batched=False)
+            checks.append(("float32 check run", _agreement(want, got)))
+            model = model32.to(dtype)
     if gpu and not args.no_baselines:
         for impl in ("eager", "sdpa"):
             try:
@@ -153,7 +168,6 @@ def main(args):
                 rows[f"{impl}, one padded batch"] = {"error": str(exc).split(".")[0]}
                 continue
             rows[f"{impl}, one padded batch"] = {"seconds": seconds}
-    print(summary(engine, requests, rows, check, longest, str(dtype)[6:]))
-    # fp32 must match exactly; in bf16 the kernels round in another order than eager
-    # attention, and greedy choices between near-equal logits may part (reported).
-    return 0 if check is None or check[0] == check[1] or dtype != torch.float32 else 1
+    print(summary(engine, requests, rows, checks, longest))
+    exact = [c for label, c in checks if label.startswith("float32")]
+    return 0 if all(c[0] == c[1] for c in exact) else 1

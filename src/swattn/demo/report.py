@@ -42,14 +42,16 @@ class Progress:
             self.bar.stop()
 
 
-def _rows(engine, requests, rows, check, longest, dtype):
+def _rows(engine, requests, rows, checks, longest):
     s = engine.stats
     out = [("requests", f"{len(requests)} (longest {longest} tokens)"),
            ("steps", f"{s['steps']} (token budget {engine.token_budget} a step)"),
            ("tokens computed", f"{s['tokens']} ({s['generated']} generated)"),
            ("prefix cache", f"{s['cached_tokens']} of {s['prompt_tokens']} prompt tokens "
                             f"served from cached pages"),
-           ("swattn engine", f"{s['seconds']:.2f} s, {s['generated'] / s['seconds']:.1f} tokens/s")]
+           ("swattn engine", f"{s['seconds']:.2f} s, {s['generated'] / s['seconds']:.1f} tokens/s "
+                             f"(planning on the host {s['plan_seconds']:.2f} s, the model's "
+                             f"forward {s['forward_seconds']:.2f} s)")]
     for name, row in rows.items():
         if name == "engine":
             continue
@@ -66,17 +68,16 @@ def _rows(engine, requests, rows, check, longest, dtype):
     tiles, unbounded = s["tiles"], s["tiles_unbounded"]
     out.append(("key tiles, window layers", f"{tiles} walked; an unbounded kernel walks "
                                             f"{unbounded} ({tiles / max(unbounded, 1):.2f}x)"))
-    if check is not None:
-        same, total, prefix, tokens = check
-        out.append((f"tokens = eager ({dtype})",
+    for label, (same, total, prefix, tokens) in checks:
+        out.append((f"tokens = eager ({label})",
                     f"{same} of {total} requests identical; {prefix} of {tokens} generated "
                     f"tokens before a request's first difference"))
     return out
 
 
-def summary(engine, requests, rows, check, longest, dtype):
+def summary(engine, requests, rows, checks, longest):
     """The summary table as text."""
-    items = _rows(engine, requests, rows, check, longest, dtype)
+    items = _rows(engine, requests, rows, checks, longest)
     if rich is not None:
         table = rich.table.Table(title="swattn demo", show_header=False)
         table.add_column(style="bold")
