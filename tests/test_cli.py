@@ -86,19 +86,20 @@ def test_prove_quick_json(capsys):
     assert set(result["loops"]) == {"stage1", "stage2", "unified", "decode"}
 
 
-@pytest.mark.parametrize("argv,expected", [([], []), (["--quick"], ["--quick"]),
-                                           (["--json", "--quick"], ["--json", "--quick"])],
-                         ids=["no-arguments", "quick", "json-quick"])
-def test_no_subcommand_runs_prove(argv, expected, monkeypatch):
+@pytest.mark.parametrize("argv,expected", [([], []), (["--no-check"], ["--no_check"]),
+                                           (["--no-check", "--no-baselines"],
+                                            ["--no_baselines", "--no_check"])],
+                         ids=["no-arguments", "no-check", "two-flags"])
+def test_no_subcommand_runs_demo(argv, expected, monkeypatch):
     seen = []
-    original = cli.COMMANDS["prove"]
+    original = cli.COMMANDS["demo"]
 
     def fake_run(args):
         seen.append(sorted(f"--{k}" for k, v in vars(args).items() if v is True))
         return 7
 
-    monkeypatch.setitem(cli.COMMANDS, "prove", cli.Command("prove", original.help,
-                                                           original.add_arguments, fake_run))
+    monkeypatch.setitem(cli.COMMANDS, "demo", cli.Command("demo", original.help,
+                                                          original.add_arguments, fake_run))
     assert cli.main(argv) == 7
     assert seen == [sorted(expected)]
 

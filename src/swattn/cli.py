@@ -11,7 +11,7 @@ Subcommands live in one registry, :data:`COMMANDS`; adding one is one ``register
 
 Nothing heavy (torch, triton, even numpy) is imported until a command runs, so
 ``swattn --help`` and ``swattn tiles`` start at once. With no subcommand, ``swattn``
-runs ``prove`` on the embedded default grid.
+runs ``demo`` on its embedded default (``swattn prove`` proves the loop bounds).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-DEFAULT_COMMAND = "prove"
+DEFAULT_COMMAND = "demo"
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,8 @@ register(Command("bench", "time the kernels and the peers on the named workloads
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="swattn",
-        description="swattn: sliding-window attention kernels, their bound prover and tile model. "
+        description="swattn: sliding-window attention kernels for LLM serving, the engine demo, "
+                    "the bound prover and the tile model. "
                     f"With no command, runs '{DEFAULT_COMMAND}'.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS.values():
