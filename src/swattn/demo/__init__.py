@@ -20,7 +20,7 @@ import os
 
 SIZES = {
     # name: model sizes, pages and budget, requests
-    "cpu": dict(hidden=64, heads=8, kv_heads=1, head_dim=16, layers=4, window=16, experts=4,
+    "cpu": dict(hidden=64, heads=8, kv_heads=1, head_dim=16, layers=4, window=8, experts=4,
                 top_k=2, vocab=128, page=4, budget=32, requests=6, system=24,
                 user=(5, 14), new=(8, 16), arrivals=2),
     "gpu": dict(hidden=1024, heads=64, kv_heads=8, head_dim=64, layers=8, window=128,

@@ -26,9 +26,9 @@ Host reads: a batch without padding costs none. A padded batch reads its 2D mask
 per forward and mask (the mask function runs once per forward; every layer reuses what it
 read).
 
-Continuous batching (``generate_batch``) in the transformers versions of the tested range
-runs only through its own ``paged|...`` implementations; registering one for swattn is not
-part of this module: see docs/integrations/transformers.md.
+Continuous batching (``generate_batch``) runs through transformers' ``paged|...``
+implementations; a ``paged|swattn`` one is not written yet (docs/integrations/transformers.md
+says why).
 """
 
 import weakref
