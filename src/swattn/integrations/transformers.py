@@ -26,9 +26,12 @@ Host reads: a batch without padding costs none. A padded batch reads its 2D mask
 per forward and mask (the mask function runs once per forward; every layer reuses what it
 read).
 
-Continuous batching (``generate_batch``) runs through transformers' ``paged|...``
-implementations; a ``paged|swattn`` one is not written yet (docs/integrations/transformers.md
-says why).
+Continuous batching (``generate_batch``): transformers switches a model to ``paged|<its
+implementation>``; ``paged|swattn`` is registered too. Its attention function lets
+transformers' paged cache store the new keys and hand back each request's keys (the window's
+tail for sliding layers) packed by ``cu_seq_lens_k``, and runs swattn's extend kernel over
+them: a block table of one-token pages built on the device from the lengths transformers
+passes (no host read).
 """
 
 import weakref
@@ -36,6 +39,7 @@ import weakref
 import torch
 
 from ..api import extend_attention
+from ._paged import token_rows
 
 try:
     import transformers
@@ -200,6 +204,40 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     return out.view(batch, num_queries, num_q_heads, head_dim_v), None
 
 
+def swattn_paged_attention(module, query, key, value, attention_mask, cache=None,
+                           cu_seq_lens_q=None, cu_seq_lens_k=None, max_seqlen_q=None,
+                           max_seqlen_k=None, read_index=None, write_index=None,
+                           block_table=None, dropout=0.0, scaling=None, sliding_window=None,
+                           softcap=None, s_aux=None, **kwargs):
+    """``paged|swattn``: transformers' continuous batching. query/key/value ``[1, H, T, D]``
+    (the step's packed tokens); returns ``([1, T, Hq, Dv], None)``."""
+    if cache is None or read_index is None:
+        raise ValueError("attn_implementation='paged|swattn' runs inside transformers' "
+                         "continuous batching (its paged cache); use 'swattn' otherwise")
+    if dropout and module.training:
+        raise NotImplementedError("attn_implementation='swattn' runs no attention dropout")
+    # The cache stores the new keys and returns each request's keys, packed, the new last.
+    k, v = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx,
+                        read_index=read_index, write_index=write_index)
+    kind = "sliding_attention" if sliding_window else "full_attention"
+    if isinstance(cu_seq_lens_k, dict):
+        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[kind], max_seqlen_k[kind]
+    num_tokens = query.shape[2]
+    q = query[0].transpose(0, 1).contiguous()
+    cu_q, cu_k = cu_seq_lens_q.to(torch.int64), cu_seq_lens_k.to(torch.int64)
+    prefix = (cu_k[1:] - cu_k[:-1]) - (cu_q[1:] - cu_q[:-1])
+    seq, i = token_rows(cu_q, num_tokens)
+    rows = cu_k[:-1][seq] + prefix[seq] + i
+    k, v = k.contiguous(), v.contiguous()
+    table = (cu_k[:-1, None] + torch.arange(max(int(max_seqlen_k), 1), device=k.device)[None])
+    out = extend_attention(q, k[rows], v[rows], k.unsqueeze(1), v.unsqueeze(1),
+                           table.to(torch.int32), cu_q.to(torch.int32), prefix.to(torch.int32),
+                           window_left=None if not sliding_window else sliding_window - 1,
+                           sinks=None if s_aux is None else s_aux.to(torch.float32),
+                           softcap=float(softcap or 0.0), scale=scaling)
+    return out[None], None
+
+
 def tested_version(version=None):
     """Whether ``version`` (default the installed transformers) is in the tested range."""
     major, minor = (int(x) for x in (version or transformers.__version__).split(".")[:2])
@@ -208,3 +246,4 @@ def tested_version(version=None):
 
 AttentionInterface.register(NAME, swattn_attention)
 AttentionMaskInterface.register(NAME, swattn_mask)
+AttentionInterface.register(f"paged|{NAME}", swattn_paged_attention)
