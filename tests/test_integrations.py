@@ -103,6 +103,7 @@ SGLANG_CASES = [
     dict(causal=False, window=5),
     dict(mask=True),
     dict(mask=True, skip_prefix_mask=False, window=9),
+    dict(mask=True, causal=False, window=6),  # the window bounds the new keys both ways
 ]
 
 
@@ -126,6 +127,29 @@ def test_sglang_extend_against_dense(opts, seed):
     want, want_lse = _sglang_want(c, **opts)
     assert _rel(out, want) < TOL
     assert (lse.double() - want_lse).abs().max().item() < 1e-2
+
+
+def _sglang_call(c, **kwargs):
+    out = torch.full_like(c["q"], float("nan"))
+    args = dict(kv_indices=c["kv_indices"], sliding_window_size=-1)
+    args.update(kwargs)
+    sg.extend_attention_fwd(c["q"], c["k"], c["v"], out, c["k_buffer"], c["v_buffer"],
+                            c["qo_indptr"], c["kv_indptr"], args.pop("kv_indices"), None, True,
+                            None, max(c["extend"]), 1.0, 1.0, **args)
+    return out
+
+
+def test_sglang_window_zero_is_none_and_identity_indices(seed):
+    """SGLang reads sliding_window_size 0 as no window; identity_kv_indices reads each
+    prefix densely from kv_indptr[b] and never the index list."""
+    c = _sglang_case(seed)
+    assert torch.equal(_sglang_call(c, sliding_window_size=0), _sglang_call(c))
+    c["kv_indices"] = torch.arange(int(c["kv_indptr"][-1]), device=DEVICE)
+    c["lists"] = [c["kv_indices"][int(a):int(b)].cpu() for a, b in zip(c["kv_indptr"][:-1], c["kv_indptr"][1:])]
+    dense = _sglang_call(c)
+    assert _rel(dense, _sglang_want(c)[0]) < TOL
+    garbage = torch.zeros_like(c["kv_indices"])
+    assert torch.equal(_sglang_call(c, kv_indices=garbage, identity_kv_indices=True), dense)
 
 
 def test_sglang_decode_against_dense(seed):

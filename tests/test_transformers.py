@@ -39,6 +39,9 @@ def _config(family):
             layer_types=["sliding_attention", "sliding_attention", "full_attention"])
     if family == "llama":
         return transformers.LlamaConfig(**small, num_hidden_layers=2)
+    if family == "phimoe":  # builds a window mask, passes its layers no sliding_window
+        return transformers.PhimoeConfig(**small, num_hidden_layers=2, sliding_window=WINDOW,
+                                         num_local_experts=4, num_experts_per_tok=2)
     raise ValueError(family)
 
 
@@ -74,7 +77,7 @@ def _run(model, impl, fn):
         return fn()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + ("phimoe",))
 def test_logits_match_eager(family):
     model = _model(family)
     ids, mask = _batch()

@@ -173,7 +173,8 @@ class Engine:
                 seq.pages["window"].append(entry["window"])
             else:
                 seq.pages["window"].append(-1)
-        seq.computed = seq.cached_tokens = seq.inserted = len(chain) * P
+        seq.computed = seq.cached_tokens = len(chain) * P
+        seq.inserted = len(chain)  # pages
         self.stats["cached_tokens"] += seq.cached_tokens
         self.stats["prompt_tokens"] += len(seq.req.prompt)
 

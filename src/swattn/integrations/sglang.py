@@ -11,8 +11,10 @@ order of SGLang 0.5's later releases, with ``k_scale``/``v_scale`` after
   The prefix list may hold only the window's tail (``window_kv_offsets``): positions count
   from the list start, so the window is unchanged.
 - ``custom_mask`` (bool or int8, SGLang's layout: each sequence's ``E x (P + E)`` entries
-  from ``mask_indptr``) replaces causality, the window still applies;
-  ``skip_prefix_custom_mask=True`` keeps every prefix key visible.
+  from ``mask_indptr``) replaces causality, the window still applies (both ways when
+  ``is_causal=False``, as SGLang's); ``skip_prefix_custom_mask=True`` keeps every prefix key
+  visible. ``identity_kv_indices=True``: each prefix lies densely in the pool from
+  ``kv_indptr[b]`` (``kv_indices`` unread).
 - ``is_causal=False``: the new tokens see each other both ways (within the window).
 - ``sinks``, ``logit_cap`` (soft-cap), ``sm_scale``, ``lse_extend`` (natural log),
   ``skip_prefix``/``skip_extend`` (partial states for context parallelism).
@@ -34,7 +36,8 @@ from ._paged import require, table_from_indices, unit_scale
 
 
 def _window(sliding_window_size):
-    return None if sliding_window_size is None or sliding_window_size < 0 else int(sliding_window_size)
+    """SGLang's window (``q <= k + size``; 0 or less: none) as swattn's ``window_left``."""
+    return None if sliding_window_size is None or sliding_window_size <= 0 else int(sliding_window_size)
 
 
 def _mask(custom_mask, mask_indptr, prefix_lens, extend_lens, skip_prefix_custom_mask):
@@ -70,6 +73,8 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     require(custom_mask is None or window_kv_offsets is None or _window(sliding_window_size) is None,
             "a custom mask with window_kv_offsets")
     require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
+    if identity_kv_indices:  # the prefixes lie densely in the pool from kv_indptr[b] on
+        kv_indices = torch.arange(k_buffer.shape[0], device=k_buffer.device)
     table, prefix_lens = table_from_indices(kv_indptr, kv_indices)
     prefix_lens = prefix_lens.to(torch.int32)
     cu = qo_indptr.to(torch.int32)
@@ -79,7 +84,7 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
         mask = _mask(custom_mask, mask_indptr, prefix_lens, cu[1:] - cu[:-1],
                      skip_prefix_custom_mask)
     keys = "new" if skip_prefix else "prefix" if skip_extend else "all"
-    causal = bool(is_causal) or custom_mask is not None
+    causal = bool(is_causal)  # with a mask too: it then says whether the window is one-sided
     result = extend_attention(
         q_extend, k_extend, v_extend, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), table, cu,
         prefix_lens, window_left=window,

@@ -53,7 +53,8 @@ NAME = "swattn"
 TESTED = ((5, 17), (5, 24))  # the transformers versions the tests ran on, inclusive
 
 # The layout of a padded batch, read from its 2D mask once per mask tensor (one forward).
-# Keyed by the mask's id, holding a weak reference to tell a new tensor at a reused id.
+# What a mask tensor told (its window, its layout), keyed by (id, what), with a weak
+# reference to tell a new tensor at a reused id.
 _LAYOUTS = {}
 
 
@@ -61,16 +62,24 @@ def _is_sliding_overlay(fn):
     return getattr(fn, "__qualname__", "").startswith("sliding_window_overlay.")
 
 
+def _overlay_width(fn):
+    """The ``sliding_window`` a sliding-window overlay closes over."""
+    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    return int(cells["sliding_window"])
+
+
 def _check_mask_function(mask_function):
     """The mask functions swattn's kernels apply themselves: causal, or causal with a
-    sliding window (its width arrives with the layer's ``sliding_window``)."""
+    sliding window. Returns the window's width (transformers' ``sliding_window``) or None."""
     if mask_function is causal_mask_function:
-        return
+        return None
     cells = getattr(mask_function, "__closure__", None) or ()
     parts = [c.cell_contents for c in cells if isinstance(c.cell_contents, tuple)]
     if len(parts) == 1 and all(f is causal_mask_function or _is_sliding_overlay(f)
                                for f in parts[0]):
-        return
+        widths = [_overlay_width(f) for f in parts[0] if _is_sliding_overlay(f)]
+        if len(widths) <= 1:
+            return widths[0] if widths else None
     raise NotImplementedError(
         "attn_implementation='swattn' serves causal and sliding-window masks with padding; "
         f"this model asked for another mask ({getattr(mask_function, '__qualname__', mask_function)}): "
@@ -79,19 +88,31 @@ def _check_mask_function(mask_function):
 
 def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
                 mask_function=causal_mask_function, attention_mask=None, **kwargs):
-    """The mask transformers hands to each layer: None without padding, else the 2D padding
-    mask cut to the keys the layer sees (the kernel applies causality and the window)."""
-    _check_mask_function(mask_function)
+    """The mask transformers hands to each layer: the 2D padding mask cut to the keys the
+    layer sees (the kernel applies causality and the window), None for a causal mask without
+    padding. A sliding-window mask always comes as a 2D mask (all ones without padding) whose
+    window :func:`swattn_attention` reads: some models build one but pass the layer no
+    ``sliding_window``."""
+    window = _check_mask_function(mask_function)
     if isinstance(q_offset, torch.Tensor) or q_offset + q_length != kv_offset + kv_length:
         raise NotImplementedError(
             "attn_implementation='swattn' needs the queries at the end of the keys (the "
             "dynamic cache); a static cache is not supported")
     if attention_mask is None:
-        return None
-    attention_mask = attention_mask[:, -kv_length:]
-    if attention_mask.shape[1] == kv_length and bool(attention_mask.all()):
-        return None
-    return attention_mask
+        if window is None:
+            return None
+        mask, all_valid = torch.ones(batch_size, kv_length, dtype=torch.bool,
+                                     device=kwargs.get("device", "cpu")), True
+    else:
+        mask = attention_mask[:, -kv_length:]
+        if mask.shape[1] != kv_length:
+            raise NotImplementedError(f"attn_implementation='swattn': a 2D mask of {mask.shape[1]} "
+                                      f"keys for {kv_length} keys")
+        all_valid = bool(mask.all())
+        if all_valid and window is None:
+            return None
+    _remember(mask, "info", (window, all_valid))
+    return mask
 
 
 def _spans(mask, num_keys, num_queries):
@@ -135,17 +156,28 @@ def _layout(spans, batch, num_keys, num_queries, device):
             torch.tensor(prefix, dtype=torch.int32).to(device), table.to(device))
 
 
+def _recall(mask, what):
+    """What was kept of ``mask`` under ``what`` (None: nothing, or another tensor now
+    holds its id)."""
+    held = _LAYOUTS.get((id(mask), what))
+    return held[1] if held is not None and held[0]() is mask else None
+
+
+def _remember(mask, what, value):
+    if len(_LAYOUTS) > 256:
+        for key in [k for k, v in _LAYOUTS.items() if v[0]() is None]:
+            del _LAYOUTS[key]
+    _LAYOUTS[(id(mask), what)] = (weakref.ref(mask), value)
+
+
 def _padded_layout(mask, batch, num_keys, num_queries, device):
     """:func:`_layout` of a padded batch, read from its mask by the forward's first layer
     and kept for the others."""
-    held = _LAYOUTS.get(id(mask))
-    if held is not None and held[0]() is mask and held[1] == (num_keys, num_queries):
-        return held[2]
-    if len(_LAYOUTS) > 64:
-        for key in [k for k, v in _LAYOUTS.items() if v[0]() is None]:
-            del _LAYOUTS[key]
-    layout = _layout(_spans(mask, num_keys, num_queries), batch, num_keys, num_queries, device)
-    _LAYOUTS[id(mask)] = (weakref.ref(mask), (num_keys, num_queries), layout)
+    what = ("layout", num_keys, num_queries)
+    layout = _recall(mask, what)
+    if layout is None:
+        layout = _layout(_spans(mask, num_keys, num_queries), batch, num_keys, num_queries, device)
+        _remember(mask, what, layout)
     return layout
 
 
@@ -175,7 +207,17 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     k_cache = key.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim)
     v_cache = value.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim_v)
     q = query.transpose(1, 2)
-    if attention_mask is None:
+    window, all_valid = None, attention_mask is None
+    if attention_mask is not None:
+        if attention_mask.dim() != 2 or attention_mask.shape[1] != num_keys:
+            raise ValueError("attn_implementation='swattn' takes the 2D padding mask of its own "
+                             f"mask function, one column a key ({num_keys}), got shape "
+                             f"{tuple(attention_mask.shape)}")
+        window, all_valid = _recall(attention_mask, "info") or (None, False)
+    if window is not None and sliding_window and sliding_window != window:
+        raise ValueError(f"the layer's sliding_window {sliding_window} is not its mask's {window}")
+    sliding_window = window or sliding_window
+    if all_valid:
         _, _, cu, prefix, table = _uniform_layout(batch, num_keys, num_queries, device)
         q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)
         new = slice(num_keys - num_queries, num_keys)
@@ -185,9 +227,6 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         v_new = v_new.reshape(batch * num_queries, num_kv_heads, head_dim_v)
         q_rows = None
     else:
-        if attention_mask.dim() != 2:
-            raise ValueError("attn_implementation='swattn' takes the 2D padding mask its own "
-                             f"mask function builds, got shape {tuple(attention_mask.shape)}")
         q_rows, k_rows, cu, prefix, table = _padded_layout(attention_mask, batch, num_keys,
                                                            num_queries, device)
         q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)[q_rows]

@@ -273,7 +273,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     if not isinstance(config, dict) and (sparse is None or type(sparse) is tuple):
         # As extend_plan_for's; the block table's width sets the keys of a full window.
         try:
-            key = ("decode", q.shape, q.dtype, q.get_device(), k_cache.shape[1:],
+            key = ("decode", q.shape, q.dtype, q.get_device() if q.is_cuda else -1, k_cache.shape[1:],
                    v_cache.shape[1:], block_table.shape[1],
                    0 if sparse is None else sparse[2].shape[1], options,
                    tuple(map(type, options)), config, q.stride(), k_cache.stride(),
@@ -281,7 +281,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
             hit = ONE_SHOT.get(key)
         except (AttributeError, IndexError, TypeError, ValueError):
             key = hit = None  # the checks below say what is wrong
-    if hit is None or key[3] < 0:  # (CPU tensors: only under the interpreter, said each call)
+    if hit is None or key[3] < 0:  # (non-CUDA tensors: checked every call)
         expect_first("q", q, 3)
         for name, t, dim in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
                              ("block_table", block_table, 2)):

@@ -342,7 +342,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
         # A call with the key of an earlier one skips the checks its run repeats.
         try:
-            key = ("extend", q.shape[1:], q.dtype, q.get_device(), k.shape[1:], v.shape[1:],
+            key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1, k.shape[1:], v.shape[1:],
                    k_cache.shape[1:], prefix_lens.shape[0],
                    None if mask_indptr is None else mask_indptr.dtype, options,
                    tuple(map(type, options)), config, q.stride(), k.stride(), v.stride(),
@@ -352,7 +352,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
             key = hit = None  # not tensors (or options not hashable): the checks below say
     else:
         hit = None
-    if hit is None or key[3] < 0:  # (CPU tensors: only under the interpreter, said each call)
+    if hit is None or key[3] < 0:  # (non-CUDA tensors: checked every call)
         expect_first("q", q, 3)
         for name, t, dim in (("k", k, 3), ("v", v, 3), ("k_cache", k_cache, 4)):
             check_rank(name, t, dim)
