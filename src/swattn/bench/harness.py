@@ -266,7 +266,7 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
     same one. Workload B draws enough power to move the clocks by 10% within a second:
     timed in blocks of a variant's repetitions, the same kernel differed from its own
     control by 13-15%; turn by turn, by 0.1-1.0%
-    (benchmarks/results/2026-12-01-h200-session7/README.md). A variant that raises is
+    (benchmarks/results/2026-12-01-h200-hopper-loop/README.md). A variant that raises is
     dropped from that round on."""
     names = list(replays)
     counts, errors = {}, {}

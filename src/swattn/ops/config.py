@@ -49,10 +49,10 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
     64 tiles and 4 warps (5209 us against 6021 for 128 x 64 and 8 warps; 3941 against 3931
     at prefix 0, where the cache is not read). On sm_90 the Gluon fast path takes d128
     (ops.extend_hopper: 64 x 64 tiles, 4 warps, the products overlapped with the softmax;
-    benchmarks/results/2026-12-01-h200-session6), and gpt-oss's d64 too: 1-2% slower than
-    the packed Triton kernel in session 6 (297.6 against 293.1 us at P0 E8192), 6% faster
-    on every row of workload A since session 7's changes to the Hopper loop (274.9 against
-    291.6 us at P0 E8192; benchmarks/results/2026-12-01-h200-session7/extend-A-8f06f04.md).
+    benchmarks/results/2026-12-01-h200-hopper-extend), and gpt-oss's d64 too: 1-2% slower than
+    the packed Triton kernel in the hopper-extend run (297.6 against 293.1 us at P0 E8192), 6% faster
+    on every row of workload A since the hopper-loop run's changes to the Hopper loop (274.9 against
+    291.6 us at P0 E8192; benchmarks/results/2026-12-01-h200-hopper-loop/extend-A-8f06f04.md).
     The Triton config stays for launches the Hopper path does not take.
     Windows shorter than a few key tiles have no mask-free tiles to split off. The
     interpreter runs small tiles: its cost grows with tile area, not launch count.
@@ -100,14 +100,14 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     H200 sweep (scripts/tune.py, batch 64 at 32k): gpt-oss (d64, window 128) one 128-key
     tile, 9.7 us against 10.5 for two 64-key tiles; Mistral (d128, window 4096) 64-key
     tiles in 2 stages, heads first, 4 programs an SM, so C-B's 512 programs are one wave
-    (benchmarks/results/2026-12-01-h200-session10/decode-probe-*.log, two runs on one
+    (benchmarks/results/2026-12-01-h200-decode-split-balance/decode-probe-*.log, two runs on one
     machine: 262.0 and 262.2 us against 265.8 and 265.6 for 32-key tiles in 3 stages, whose
-    K/V copies the carried block-table entries double-buffer (ops.decode); session 9's
+    K/V copies the carried block-table entries double-buffer (ops.decode); the decode-double-buffer run's
     machine had it the other
     way, 266.5 against 265.4; 32-key tiles in 3 stages without the carried entries 302.7;
     64-key tiles in 3 stages need 70 KB of shared memory, 3 programs an SM, 1.29 waves:
     346 us). Two splits (1024 programs over 528 places) measured no faster: equal halves
-    264.8 us, split 0 taking 90% of the keys 262.2 (session 10). Heads first measured 3%
+    264.8 us, split 0 taking 90% of the keys 262.2 (the decode-split-balance run). Heads first measured 3%
     slower on C-A (9.2 against 9.0 us), so d64 keeps the sequence first. 32-key tiles above
     d128 keep K and V in registers next to the accumulator. The interpreter runs small
     tiles: its cost grows with tile area.
@@ -172,7 +172,7 @@ DECODE_CPU_SMS = 2
 
 # The Gluon decode path (ops.decode_hopper) for windows of this many keys or more, and
 # full attention, where the launch can take it (sm_90, D = Dv in 64/128, ...): H200,
-# batch 64 at 32k (benchmarks/results/2026-12-01-h200-session11, the decode probes): C-B (4097 keys,
+# batch 64 at 32k (benchmarks/results/2026-12-01-h200-hopper-decode, the decode probes): C-B (4097 keys,
 # d128) 258.6 us against 266.2 for the Triton kernel (FlashInfer 262.1), C-F (full, d64)
 # 269.7 against about 283 (FlashInfer 282.1), but C-A (129 keys) 9.2 against 8.9.
 HOPPER_MIN_KEYS = 1024
@@ -185,7 +185,7 @@ def hopper_decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
     the programs in one wave (HOPPER_PROGRAMS_PER_SM x ``sm_count``), at least 1, capped
     as :func:`decode_splits` caps them. A grid past one wave is left whole: its
     programs then start wherever the first wave's end, which balances the SMs better
-    than shorter, split programs and a merge (session 11, H200, C-B: one split 258.6 us,
+    than shorter, split programs and a merge (the hopper-decode run, H200, C-B: one split 258.6 us,
     two 262.5; C-F: two splits 269.7, four 272.6, eight 274.4)."""
     programs = max(batch * kv_heads, 1)
     wanted = HOPPER_PROGRAMS_PER_SM * sm_count // programs

@@ -5,11 +5,11 @@ warp while one warpgroup computes (warp-specialized).
 
 Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate with
 four programs an SM and no fewer; on C-B (512 windows of 4097 keys, d128) those 512
-programs make one wave whose end is set by its slowest SMs (session 10's timeline: ends
+programs make one wave whose end is set by its slowest SMs (the decode-split-balance run's timeline: ends
 from 210 to 254 us). Here a program keeps STAGES tiles in flight and only one thread
 issues them, so two programs an SM stream as fast as four did: the 512 whole windows run
 in two waves, the second wave's programs starting wherever the first wave's end, with
-no split and no merge (H200, session 11: 258.6 us against the Triton kernel's 266.2 and
+no split and no merge (H200, the hopper-decode run: 258.6 us against the Triton kernel's 266.2 and
 FlashInfer's 262.1 in the same run). Short windows keep the Triton kernel
 (config.HOPPER_MIN_KEYS).
 
@@ -57,8 +57,8 @@ BLOCK_N = 64
 NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
 # K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of
-# shared memory with the query tile; the registers allow two). H200, session 11
-# (benchmarks/results/2026-12-01-h200-session11, the decode probes): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
+# shared memory with the query tile; the registers allow two). H200, the hopper-decode run
+# (benchmarks/results/2026-12-01-h200-hopper-decode, the decode probes): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
 # 259.5 / 259.4, 4 (one program an SM) 264.3; C-F (d64, 4 splits) 2 stages 277.3, 4
 # stages 272.6, 6 stages 283.8.
 STAGES = {64: 4, 128: 2}
