@@ -22,9 +22,11 @@ padding with holes inside a row, static caches of full layers (which hand over t
 buffer, the queries not at its end; static sliding-window caches are served),
 non-causal layers and dropout in training.
 
-Host reads: a batch without padding costs none. A padded batch reads its 2D mask back once
-per forward and mask (the mask function runs once per forward; every layer reuses what it
-read).
+Host reads: a batch without padding costs none beyond what transformers' mask code does (a
+2D mask handed in is checked for padding once per forward). A padded batch reads its 2D mask
+back once per forward and mask (the mask function runs once per forward; every layer reuses
+what it read). The window comes from the layer's ``sliding_window``, or from the
+sliding-window mask the model built for it (some models pass the layer none).
 
 Continuous batching (``generate_batch``): transformers switches a model to ``paged|<its
 implementation>``; ``paged|swattn`` is registered too. Its attention function lets
@@ -52,7 +54,6 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
 NAME = "swattn"
 TESTED = ((5, 17), (5, 24))  # the transformers versions the tests ran on, inclusive
 
-# The layout of a padded batch, read from its 2D mask once per mask tensor (one forward).
 # What a mask tensor told (its window, its layout), keyed by (id, what), with a weak
 # reference to tell a new tensor at a reused id.
 _LAYOUTS = {}
@@ -255,11 +256,18 @@ def swattn_paged_attention(module, query, key, value, attention_mask, cache=None
                          "continuous batching (its paged cache); use 'swattn' otherwise")
     if dropout and module.training:
         raise NotImplementedError("attn_implementation='swattn' runs no attention dropout")
+    if block_table is not None:
+        raise NotImplementedError("paged|swattn takes the paged cache's read and write indices, "
+                                  "not its fused-decode block table")
+    sliding_window = sliding_window or getattr(module, "sliding_window", None)
     # The cache stores the new keys and returns each request's keys, packed, the new last.
     k, v = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx,
                         read_index=read_index, write_index=write_index)
     kind = "sliding_attention" if sliding_window else "full_attention"
     if isinstance(cu_seq_lens_k, dict):
+        if kind not in cu_seq_lens_k:
+            raise NotImplementedError(f"paged|swattn: a {kind} layer, but the paged cache holds "
+                                      f"{sorted(cu_seq_lens_k)}")
         cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[kind], max_seqlen_k[kind]
     num_tokens = query.shape[2]
     q = query[0].transpose(0, 1).contiguous()
