@@ -167,8 +167,14 @@ def _generate_batch(model, prompts, new, monkeypatch):
                                            pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=64, max_batch_tokens=64)
     with torch.no_grad():
-        out = model.generate_batch(inputs=prompts, generation_config=config,
-                                   continuous_batching_config=cb, progress_bar=False)
+        try:
+            out = model.generate_batch(inputs=prompts, generation_config=config,
+                                       continuous_batching_config=cb, progress_bar=False)
+        except ValueError as exc:
+            if "not supported for continuous batching" in str(exc):
+                # transformers 5.24 takes only its own implementations there (5.17 takes ours)
+                pytest.skip(f"transformers {transformers.__version__}: {exc}")
+            raise
     return [out[f"req_{i}"].generated_tokens for i in range(len(prompts))]
 
 

@@ -33,7 +33,8 @@ implementation>``; ``paged|swattn`` is registered too. Its attention function le
 transformers' paged cache store the new keys and hand back each request's keys (the window's
 tail for sliding layers) packed by ``cu_seq_lens_k``, and runs swattn's extend kernel over
 them: a block table of one-token pages built on the device from the lengths transformers
-passes (no host read).
+passes (no host read). transformers 5.17 runs it; 5.24 takes only its own implementations in
+continuous batching and says so.
 """
 
 import weakref
