@@ -87,8 +87,9 @@ def to_flashinfer(window_left):
 
 def from_sglang(sliding_window_size):
     """SGLang's ``sliding_window_size`` keeps key ``kv`` for query ``q`` iff
-    ``q <= kv + sliding_window_size``: it is ``window_left``; ``<= -1`` is no window."""
-    return None if sliding_window_size is None or sliding_window_size < 0 else sliding_window_size
+    ``q <= kv + sliding_window_size``: it is ``window_left``. Its kernels apply a window only
+    when the size is above 0: 0 and below (-1 by default) are no window."""
+    return None if sliding_window_size is None or sliding_window_size <= 0 else int(sliding_window_size)
 
 
 def to_sglang(window_left):

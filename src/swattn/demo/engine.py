@@ -25,6 +25,7 @@ import torch
 
 import swattn
 from swattn import tiles as _tiles
+from swattn.window import from_hf
 
 KINDS = ("window", "full")
 
@@ -146,7 +147,7 @@ class Engine:
         self.page_size, self.token_budget = page_size, token_budget
         self.num_q_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
-        self.window_left = cfg.sliding_window - 1
+        self.window_left = from_hf(cfg.sliding_window)
         self.layer_kinds = ["window" if t == "sliding_attention" else "full" for t in cfg.layer_types]
         shape = (num_pages, page_size, self.num_kv_heads, self.head_dim)
         self.caches = []

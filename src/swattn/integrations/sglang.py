@@ -32,12 +32,8 @@ backend knows it on the host; an engine that wants no sync plans with ``swattn.p
 import torch
 
 from ..api import decode_attention, extend_attention
-from ._paged import require, table_from_indices, unit_scale
-
-
-def _window(sliding_window_size):
-    """SGLang's window (``q <= k + size``; 0 or less: none) as swattn's ``window_left``."""
-    return None if sliding_window_size is None or sliding_window_size <= 0 else int(sliding_window_size)
+from ..window import from_sglang
+from ._paged import require, table_from_indices, token_rows, unit_scale
 
 
 def _mask(custom_mask, mask_indptr, prefix_lens, extend_lens, skip_prefix_custom_mask):
@@ -46,13 +42,9 @@ def _mask(custom_mask, mask_indptr, prefix_lens, extend_lens, skip_prefix_custom
     mask = custom_mask if custom_mask.dtype == torch.bool else custom_mask != 0
     if not skip_prefix_custom_mask:
         return mask
-    n = mask.numel()
-    index = torch.arange(n, device=mask.device)
-    seq = torch.searchsorted(mask_indptr[1:].to(torch.int64), index, right=True)
-    seq = seq.clamp(max=prefix_lens.shape[0] - 1)
+    seq, entry = token_rows(mask_indptr, mask.numel())  # each entry's sequence and place
     width = (prefix_lens + extend_lens).to(torch.int64)[seq]
-    col = (index - mask_indptr[:-1].to(torch.int64)[seq]) % width.clamp(min=1)
-    return mask | (col < prefix_lens.to(torch.int64)[seq])
+    return mask | (entry % width.clamp(min=1) < prefix_lens.to(torch.int64)[seq])
 
 
 def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr,
@@ -70,7 +62,8 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
     require(score_mod is None and aux_tensors is None, "score_mod")
     require(not (skip_prefix and skip_extend), "skip_prefix and skip_extend together")
-    require(custom_mask is None or window_kv_offsets is None or _window(sliding_window_size) is None,
+    require(custom_mask is None or window_kv_offsets is None
+            or from_sglang(sliding_window_size) is None,
             "a custom mask with window_kv_offsets")
     require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
     if identity_kv_indices:  # the prefixes lie densely in the pool from kv_indptr[b] on
@@ -78,7 +71,7 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     table, prefix_lens = table_from_indices(kv_indptr, kv_indices)
     prefix_lens = prefix_lens.to(torch.int32)
     cu = qo_indptr.to(torch.int32)
-    window = _window(sliding_window_size)
+    window = from_sglang(sliding_window_size)
     mask = None
     if custom_mask is not None:
         mask = _mask(custom_mask, mask_indptr, prefix_lens, cu[1:] - cu[:-1],

@@ -42,6 +42,7 @@ import weakref
 import torch
 
 from ..api import extend_attention
+from ..window import from_hf
 from ._paged import token_rows
 
 try:
@@ -184,13 +185,14 @@ def _padded_layout(mask, batch, num_keys, num_queries, device):
 
 
 def _uniform_layout(batch, num_keys, num_queries, device):
-    """The layout of a batch without padding, made on the device (no host read)."""
+    """``(cu_seqlens, prefix_lens, block_table)`` of a batch without padding, made on the
+    device (no host read)."""
     p = num_keys - num_queries
     cu = torch.arange(0, (batch + 1) * num_queries, num_queries, dtype=torch.int32, device=device)
     prefix = torch.full((batch,), p, dtype=torch.int32, device=device)
     table = (torch.arange(batch, dtype=torch.int32, device=device)[:, None] * num_keys
              + torch.arange(max(p, 1), dtype=torch.int32, device=device)[None])
-    return None, None, cu, prefix, table
+    return cu, prefix, table
 
 
 def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -220,7 +222,7 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         raise ValueError(f"the layer's sliding_window {sliding_window} is not its mask's {window}")
     sliding_window = window or sliding_window
     if all_valid:
-        _, _, cu, prefix, table = _uniform_layout(batch, num_keys, num_queries, device)
+        cu, prefix, table = _uniform_layout(batch, num_keys, num_queries, device)
         q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)
         new = slice(num_keys - num_queries, num_keys)
         k_new = k_cache.view(batch, num_keys, num_kv_heads, head_dim)[:, new]
@@ -236,8 +238,8 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         v_new = v_cache[k_rows, 0]
     sinks = None if s_aux is None else s_aux.to(torch.float32)
     out = extend_attention(q_packed, k_new, v_new, k_cache, v_cache, table, cu, prefix,
-                           window_left=None if not sliding_window else sliding_window - 1,
-                           sinks=sinks, softcap=float(softcap or 0.0), scale=scaling)
+                           window_left=from_hf(sliding_window or None), sinks=sinks,
+                           softcap=float(softcap or 0.0), scale=scaling)
     if q_rows is not None:
         full = out.new_zeros(batch * num_queries, num_q_heads, head_dim_v)
         full[q_rows] = out
@@ -280,7 +282,7 @@ def swattn_paged_attention(module, query, key, value, attention_mask, cache=None
     table = (cu_k[:-1, None] + torch.arange(max(int(max_seqlen_k), 1), device=k.device)[None])
     out = extend_attention(q, k[rows], v[rows], k.unsqueeze(1), v.unsqueeze(1),
                            table.to(torch.int32), cu_q.to(torch.int32), prefix.to(torch.int32),
-                           window_left=None if not sliding_window else sliding_window - 1,
+                           window_left=from_hf(sliding_window or None),
                            sinks=None if s_aux is None else s_aux.to(torch.float32),
                            softcap=float(softcap or 0.0), scale=scaling)
     return out[None], None

@@ -20,6 +20,7 @@ R-SWA, chunked attention, per-token-head scale caches, non-causal calls.
 import torch
 
 from ..api import extend_attention
+from ..window import from_flash_attn
 from ._paged import require, token_rows
 
 
@@ -41,8 +42,8 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
             "PrefixLM ranges / R-SWA")
     require(k_scale_cache is None and v_scale_cache is None, "per-token-head scale caches")
     require(chunk_lookback is None or chunk_lookback < 0, "chunked attention")
-    left, right = window_size if window_size is not None else (-1, -1)
-    require(right in (-1, 0), f"window_size right = {right} with causal attention")
+    left, right = from_flash_attn(window_size if window_size is not None else (-1, -1))
+    require(right in (None, 0), f"window_size right = {right} with causal attention")
     page = k.shape[1]
     q_lens = (cu_seqlens_q[1:] - cu_seqlens_q[:-1]).to(torch.int32)
     prefix_lens = seqused_k.to(torch.int32) - q_lens
@@ -54,7 +55,7 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
     slots = pos % page
     k_new, v_new = k[pages, slots], v[pages, slots]
     extend_attention(q, k_new, v_new, k, v, block_table.to(torch.int32), cu_seqlens_q.to(torch.int32),
-                     prefix_lens, window_left=None if left is None or left < 0 else int(left),
+                     prefix_lens, window_left=left,
                      sinks=None if sinks is None else sinks.to(torch.float32),
                      softcap=float(softcap or 0.0), scale=softmax_scale, out=out)
     return out
