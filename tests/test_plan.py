@@ -529,6 +529,61 @@ def test_gpu_fast_launch_gives_the_jit_launch_bits():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["triton", "hopper", "single-pass"])
+def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
+    """A run on the tensors (addresses, shapes, strides, dtypes) of an earlier run launches
+    what that run assembled, without a host sync and with its bits; a tensor that differs
+    in any of those is checked again, and a replan drops what the runs before it kept (the
+    checks read the lengths): q too short for the new batch is refused, not launched."""
+    case, sizes = _gpu_extend_case([(300, 9), (40, 7)], 64, 8, 64, 16, 127, 43)
+    q, k, v, k_cache, v_cache, table, cu, prefix = build_extend(case, "cuda")
+    kw = dict(hopper={"triton": False, "hopper": True, "single-pass": None}[path],
+              deterministic=path == "single-pass")
+    plan = swattn.plan_extend(cu.tolist(), prefix.tolist(), max_tokens=40, **kw, **sizes)
+    assert plan.path == path
+    sinks = torch.randn(64, device="cuda")
+    out = torch.empty(16, 64, 64, dtype=torch.bfloat16, device="cuda")
+    first = plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out).clone()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            out.fill_(float("nan"))
+            assert torch.equal(plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out),
+                               first)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert len(plan._ready) == 1
+    with pytest.raises(TypeError, match="sinks"):
+        plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks.half(), out=out)
+    with pytest.raises(ValueError, match="out"):
+        plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out[:, :32])
+    plan.replan([0, 20, 30], prefix.tolist())
+    assert not plan._ready
+    with pytest.raises(ValueError, match="q has 16 rows, the planned batch has 30 tokens"):
+        plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out)
+    plan.replan(cu.tolist(), prefix.tolist())
+    out.fill_(float("nan"))
+    assert torch.equal(plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out), first)
+    # One-shot calls of one choice share what their runs kept, under their lengths'
+    # addresses too; the kernel reads the lengths at launch.
+    det = dict(deterministic=path == "single-pass")
+    wants = []
+    for lens in (prefix, torch.tensor([0, 3], dtype=torch.int32, device="cuda")):
+        want = swattn.plan_extend(cu.tolist(), lens.tolist(), **det, **sizes).run(
+            q, k, v, k_cache, v_cache, table, sinks=sinks)
+        wants.append(want)
+        for _ in range(3):
+            got = swattn.extend_attention(q, k, v, k_cache, v_cache, table, cu, lens,
+                                          window_left=127, sinks=sinks, out=out, **det)
+            assert torch.equal(got, want)
+    lens.copy_(prefix)
+    got = swattn.extend_attention(q, k, v, k_cache, v_cache, table, cu, lens, window_left=127,
+                                  sinks=sinks, out=out, **det)
+    assert torch.equal(got, wants[0])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("hopper", [False, True], ids=["triton", "hopper"])
 def test_gpu_bad_page_on_every_path(hopper):
     """The Gluon paths (and the Triton kernels at real size) never dereference a bad page:

@@ -344,7 +344,7 @@ def _copy_us(flush, reps, numel, copy):
     src = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     us = _median_us(lambda: copy(src, dst), flush, reps)
-    del src, dst
+    src = dst = None
     torch.cuda.empty_cache()
     return us
 

@@ -192,7 +192,9 @@ class Launch:
 
     def __call__(self, grid, tensors, ints=()):
         """Launch on ``grid`` (three ints) with ``tensors`` (tensors, TMA descriptors or
-        None) and ``ints`` (a tuple) in the order of the names given at construction."""
+        None) and ``ints`` (a tuple) in the order of the names given at construction.
+        Returns what :func:`relaunch` takes to launch the same again where the launch went
+        straight to the compiled kernel's launcher, else None."""
         if (not self.interpreted and not knobs.runtime.launch_enter_hook.calls
                 and not knobs.runtime.launch_exit_hook.calls):
             device = torch._C._cuda_getDevice()
@@ -207,7 +209,7 @@ class Launch:
                                     torch._C._cuda_getCurrentRawStream(device), compiled.function,
                                     compiled.cooperative, compiled.pdl, None, None,
                                     compiled.metadata, None, None, None, *args)
-                    return
+                    return compiled, grid, device, args
         else:
             key = None
         kwargs = dict(self.fixed)
@@ -221,3 +223,18 @@ class Launch:
                 _COMPILED[key] = _Compiled(compiled)
             except (AttributeError, KeyError, TypeError):
                 pass  # not a launcher this module knows: the JIT's path every time
+
+
+def relaunch(ready):
+    """Launch again what a :class:`Launch` returned (the compiled kernel, grid, device and
+    the launcher's arguments), on the current stream: the same kernel on the same
+    addresses, shapes and strides, at the cost of the launcher alone. False, launching
+    nothing, where a launch hook has been set since or another device is current."""
+    compiled, grid, device, args = ready
+    if (knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls
+            or torch._C._cuda_getDevice() != device):
+        return False
+    compiled.launch(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(device),
+                    compiled.function, compiled.cooperative, compiled.pdl, None, None,
+                    compiled.metadata, None, None, None, *args)
+    return True

@@ -601,7 +601,8 @@ def descriptors(cfg, k, v, k_cache, v_cache, masked):
 
 class ExtendLaunch:
     """The kernel's launch for one spec, what every run shares bound once; a call
-    launches on checked arguments: no host sync, no allocation. The grid is an upper bound
+    launches on checked arguments: no host sync, no allocation; it returns what
+    ``ops._launch.relaunch`` takes, or None. The grid is an upper bound
     of the blocks (each program finds its sequence from ``cu_seqlens`` itself), from the
     rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors; ``dtypes``: the
     tensors' (the queries' and the cache's, the mask offsets')."""
@@ -617,11 +618,11 @@ class ExtendLaunch:
                  mask, mask_indptr, out, lse, descs):
         num_tokens = q.shape[0]
         if num_tokens == 0:
-            return
+            return None
         lse_t = out if lse is None else lse
         qs, ks, vs, kcs, vcs, os_ = (q.stride(), k.stride(), v.stride(), k_cache.stride(),
                                      v_cache.stride(), out.stride())
-        self.launch((-(-num_tokens // self.tokens) + self.num_seqs, self.heads, 1), (
+        return self.launch((-(-num_tokens // self.tokens) + self.num_seqs, self.heads, 1), (
             q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
             q if sinks is None else sinks, q if mask is None else mask.view(torch.uint8),
             cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs), (

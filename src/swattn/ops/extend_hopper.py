@@ -767,8 +767,9 @@ def _launcher(spec, dtypes):
 
 class HopperExtendLaunch:
     """The Gluon kernel's launch for one ExtendSpec, bound once; a call launches on
-    checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation.
-    ``descs``: :func:`descriptors` of this run's tensors."""
+    checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation; it
+    returns what ``ops._launch.relaunch`` takes, or None. ``descs``: :func:`descriptors`
+    of this run's tensors."""
 
     def __init__(self, spec, dtypes):
         self.launch = _launcher(spec, dtypes)
@@ -777,12 +778,12 @@ class HopperExtendLaunch:
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache):
         num_tokens = q.shape[0]
         if num_tokens == 0:
-            return
+            return None
         blocks = -(-num_tokens // BLOCK_M) + self.num_seqs
         grid = (self.num_q_heads, blocks, 1) if HEADS_FIRST else (blocks, self.num_q_heads, 1)
         lse_t = out if lse is None else lse
         os_ = out.stride()
-        self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,
+        return self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,
                            lse_t if sinks is None else sinks, out, lse_t),
                     (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
                      k_cache.shape[0] * k_cache.shape[1]))

@@ -12,10 +12,11 @@ from ..ops._validate import FLOAT_DTYPES, check_device, check_int, check_scalars
 
 class Plan:
     """What every plan holds: its spec, the kernel path and config it chose, the device and
-    the queries' dtype, and its bound launches (its own, or those the one-shot calls of one
-    choice share); ``hopper_module``: the ``swattn.ops`` module of its Hopper path."""
+    the queries' dtype, its bound launches and the launches of its earlier runs, by their
+    tensors (its own, or those the one-shot calls of one choice share: ``launches``,
+    ``ready``); ``hopper_module``: the ``swattn.ops`` module of its Hopper path."""
 
-    def __init__(self, spec, path, device, dtype, launches, hopper_module):
+    def __init__(self, spec, path, device, dtype, launches, hopper_module, ready=None):
         self.spec = spec
         self.path = path
         self.config = spec.config
@@ -23,7 +24,17 @@ class Plan:
         self.dtype = dtype
         self._index = device.index if device.type == "cuda" else -1
         self._launches = {} if launches is None else launches
+        self._ready = {} if ready is None else ready
         self._hopper = _module(hopper_module) if path == "hopper" else None
+
+    def _remember(self, key, ready):
+        """Keep a run's launch (``ops._launch.relaunch``'s argument) under its tensors'
+        key: a run whose tensors have that key passed the checks that key fixes. The
+        addresses are unique across devices (CUDA's unified addressing), so the key fixes
+        the devices too; a replan clears them (the checks read the lengths)."""
+        if len(self._ready) >= 256:
+            self._ready.clear()
+        self._ready[key] = ready
 
 
 _MODULES = {}

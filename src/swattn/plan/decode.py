@@ -297,7 +297,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
         check_rank("sparse idx", sparse[2], 2)
         sparse_keys = sparse[2].shape[1]
     if hit is not None:
-        spec, path, launches = hit
+        spec, path, launches, _ = hit
         return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,
                           launches=launches)
     capacity = block_table.shape[1] * k_cache.shape[1]
@@ -316,5 +316,5 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
         from ..ops import decode_hopper
         if isinstance(decode_hopper.descriptors(q, k_cache, v_cache), str):
             plan = _decode_plan(None, seq_lens, q.shape[0], hopper=False, **kwargs)
-    remember(key, (plan.spec, plan.path, plan._launches))
+    remember(key, (plan.spec, plan.path, plan._launches, None))
     return plan
