@@ -81,3 +81,5 @@ print(f"  the launcher takes {len(args)} arguments")
 pr = cProfile.Profile(); pr.enable()
 for _ in range(2000): swattn.extend_attention(*t, window_left=127, sinks=sinks, out=out)
 pr.disable(); torch.cuda.synchronize(); pstats.Stats(pr).sort_stats("tottime").print_stats(16)
+# The host drifts over a run: its own speed again, at the end.
+print("host baseline again: torch add_ on one element, host us", host_us(lambda: one.add_(1)))

@@ -12,8 +12,10 @@ import swattn.integrations.transformers as swattn_hf  # noqa: E402
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = DEVICE == "cuda"
 DTYPE = torch.bfloat16 if GPU else torch.float32
-# Logit tolerance: fp32 sums in another order; bf16 rounds every product's inputs.
+# Logit tolerance: fp32 sums in another order; bf16 rounds every product's inputs; on the GPU
+# Triton's fp32 products round their inputs to TF32.
 TOL = 3e-2 if GPU else 1e-4
+TOL_FP32 = 1e-2 if GPU else 1e-4
 WINDOW = 5
 PROMPT = 11
 
@@ -48,11 +50,11 @@ def _config(family):
 FAMILIES = ("gpt-oss", "mistral", "gemma2", "gemma3", "llama")
 
 
-def _model(family, seed=0):
+def _model(family, seed=0, dtype=DTYPE):
     config = _config(family)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=DTYPE).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype).eval()
     with torch.no_grad():  # larger weights than the default init, so tokens vary
         for name, p in model.named_parameters():
             if p.dim() > 1:
@@ -79,17 +81,20 @@ def _run(model, impl, fn):
 
 @pytest.mark.parametrize("family", FAMILIES + ("phimoe",))
 def test_logits_match_eager(family):
-    model = _model(family)
+    # Phi-MoE's router parts bf16 ties between experts (a jump in the logits that no
+    # attention error causes): its check, of the window read from the mask, runs in fp32.
+    dtype, tol = (torch.float32, TOL_FP32) if family == "phimoe" else (DTYPE, TOL)
+    model = _model(family, dtype=dtype)
     ids, mask = _batch()
     want = _run(model, "eager", lambda: model(ids, attention_mask=mask).logits)
     got = _run(model, "swattn", lambda: model(ids, attention_mask=mask).logits)
     valid = mask.bool()
     err = ((got - want)[valid].abs().max() / want[valid].abs().max()).item()
-    assert err < TOL, err
+    assert err < tol, err
     # Without padding: the path that builds its layout on the device.
     want = _run(model, "eager", lambda: model(ids).logits)
     got = _run(model, "swattn", lambda: model(ids).logits)
-    assert ((got - want).abs().max() / want.abs().max()).item() < TOL
+    assert ((got - want).abs().max() / want.abs().max()).item() < tol
 
 
 @pytest.mark.parametrize("family", FAMILIES)

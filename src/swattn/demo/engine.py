@@ -276,9 +276,10 @@ class Engine:
                                        state["tables"][kind], sinks=sinks)
         return out[None], None
 
-    def run(self, requests, progress=None):
+    def run(self, requests, progress=None, logits=None):
         """Serve ``requests``; returns {rid: generated tokens}. ``progress(done, total)`` is
-        called after each step."""
+        called after each step; ``logits``, a dict, gets each request's logits (fp32, on
+        the host) for each token it generates."""
         pending = sorted(requests, key=lambda r: (r.arrival, r.rid))
         running, done = [], {}
         total = sum(r.max_new for r in requests)
@@ -299,19 +300,22 @@ class Engine:
             self.step_state = state
             t1 = time.perf_counter()
             with torch.no_grad():
-                logits = self.model(input_ids=ids, position_ids=positions, use_cache=False,
+                scores = self.model(input_ids=ids, position_ids=positions, use_cache=False,
                                     logits_to_keep=0).logits[0]
             self.step_state = None
-            ends = torch.tensor([c - 1 for c in cu[1:]], device=logits.device)
-            picks = logits[ends].argmax(-1).tolist()  # waits for the step
+            ends = torch.tensor([c - 1 for c in cu[1:]], device=scores.device)
+            picks = scores[ends].argmax(-1).tolist()  # waits for the step
+            rows = scores[ends].float().cpu() if logits is not None else None
             self.stats["plan_seconds"] += t1 - t0
             self.stats["forward_seconds"] += time.perf_counter() - t1
-            for (seq, n), token in zip(batch, picks):
+            for i, ((seq, n), token) in enumerate(zip(batch, picks)):
                 seq.computed += n
                 self.stats["tokens"] += n
                 if not seq.prefilling:
                     seq.generated.append(token)
                     seq.tokens.append(token)
+                    if logits is not None:
+                        logits.setdefault(seq.req.rid, []).append(rows[i])
                 self.prefix.insert(seq)
                 self._slide(seq)
                 if len(seq.generated) >= seq.req.max_new:

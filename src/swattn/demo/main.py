@@ -12,6 +12,10 @@ from .report import Progress, summary
 
 ENGINE_IMPL = "swattn_engine"
 _ENGINES = []  # the engine whose step is running (the attention function's target)
+# How far the fp32 check run's logits may part from eager's before a differing token counts
+# as a fault (relative to eager's largest logit): on the GPU Triton's fp32 products round to
+# TF32's 10 mantissa bits, against bf16's 7 where the bf16 tests allow 3e-2.
+GAP_TF32 = 1e-2
 
 
 def _register():
@@ -102,27 +106,32 @@ def _generate(model, requests, impl, device, batched, logits=None):
     return out, time.perf_counter() - start
 
 
-def _agreement(want, got, logits=None, tol=5e-3):
+def _agreement(want, got, logits=None, ours=None):
     """(requests identical, total, generated tokens before each request's first
-    difference, summed; all generated tokens; near ties): with eager's ``logits``, whether
-    every first difference is at a near tie of eager's own (its token's logit at most
-    ``tol`` of the logits' range above ours), else None."""
+    difference, summed; all generated tokens; logits gap): with eager's ``logits`` and the
+    engine's (``ours``), the largest difference of the two over the steps each request's
+    two runs share (up to and with its first difference), relative to eager's largest
+    logit, else None. A token that differs where the two runs' logits agree that closely
+    is a tie the two computations' rounding settles differently; a wrong attention moves
+    logits by their own size."""
     same = sum(want[rid] == got[rid] for rid in want)
-    prefix, ties = 0, logits is not None
+    prefix, gap = 0, 0.0 if logits is not None else None
     for rid in want:
+        steps = len(want[rid])
         for step, (a, b) in enumerate(zip(want[rid], got[rid])):
             if a != b:
-                if logits is not None:
-                    row = logits[rid][step]
-                    gap = (row[a] - row[b]).item()
-                    ties = ties and 0 <= gap <= tol * row.abs().max().item()
+                steps = step + 1
                 break
             prefix += 1
-    return same, len(want), prefix, sum(len(w) for w in want.values()), ties if logits else None
+        if logits is not None:
+            for e, o in zip(logits[rid][:steps], ours[rid][:steps]):
+                gap = max(gap, ((o - e).abs().max() / e.abs().max()).item())
+    return same, len(want), prefix, sum(len(w) for w in want.values()), gap
 
 
-def _serve(model, size, requests, device, dtype, label=None):
-    """Run ``requests`` through a fresh engine on ``model``: (engine, {rid: tokens})."""
+def _serve(model, size, requests, device, dtype, label=None, logits=None):
+    """Run ``requests`` through a fresh engine on ``model``: (engine, {rid: tokens});
+    ``logits`` as :meth:`Engine.run`'s."""
     pages = sum(-(-(len(r.prompt) + r.max_new) // size["page"]) for r in requests) + 8
     engine = Engine(model, page_size=size["page"], num_pages=pages, token_budget=size["budget"],
                     device=device, dtype=dtype)
@@ -130,7 +139,7 @@ def _serve(model, size, requests, device, dtype, label=None):
     _ENGINES.append(engine)
     try:
         if label is None:
-            return engine, engine.run(requests)
+            return engine, engine.run(requests, logits=logits)
         with Progress(sum(r.max_new for r in requests), label) as bar:
             return engine, engine.run(requests, progress=bar.update)
     finally:
@@ -166,15 +175,15 @@ def main(args):
         checks.append((str(dtype)[6:], _agreement(want, done)))
         if dtype != torch.float32:
             # bf16 rounds the two attentions differently and random weights leave many near
-            # ties, so greedy paths part early: the exact check runs in fp32, on a few.
+            # ties, so greedy paths part early: the closer check runs in fp32, on a few.
             # On the GPU Triton's fp32 products run on TF32 tensor cores and eager's on fp32
-            # units: a part is accepted at eager's own near ties only.
+            # units: a part is accepted where the two runs' logits agree within GAP_TF32.
             few = requests[:4]
             model32 = model.float()
-            _, got = _serve(model32, size, few, device, torch.float32)
-            logits = {}
+            ours, logits = {}, {}
+            _, got = _serve(model32, size, few, device, torch.float32, logits=ours)
             want, _ = _generate(model32, few, "eager", device, batched=False, logits=logits)
-            checks.append(("float32 check run", _agreement(want, got, logits)))
+            checks.append(("float32 check run", _agreement(want, got, logits, ours)))
             model = model32.to(dtype)
     if gpu and not args.no_baselines:
         for impl in ("eager", "sdpa"):
@@ -186,4 +195,4 @@ def main(args):
             rows[f"{impl}, one padded batch"] = {"seconds": seconds}
     print(summary(engine, requests, rows, checks, longest))
     exact = [c for label, c in checks if label.startswith("float32")]
-    return 0 if all(c[0] == c[1] or c[4] for c in exact) else 1
+    return 0 if all(c[0] == c[1] or (c[4] is not None and c[4] <= GAP_TF32) for c in exact) else 1

@@ -68,10 +68,9 @@ def _rows(engine, requests, rows, checks, longest):
     tiles, unbounded = s["tiles"], s["tiles_unbounded"]
     out.append(("key tiles, window layers", f"{tiles} walked; an unbounded kernel walks "
                                             f"{unbounded} ({tiles / max(unbounded, 1):.2f}x)"))
-    for label, (same, total, prefix, tokens, ties) in checks:
-        note = "" if ties is None or same == total else (
-            "; every difference starts at a near tie of eager's own logits" if ties
-            else "; a difference starts where eager's logits hold no near tie")
+    for label, (same, total, prefix, tokens, gap) in checks:
+        note = "" if gap is None else (
+            f"; up to each first difference the logits agree within {gap:.1e} of eager's largest")
         out.append((f"tokens = eager ({label})",
                     f"{same} of {total} requests identical; {prefix} of {tokens} generated "
                     f"tokens before a request's first difference{note}"))
