@@ -7,7 +7,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import swattn
 from swattn import reference
 from swattn.plan import run_extend
-from swattn.verify.cases import ExtendCase, build_extend, rel_err
+from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, rel_err
 
 pytestmark = pytest.mark.gpu
 
@@ -20,6 +20,27 @@ def test_extend_gpt_oss_shape_against_reference(dtype):
     sinks = torch.randn(16, device="cuda")
     out = swattn.extend_attention(*tensors, window_left=127, sinks=sinks)
     assert rel_err(out, reference.extend_attention(*tensors, window_left=127, sinks=sinks)) < 1e-2
+
+
+def test_fp32_products_are_fp32():
+    """fp32 inputs multiply in fp32 on the GPU (Triton's default rounds fp32 products'
+    operands to TF32, 10 mantissa bits: errors near 1e-3 against the float64 reference)."""
+    case = ExtendCase([0, 300, 1000], [200, 129, 64], num_q_heads=16, num_kv_heads=2,
+                      head_dim=64, head_dim_v=64, page_size=16, window_left=127,
+                      dtype=torch.float32, seed=5)
+    tensors = build_extend(case, "cuda")
+    sinks = torch.randn(16, device="cuda", generator=torch.Generator("cuda").manual_seed(5))
+    for deterministic in (False, True):
+        out = swattn.extend_attention(*tensors, window_left=127, sinks=sinks,
+                                      deterministic=deterministic)
+        want = reference.extend_attention(*tensors, window_left=127, sinks=sinks)
+        assert rel_err(out, want) < 1e-5, deterministic
+    dcase = DecodeCase([5000, 100, 9000, 1], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                       head_dim_v=128, page_size=16, window_left=4095, dtype=torch.float32, seed=6)
+    dt = build_decode(dcase, "cuda")
+    for splits in (1, 3):
+        out = swattn.decode_attention(*dt, window_left=4095, num_splits=splits)
+        assert rel_err(out, reference.decode_attention(*dt, window_left=4095)) < 1e-5, splits
 
 
 def test_extend_under_torch_compile():

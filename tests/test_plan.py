@@ -585,6 +585,38 @@ def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("hopper,splits", [(False, 1), (False, 3), (True, 1), (True, 3)],
+                         ids=["triton", "triton-splits", "hopper", "hopper-splits"])
+def test_gpu_repeated_decode_runs_relaunch_only_what_was_checked(hopper, splits):
+    """As for extend: a decode run on an earlier run's tensors launches what it assembled
+    (the split merge too), with its bits and no sync; a replan to lengths the block table
+    cannot hold is refused, not launched."""
+    case = DecodeCase([5000, 100, 2100, 1], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                      head_dim_v=128, page_size=16, window_left=4095, dtype=torch.bfloat16,
+                      seed=44)
+    q, k_cache, v_cache, table, seq_lens = build_decode(case, "cuda")
+    plan = swattn.plan_decode(seq_lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128,
+                              page_size=16, window_left=4095, hopper=hopper, num_splits=splits)
+    sinks = torch.randn(32, device="cuda")
+    out = torch.empty(4, 32, 128, dtype=torch.bfloat16, device="cuda")
+    first = plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out).clone()
+    again = []
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            out.fill_(float("nan"))
+            again.append(plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out).clone())
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(torch.equal(a, first) for a in again)
+    assert len(plan._ready) == 1
+    plan.replan([table.shape[1] * 16 + 1, 1, 1, 1])
+    with pytest.raises(ValueError, match="block_table must be"):
+        plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("hopper", [False, True], ids=["triton", "hopper"])
 def test_gpu_bad_page_on_every_path(hopper):
     """The Gluon paths (and the Triton kernels at real size) never dereference a bad page:

@@ -12,10 +12,9 @@ from .report import Progress, summary
 
 ENGINE_IMPL = "swattn_engine"
 _ENGINES = []  # the engine whose step is running (the attention function's target)
-# How far the fp32 check run's logits may part from eager's before a differing token counts
-# as a fault (relative to eager's largest logit): on the GPU Triton's fp32 products round to
-# TF32's 10 mantissa bits, against bf16's 7 where the bf16 tests allow 3e-2.
-GAP_TF32 = 1e-2
+# How far the fp32 check run's logits may part from eager's (relative to eager's largest)
+# where a token differs: fp32 sums in another order, nothing more.
+GAP_FP32 = 1e-3
 
 
 def _register():
@@ -175,9 +174,8 @@ def main(args):
         checks.append((str(dtype)[6:], _agreement(want, done)))
         if dtype != torch.float32:
             # bf16 rounds the two attentions differently and random weights leave many near
-            # ties, so greedy paths part early: the closer check runs in fp32, on a few.
-            # On the GPU Triton's fp32 products run on TF32 tensor cores and eager's on fp32
-            # units: a part is accepted where the two runs' logits agree within GAP_TF32.
+            # ties, so greedy paths part early: the closer check runs in fp32, on a few. A
+            # part is accepted where the two runs' logits agree within GAP_FP32 up to it.
             few = requests[:4]
             model32 = model.float()
             ours, logits = {}, {}
@@ -195,4 +193,4 @@ def main(args):
             rows[f"{impl}, one padded batch"] = {"seconds": seconds}
     print(summary(engine, requests, rows, checks, longest))
     exact = [c for label, c in checks if label.startswith("float32")]
-    return 0 if all(c[0] == c[1] or (c[4] is not None and c[4] <= GAP_TF32) for c in exact) else 1
+    return 0 if all(c[0] == c[1] or (c[4] is not None and c[4] <= GAP_FP32) for c in exact) else 1

@@ -46,6 +46,13 @@ def kernel_scale(scale, softcap):
     return scale / softcap if softcap > 0 else scale * LOG2E
 
 
+# Triton's tl.dot rounds fp32 operands to TF32 (10 mantissa bits) unless told otherwise; an
+# fp32 caller asks for fp32. Each product of the Triton kernels branches on its operands'
+# dtype at compile time, written out at the product (a helper function, or the product
+# taken out of its expression, reorders the 16-bit kernels' code and changes their SASS).
+FP32_PRODUCTS = tl.constexpr("ieee")
+
+
 @triton.jit
 def scores_log2(qk, qk_scale, softcap, USE_SOFTCAP: tl.constexpr):
     """``(s, scale)``: the logits in log2 units are ``s * scale``.
@@ -74,7 +81,10 @@ def softmax_step(s, scale, v, m_i, l_i, acc):
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s * scale - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if v.dtype == tl.float32:  # fp32 products in fp32, not TF32 (see FP32_PRODUCTS)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=FP32_PRODUCTS)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
 
 

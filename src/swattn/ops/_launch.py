@@ -225,16 +225,19 @@ class Launch:
                 pass  # not a launcher this module knows: the JIT's path every time
 
 
-def relaunch(ready):
-    """Launch again what a :class:`Launch` returned (the compiled kernel, grid, device and
-    the launcher's arguments), on the current stream: the same kernel on the same
-    addresses, shapes and strides, at the cost of the launcher alone. False, launching
-    nothing, where a launch hook has been set since or another device is current."""
-    compiled, grid, device, args = ready
+def relaunch(*ready):
+    """Launch again what :class:`Launch` calls returned (each: the compiled kernel, grid,
+    device and the launcher's arguments), in order, on the current stream: the same
+    kernels on the same addresses, shapes and strides, at the cost of the launchers alone.
+    False, launching nothing, where a launch hook has been set since or another device is
+    current."""
+    device = ready[0][2]
     if (knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls
             or torch._C._cuda_getDevice() != device):
         return False
-    compiled.launch(grid[0], grid[1], grid[2], torch._C._cuda_getCurrentRawStream(device),
-                    compiled.function, compiled.cooperative, compiled.pdl, None, None,
-                    compiled.metadata, None, None, None, *args)
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    for compiled, grid, _, args in ready:
+        compiled.launch(grid[0], grid[1], grid[2], stream, compiled.function,
+                        compiled.cooperative, compiled.pdl, None, None, compiled.metadata, None,
+                        None, None, *args)
     return True

@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
-from ._common import (decode_first_key, finish, load_keys, load_rows, scores_log2, softmax_step,
-                      valid_page)
+from ._common import (FP32_PRODUCTS, decode_first_key, finish, load_keys, load_rows, scores_log2,
+                      softmax_step, valid_page)
 from ._launch import Launch
 from .config import BOUNDS, DecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
 from .merge import split_scratch
@@ -51,9 +51,14 @@ def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf whatever
     their rows hold (unwritten cache rows never reach the row max). With SPLIT_D the
     head's tail columns (b_q2, b_k2) add a second product."""
-    qk = tl.dot(b_q, tl.trans(b_k))  # [BH, BN]
-    if SPLIT_D:
-        qk = tl.dot(b_q2, tl.trans(b_k2), qk)
+    if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
+        qk = tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS)  # [BH, BN]
+        if SPLIT_D:
+            qk = tl.dot(b_q2, tl.trans(b_k2), qk, input_precision=FP32_PRODUCTS)
+    else:
+        qk = tl.dot(b_q, tl.trans(b_k))
+        if SPLIT_D:
+            qk = tl.dot(b_q2, tl.trans(b_k2), qk)
     s, scale = scores_log2(qk, qk_scale, softcap, USE_SOFTCAP)
     s = tl.where(m_key[None, :], s, float("-inf"))
     return softmax_step(s, scale, b_v, m_i, l_i, acc)
@@ -329,7 +334,8 @@ def _launcher(spec: DecodeSpec, dtype):
 class DecodeLaunch:
     """The Triton kernel's launch for one spec, what every run shares bound once; a call
     launches on checked arguments, batch > 0 (the caller launches the split merge): no
-    host sync, no allocation. ``sparse``: (k_pool, v_pool, idx) or None; ``parts``: the
+    host sync, no allocation; it returns what ``ops._launch.relaunch`` takes, or None.
+    ``sparse``: (k_pool, v_pool, idx) or None; ``parts``: the
     split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None. ``dtype``: the
     queries' and the cache's."""
 
@@ -353,7 +359,7 @@ class DecodeLaunch:
             pool = (0, 0, 0, 0, 0, 0, 0)
         part_o, part_lse, ps = split_scratch(parts, out)
         qs, kcs, vcs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
-        self.launch(grid, (
+        return self.launch(grid, (
             q, k_cache, v_cache, block_table, seq_lens, q if sinks is None else sinks, k_pool,
             v_pool, idx, out, out if lse is None else lse, part_o, part_lse), (
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], block_table.stride(0),

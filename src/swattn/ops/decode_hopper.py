@@ -370,8 +370,8 @@ def _launcher(spec, dtype):
 
 class HopperDecodeLaunch:
     """The Gluon decode kernel's launch for one spec, bound once; a call launches on
-    checked arguments (decode.DecodeLaunch's contract): no host sync, no allocation.
-    ``parts``: the split scratch (splits > 1), merged by the caller; ``descs``:
+    checked arguments (decode.DecodeLaunch's contract): no host sync, no allocation; it
+    returns what ``ops._launch.relaunch`` takes, or None. ``parts``: the split scratch (splits > 1), merged by the caller; ``descs``:
     :func:`descriptors` of this run's cache."""
 
     def __init__(self, spec, dtype):
@@ -383,7 +383,7 @@ class HopperDecodeLaunch:
         part_o, part_lse, ps = split_scratch(parts, out)
         lse_t = out if lse is None else lse
         qs, os_ = q.stride(), out.stride()
-        self.launch(
+        return self.launch(
             (batch * self.num_kv_heads, self.num_splits, 1),
             (descs[0], descs[1], q, block_table, seq_lens, lse_t if sinks is None else sinks, out,
              lse_t, part_o, part_lse),

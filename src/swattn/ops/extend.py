@@ -19,9 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (causal_key_end, finish, first_key_tile, full_tiles_end, full_tiles_start,
-                      load_keys, load_rows, load_whole, right_key_end, scores_log2, softmax_step,
-                      valid_page, visible_key_end)
+from ._common import (FP32_PRODUCTS, causal_key_end, finish, first_key_tile, full_tiles_end,
+                      full_tiles_start, load_keys, load_rows, load_whole, right_key_end, scores_log2,
+                      softmax_step, valid_page, visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
@@ -67,7 +67,11 @@ def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCA
                MASKED: tl.constexpr):
     """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
     applies where MASKED."""
-    s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+    if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
+        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS),
+                               qk_scale, softcap, USE_SOFTCAP)
+    else:
+        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
     if MASKED:
         s = tl.where(keep, s, float("-inf"))
     return softmax_step(s, scale, b_v, m_i, l_i, acc)

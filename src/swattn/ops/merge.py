@@ -90,7 +90,7 @@ class MergeLaunch:
     """The split merge of a plan's scratch, bound once per (parts, Dv, flags); a call
     merges ``parts_o [S, N, H, Dv]``, ``parts_lse [S, N, H]`` (views of the plan's
     [N, H, S, ...] buffers) into ``out`` (and ``lse``) with the run's ``sinks`` (see
-    :func:`launch_merge`)."""
+    :func:`launch_merge`); it returns what ``ops._launch.relaunch`` takes, or None."""
 
     def __init__(self, num_parts, dv, has_sinks, return_lse, finite, pdl, dtypes):
         self.num_parts = num_parts
@@ -99,9 +99,9 @@ class MergeLaunch:
     def __call__(self, parts_o, parts_lse, sinks, out, lse):
         _, rows, heads, _ = parts_o.shape
         if rows == 0 or heads == 0:
-            return
+            return None
         po, pl = parts_o.stride(), parts_lse.stride()
-        self.launch((rows, heads, 1),
+        return self.launch((rows, heads, 1),
                     (parts_o, parts_lse, parts_lse if sinks is None else sinks, out,
                      parts_lse if lse is None else lse),
                     (po[0], po[1], po[2], pl[0], pl[1], pl[2], out.stride(0), out.stride(1),

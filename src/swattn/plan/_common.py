@@ -28,7 +28,7 @@ class Plan:
         self._hopper = _module(hopper_module) if path == "hopper" else None
 
     def _remember(self, key, ready):
-        """Keep a run's launch (``ops._launch.relaunch``'s argument) under its tensors'
+        """Keep a run's launches (``ops._launch.relaunch``'s arguments) under its tensors'
         key: a run whose tensors have that key passed the checks that key fixes. The
         addresses are unique across devices (CUDA's unified addressing), so the key fixes
         the devices too; a replan clears them (the checks read the lengths)."""

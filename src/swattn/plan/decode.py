@@ -6,6 +6,7 @@ import torch
 from ..ops import config as _config
 from ..ops import decode as _decode
 from ..ops._common import kernel_scale
+from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
@@ -53,6 +54,24 @@ class DecodePlan(Plan):
         ``(out, lse)`` when the plan returns lse. Arguments as
         :func:`swattn.decode_attention`'s. No host sync; no allocation when ``out`` (and
         ``lse``) are given."""
+        key = None
+        if (out is not None and (lse is not None or not self.spec.return_lse) and sparse is None
+                and k_scale is None and v_scale is None):
+            # As ExtendPlan.run: the tensors of an earlier run, its launches.
+            try:
+                key = (q.data_ptr(), q.shape, q.stride(), q.dtype, k_cache.data_ptr(),
+                       k_cache.shape, k_cache.stride(), k_cache.dtype, v_cache.data_ptr(),
+                       v_cache.shape, v_cache.stride(), v_cache.dtype, block_table.data_ptr(),
+                       block_table.shape, block_table.stride(), block_table.dtype,
+                       out.data_ptr(), out.shape, out.stride(), out.dtype,
+                       None if sinks is None else (sinks.data_ptr(), sinks.shape, sinks.dtype),
+                       None if lse is None else (lse.data_ptr(), lse.shape, lse.dtype),
+                       self.seq_lens.data_ptr())
+                ready = self._ready.get(key)
+            except (AttributeError, RuntimeError, TypeError):
+                key = ready = None  # not plain tensors: the checks below say
+            if ready is not None and relaunch(*ready):
+                return (out, lse) if self.spec.return_lse else out
         if sparse is not None or k_scale is not None or v_scale is not None \
                 or not self._fits(q, k_cache, v_cache, block_table, sinks, out, lse):
             self._check(q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse)
@@ -64,13 +83,16 @@ class DecodePlan(Plan):
         if batch:
             launch, merge = self._launch(sinks is not None, sparse is not None)
             if self.path == "hopper":
-                launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse, self._parts,
-                       self._hopper.lazy_descriptors(q, k_cache, v_cache))
+                ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
+                               self._parts, self._hopper.lazy_descriptors(q, k_cache, v_cache))
             else:
-                launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks, sparse, out,
-                       lse, self._parts)
+                ready = launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks,
+                               sparse, out, lse, self._parts)
+            ready = (ready,)
             if merge is not None:
-                merge(*self._merged, sinks, out, lse)
+                ready += (merge(*self._merged, sinks, out, lse),)
+            if key is not None and None not in ready:
+                self._remember(key, ready)
         return (out, lse) if s.return_lse else out
 
     def _fits(self, q, k_cache, v_cache, block_table, sinks, out, lse):
@@ -167,6 +189,7 @@ class DecodePlan(Plan):
         lens = lens + [0] * (self.batch - len(lens))
         self.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
         self._pages_needed = max((-(-x // self.spec.page_size) for x in lens), default=0)
+        self._ready.clear()  # the runs' checks depend on the lengths
 
 
 def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim, head_dim_v,
@@ -316,5 +339,6 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
         from ..ops import decode_hopper
         if isinstance(decode_hopper.descriptors(q, k_cache, v_cache), str):
             plan = _decode_plan(None, seq_lens, q.shape[0], hopper=False, **kwargs)
+    # (its runs' launches are not shared: each one-shot plan has its own split scratch)
     remember(key, (plan.spec, plan.path, plan._launches, None))
     return plan

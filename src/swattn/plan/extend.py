@@ -77,7 +77,7 @@ class ExtendPlan(Plan):
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
-            if ready is not None and relaunch(ready):
+            if ready is not None and relaunch(*ready):
                 return (out, lse) if self.spec.return_lse else out
         if not self._fits(q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse) \
                 or k_scale is not None or v_scale is not None:
@@ -101,7 +101,7 @@ class ExtendPlan(Plan):
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
                 mask, self.mask_indptr, out, lse, descs)
         if key is not None and ready is not None:
-            self._remember(key, ready)
+            self._remember(key, (ready,))
         return (out, lse) if s.return_lse else out
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
