@@ -17,3 +17,22 @@ def test_full_attention_bounds_fold_away_in_sass():
     result = run_fresh(SCRIPT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "identical, instruction for instruction" in result.stdout
+
+
+PRODUCTS = """
+import re
+from swattn.verify import asm
+for dtype, tensor_cores in (("bf16", True), ("fp32", False)):
+    sass = asm.compile_decode(64, 8, True, dtype).sass
+    mma = [i for i in sass if re.match(r"(@!?U?P\\d+ )?HG?MMA\\.", i)]
+    assert bool(mma) == tensor_cores, (dtype, mma[:2])
+print("ok")
+"""
+
+
+def test_fp32_products_run_in_fp32():
+    """fp32 operands multiply on the FMA units (no TF32 tensor-core product in the SASS);
+    bf16 ones on the tensor cores."""
+    result = run_fresh(PRODUCTS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "ok" in result.stdout

@@ -111,6 +111,48 @@ def _compile(source_class, fn, constexprs, arg_type, pointers, options):
     return compiled, kernel
 
 
+def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False, sinks=True,
+                   bounds="tight"):
+    """The Triton decode kernel (ops.decode) compiled for sm_90 with Triton's ptxas, one
+    head block of ``group`` query heads a KV head, keys in tiles of 64."""
+    from ..ops import decode as ops_decode
+    constexprs = dict(D=head_dim, DV=head_dim, BLOCK_D=head_dim, BLOCK_D2=16, SPLIT_D=False,
+                      BLOCK_DV=head_dim, GROUP=group, BLOCK_H=max(group, 16), HEAD_BLOCKS=1,
+                      BLOCK_N=64, USE_WINDOW=window, HAS_SINKS=sinks, USE_SOFTCAP=False,
+                      HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
+                      TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
+                      HEADS_FIRST=False, PDL=False)
+    pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
+    pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
+                     "sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
+    compiled, _ = _compile(ASTSource, ops_decode._decode_kernel, constexprs,
+                           lambda name: pointers.get(name, "fp32" if name in _FLOATS else "i32"),
+                           pointers, {"num_warps": 4, "num_stages": 2})
+    return compiled
+
+
+def fingerprints(progress=None):
+    """A digest of the SASS and the registers of each Triton kernel at the shapes of
+    :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes: compare
+    two trees' fingerprints to show a change leaves those kernels' code as it was
+    (``scripts/sass_fingerprints.py``)."""
+    import hashlib
+    out = {}
+    kernels = [(f"extend {shape.name}{', deterministic' if det else ''}",
+                lambda shape=shape, det=det: compile_extend(shape, "tight", det))
+               for shape in SHAPES for det in (False, True)]
+    kernels += [(f"decode d{d} group {g}{' window' if w else ''} {dt}{' split' if sp else ''}",
+                 lambda d=d, g=g, w=w, dt=dt, sp=sp: compile_decode(d, g, w, dt, sp))
+                for d, g, w, dt, sp in ((64, 8, True, "bf16", False), (128, 4, True, "bf16", False),
+                                        (128, 4, False, "bf16", False), (64, 8, True, "fp16", True))]
+    for name, compile_one in kernels:
+        c = compile_one()
+        out[name] = f"{hashlib.sha1(chr(10).join(c.sass).encode()).hexdigest()[:16]} {c.registers} registers"
+        if progress:
+            progress(f"{name}: {out[name]}")
+    return out
+
+
 def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **flags):
     """The Gluon fast path of the extend kernel (ops.extend_hopper) compiled for sm_90
     with Triton's ptxas, no GPU needed; ``flags`` override its feature constexprs
