@@ -93,8 +93,12 @@ def from_sglang(sliding_window_size):
 
 
 def to_sglang(window_left):
-    """Ours to SGLang's ``sliding_window_size`` (``-1`` = no window)."""
+    """Ours to SGLang's ``sliding_window_size`` (``-1`` = no window). A window of 0 (each
+    query its own key only) has no SGLang size: its kernels read 0 as no window."""
     check_window(window_left)
+    if window_left == 0:
+        raise ValueError("window_left 0 has no SGLang sliding_window_size (its kernels read 0 "
+                         "as no window)")
     return -1 if window_left is None else window_left
 
 
