@@ -297,7 +297,7 @@ def test_run_case_over_the_decode_variants(with_peers, monkeypatch):
 
 def test_peers_skip_cleanly_when_not_importable(monkeypatch):
     inp = dbench.build_inputs(_case(page_size=16), "cpu")
-    for module in (dbench._SGLANG_DECODE, "vllm.v1.attention.ops.triton_unified_attention", "flashinfer"):
+    for module in (dbench.SGLANG_DECODE, "vllm.v1.attention.ops.triton_unified_attention", "flashinfer"):
         monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(peers.Skip, match="import sglang.kernels.ops.attention.decode_attention failed"):

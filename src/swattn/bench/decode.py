@@ -13,9 +13,9 @@ table of variants and :func:`run_case`, and names the others' public functions.
 from __future__ import annotations
 
 from . import harness
-from .decode_inputs import (CHECK_SEQS, DecodeInputs, _empty_out, _need_device, _poisoner,  # noqa: F401
+from .decode_inputs import (CHECK_SEQS, DecodeInputs, empty_out, need_device, poisoner,  # noqa: F401
                             build_inputs, footprint, reference_first)
-from .decode_peers import (_SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLITS,  # noqa: F401
+from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLITS,  # noqa: F401
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
@@ -39,11 +39,11 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     own). The host time of ``plan.run`` and of the one-shot ``swattn.decode_attention``
     (both with ``out`` given) are measured beside the graph replay.
     """
-    _need_device(inputs)
+    need_device(inputs)
     import swattn
     case = inputs.case
     table = inputs.block_table_window if layout == "window" else inputs.block_table_full
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
     try:
         plan = swattn.plan_decode(
             case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
@@ -68,7 +68,7 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
         host["one-shot"] = one_shot
     note = (f"{layout} layout, {plan.path} kernel, {plan.num_splits} split(s)"
             + (", a second plan" if control else ""))
-    return Prepared(run, lambda: out, note, True, _poisoner(out), [plan], host=host)
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host)
 
 
 # --------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .peers import Skip, _empty_out, _need_cuda, _poisoner, _scale  # noqa: F401 (the adapters')
+from .peers import Skip, empty_out, need_cuda, poisoner, softmax_scale  # noqa: F401 (the adapters')
 
 CHECK_SEQS = 4  # sequences checked against the reference
 
@@ -197,7 +197,7 @@ def reference_first(inputs, sinks=True, sparse=True, count=CHECK_SEQS):
 # Adapters.
 # --------------------------------------------------------------------------------------
 
-def _need_device(inputs):
+def need_device(inputs):
     """Triton kernels run on CUDA, or on the CPU under the interpreter (tests)."""
     if inputs.q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
         return

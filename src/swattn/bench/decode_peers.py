@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from ..window import to_flash_attn, to_flashinfer
-from .decode_inputs import _empty_out, _need_cuda, _need_device, _poisoner, _scale
-from .peers import Prepared, Skip, _compiled_flex, flashinfer_page_lists, import_peer
+from .decode_inputs import empty_out, need_cuda, need_device, poisoner, softmax_scale
+from .peers import Prepared, Skip, compiled_flex, flashinfer_page_lists, import_peer
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py
@@ -21,7 +21,7 @@ FLEX_MAX_ELEMENTS = 1 << 31  # torch 2.11's flex decode does not compile at 2^31
 
 # SGLang 0.5.23: decode_attention_fwd over its token pool --------------------------------
 
-_SGLANG_DECODE = "sglang.kernels.ops.attention.decode_attention"
+SGLANG_DECODE = "sglang.kernels.ops.attention.decode_attention"
 _SGLANG_METADATA = "sglang.kernels.ops.attention.metadata"
 
 
@@ -61,8 +61,8 @@ def sglang_decode(inputs, *, core_count=None):
     (the pool lives in the same flat buffer), so the kernel joins both in one softmax, as
     swattn does; V is its own buffer (``has_mla=False``). Index building is not timed.
     """
-    _need_device(inputs)
-    mod = import_peer(_SGLANG_DECODE)
+    need_device(inputs)
+    mod = import_peer(SGLANG_DECODE)
     case = inputs.case
     device = inputs.q.device
     lists = []
@@ -86,12 +86,12 @@ def sglang_decode(inputs, *, core_count=None):
                            device=device)
     uneven = torch.zeros(1, dtype=torch.int32, device=device)
     use_pdl = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
 
     def fn():
         mod.decode_attention_fwd(
             inputs.q, inputs.k_rows, inputs.v_rows, out, kv_indptr, kv_indices, attn_logits,
-            attn_lse, num_kv_splits, SGLANG_MAX_KV_SPLITS, _scale(case), 1.0, 1.0, logit_cap=0.0,
+            attn_lse, num_kv_splits, SGLANG_MAX_KV_SPLITS, softmax_scale(case), 1.0, 1.0, logit_cap=0.0,
             sinks=inputs.sinks, has_mla=False, use_pdl=use_pdl, page_size=1, uneven_batch=uneven)
 
     what = "all keys" if case.window_left is None else f"last W={case.window_left + 1} keys"
@@ -99,7 +99,7 @@ def sglang_decode(inputs, *, core_count=None):
             + (" + its sparse rows" if inputs.sparse is not None else "")
             + f"; max_kv_splits {SGLANG_MAX_KV_SPLITS}, num_kv_splits from its helper"
             + (" (PDL)" if use_pdl else "") + "; index build not timed")
-    return Prepared(fn, lambda: out, note, True, _poisoner(out),
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
                     [kv_indptr, kv_indices, num_kv_splits, attn_logits, attn_lse, uneven])
 
 
@@ -129,7 +129,7 @@ def vllm_decode(inputs):
     last tile's table read inside the table. It has one head size for K and V and no sparse
     rows: S is skipped.
     """
-    _need_device(inputs)
+    need_device(inputs)
     case = inputs.case
     if case.page_size != 16:
         raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
@@ -156,20 +156,20 @@ def vllm_decode(inputs):
             else "2D (batch over the 3D threshold)")
     left, _ = to_flash_attn(case.window_left)
     window = (left, 0) if case.window_left is not None else (-1, -1)
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
 
     def fn():
         mod.unified_attention(
             q=inputs.q, k=inputs.k_cache, v=inputs.v_cache, out=out, cu_seqlens_q=cu_seqlens_q,
             max_seqlen_q=1, seqused_k=inputs.seq_lens, max_seqlen_k=max(case.seq_lens),
-            softmax_scale=_scale(case), causal=True, window_size=window, block_table=table,
+            softmax_scale=softmax_scale(case), causal=True, window_size=window, block_table=table,
             softcap=0, q_descale=None, k_descale=ones, v_descale=ones,
             seq_threshold_3D=threshold, num_par_softmax_segments=VLLM_SEGMENTS,
             softmax_segm_output=segm_out, softmax_segm_max=segm_max, softmax_segm_expsum=segm_sum,
             sinks=inputs.sinks)
 
     note = f"paged 16, pages below the window -> null page; {path} (threshold {threshold})"
-    return Prepared(fn, lambda: out, note, True, _poisoner(out),
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
                     [table, cu_seqlens_q, ones, segm_out, segm_max, segm_sum])
 
 
@@ -190,11 +190,11 @@ def flex_decode(inputs):
     zero: their cache rows are NaN, freed), block mask ``k >= S - 1 - L``, ``enable_gqa``; the
     batch split into as few equal launches as keep K under 2^31 elements. No sinks (and on
     S no sparse keys): a different function where the workload has them."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     if not case.uniform:
         raise Skip("ragged batch: the dense FlexAttention adapter needs one context per case")
-    compiled, create_block_mask = _compiled_flex()
+    compiled, create_block_mask = compiled_flex()
     seq_len = case.seq_lens[0]
     lo = case.lowest_key(seq_len)
     window_left = case.window_left
@@ -223,7 +223,7 @@ def flex_decode(inputs):
 
     def fn():
         state["outs"] = [compiled(q[i:i + step], k[i:i + step], v[i:i + step], block_mask=block_mask,
-                                  scale=_scale(case), enable_gqa=True)
+                                  scale=softmax_scale(case), enable_gqa=True)
                          for i in range(0, case.batch, step)]
 
     def result():
@@ -243,7 +243,7 @@ def flashinfer_decode(inputs):
     page lists). Its FA2/FA3 paths on the H200 ignore sinks (peers/README.md): run without
     them, marked as a different function where the workload has sinks. S is skipped (head
     dims 576/512 differ, sparse rows)."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     if case.head_dim != case.head_dim_v or inputs.sparse is not None:
         raise Skip("its decode wrapper takes one head dim for K and V and no sparse rows")
@@ -258,11 +258,11 @@ def flashinfer_decode(inputs):
     wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, case.num_q_heads, case.num_kv_heads, case.head_dim, size,
                  window_left=to_flashinfer(case.window_left), q_data_type=inputs.q.dtype,
-                 kv_data_type=inputs.k_cache.dtype, sm_scale=_scale(case))
-    out = _empty_out(inputs)
+                 kv_data_type=inputs.k_cache.dtype, sm_scale=softmax_scale(case))
+    out = empty_out(inputs)
 
     def fn():
         wrapper.run(inputs.q, (inputs.k_cache, inputs.v_cache), out=out)
 
     return Prepared(fn, lambda: out, "paged 16 NHD, window pages, planned once; no sinks", False,
-                    _poisoner(out), [workspace, wrapper, indices, indptr, last])
+                    poisoner(out), [workspace, wrapper, indices, indptr, last])

@@ -77,22 +77,22 @@ def import_peer(module_name):
         raise Skip(f"import {module_name} failed: {type(exc).__name__}: {exc}") from None
 
 
-def _need_cuda(inputs):
+def need_cuda(inputs):
     if not inputs.q.is_cuda:
         raise Skip("needs a CUDA device")
 
 
-def _empty_out(inputs):
+def empty_out(inputs):
     case = inputs.case
     return torch.empty(inputs.q.shape[0], case.num_q_heads, case.head_dim_v,
                        dtype=inputs.q.dtype, device=inputs.q.device)
 
 
-def _poisoner(out):
+def poisoner(out):
     return lambda: out.fill_(float("nan"))
 
 
-def _scale(case):
+def softmax_scale(case):
     return case.head_dim ** -0.5
 
 
@@ -137,7 +137,7 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
 
     The host time of a ``plan.run`` call and of the one-shot ``swattn.extend_attention``
     on the same tensors (both with ``out`` given) are measured beside the graph replay."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     import swattn
     case = inputs.case
     table = inputs.block_table_window if layout == "window" else inputs.block_table_full
@@ -147,7 +147,7 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
         plan = extend_plan(inputs, table, bounds=bounds, deterministic=deterministic, hopper=hopper)
     except ValueError as exc:
         raise Skip(str(exc)) from None
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
     tensors = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table)
 
     def run():
@@ -162,7 +162,7 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
     if bounds == "tight" and hopper is None and not control:
         host["one-shot"] = one_shot
     note = f"{layout} layout, {plan_note(plan)}" + (", a second plan" if control else "")
-    return Prepared(run, lambda: out, note, True, _poisoner(out), [plan], host=host,
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host,
                     tiling=plan.tiling())
 
 
@@ -213,7 +213,7 @@ def sglang_extend(inputs, *, layout="window"):
     (what the same kernel gets on a cache hit without the trimming); skipped where it is the
     same list. New tokens come from ``k``/``v``, the prefix from the token pool.
     """
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     inside = case.window_left is None or all(p <= case.window_left for p, _ in case.seqs)
     if layout == "full" and inside:
@@ -226,17 +226,17 @@ def sglang_extend(inputs, *, layout="window"):
     qo_indptr = inputs.cu_seqlens.to(torch.int64)
     offsets = torch.tensor(starts, dtype=torch.int32, device=device)
     max_len_extend = max(e for _, e in case.seqs)
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
 
     def fn():
         mod.extend_attention_fwd(
             inputs.q, inputs.k, inputs.v, out, k_buffer, v_buffer, qo_indptr, kv_indptr,
-            kv_indices, None, True, None, max_len_extend, 1.0, 1.0, sm_scale=_scale(case),
+            kv_indices, None, True, None, max_len_extend, 1.0, 1.0, sm_scale=softmax_scale(case),
             logit_cap=0.0, sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
             window_kv_offsets=offsets)
 
     note = f"token pool (page 1), {layout} layout: {sum(len(x) for x in lists)} prefix indices"
-    return Prepared(fn, lambda: out, note, True, _poisoner(out),
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
                     [kv_indptr, kv_indices, qo_indptr, offsets])
 
 
@@ -246,7 +246,7 @@ def sglang_unified(inputs):
     128 (``align_window_kv_to_tiles``), then one index list per request, prefix and new
     tokens (``build_unified_kv_indices``), all reading the token pool. The backend builds the
     unified list in every layer's call; here it is built once, outside the timed region."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     mod = import_peer(_SGLANG)
     device = inputs.q.device
@@ -274,19 +274,19 @@ def sglang_unified(inputs):
     unified_prefix = unified_prefix.to(torch.int32)
     qo_indptr = inputs.cu_seqlens.to(torch.int64)
     max_len_extend = max(e for _, e in case.seqs)
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
     window_pos = window_start if case.window_left is not None else None
 
     def fn():
         mod.extend_attention_fwd_unified(
             inputs.q, out, k_buffer, v_buffer, 1.0, 1.0, qo_indptr, unified_indptr,
             unified_indices, unified_prefix, max_len_extend, custom_mask=None, mask_indptr=None,
-            sm_scale=_scale(case), logit_cap=0.0, is_causal=True,
+            sm_scale=softmax_scale(case), logit_cap=0.0, is_causal=True,
             sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
             window_start_pos=window_pos)
 
     note += "; index build not timed"
-    return Prepared(fn, lambda: out, note, True, _poisoner(out),
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
                     [unified_indptr, unified_indices, unified_prefix, qo_indptr, window_start])
 
 
@@ -304,7 +304,7 @@ def vllm_unified(inputs):
     window (masked), so -1 there would fault. Its tile bounds are exact, so the full
     layout costs the same and is not timed separately.
     """
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     if case.page_size != 16:
         raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
@@ -319,7 +319,7 @@ def vllm_unified(inputs):
         table[b, :below] = inputs.null_page
     seqused_k = torch.tensor([p + e for p, e in case.seqs], dtype=torch.int32, device=device)
     ones = torch.ones(1, dtype=torch.float32, device=device)
-    out = _empty_out(inputs)
+    out = empty_out(inputs)
     left, _ = to_flash_attn(case.window_left)
     window = (left, 0) if case.window_left is not None else (-1, -1)
     max_q = max(e for _, e in case.seqs)
@@ -328,12 +328,12 @@ def vllm_unified(inputs):
     def fn():
         mod.unified_attention(
             q=inputs.q, k=inputs.k_pool, v=inputs.v_pool, out=out, cu_seqlens_q=inputs.cu_seqlens,
-            max_seqlen_q=max_q, seqused_k=seqused_k, max_seqlen_k=max_k, softmax_scale=_scale(case),
+            max_seqlen_q=max_q, seqused_k=seqused_k, max_seqlen_k=max_k, softmax_scale=softmax_scale(case),
             causal=True, window_size=window, block_table=table, softcap=0, q_descale=None,
             k_descale=ones, v_descale=ones, sinks=inputs.sinks)
 
     return Prepared(fn, lambda: out, "paged 16, pages below the window -> null page", True,
-                    _poisoner(out), [table, seqused_k, ones])
+                    poisoner(out), [table, seqused_k, ones])
 
 
 # --------------------------------------------------------------------------------------
@@ -343,7 +343,7 @@ def vllm_unified(inputs):
 _FLEX = {}
 
 
-def _compiled_flex():
+def compiled_flex():
     if "fn" not in _FLEX:
         try:
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -363,11 +363,11 @@ def flex(inputs):
     ``[B, Hkv, P+E, D]`` gathered from the pool outside the timed region (the whole
     sequence: the block mask, causal and ``q - k <= W-1``, skips the rest), ``enable_gqa``.
     It has no sinks: on a workload with sinks it computes a different function."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     case = inputs.case
     if not case.uniform:
         raise Skip("ragged batch: the dense FlexAttention adapter needs one (prefix, new) per case")
-    compiled, create_block_mask = _compiled_flex()
+    compiled, create_block_mask = compiled_flex()
     prefix, new = case.seqs[0]
     total = prefix + new
     window_left = case.window_left
@@ -389,7 +389,7 @@ def flex(inputs):
     state = {}
 
     def fn():
-        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=_scale(case), enable_gqa=True)
+        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=softmax_scale(case), enable_gqa=True)
 
     def result():
         return state["out"].transpose(1, 2).reshape(-1, case.num_q_heads, case.head_dim_v)
@@ -419,7 +419,7 @@ def flashinfer(inputs):
     ``window_left=W-1``, over every page of each sequence (new tokens included). Its FA2/FA3
     paths on the H200 ignore sinks (peers/README.md), so it runs without them and is marked
     as computing a different function on workloads with sinks."""
-    _need_cuda(inputs)
+    need_cuda(inputs)
     fi = import_peer("flashinfer")
     case = inputs.case
     device = inputs.q.device
@@ -432,14 +432,14 @@ def flashinfer(inputs):
     wrapper.plan(inputs.cu_seqlens.cpu(), kv_indptr, kv_indices, last, case.num_q_heads,
                  case.num_kv_heads, case.head_dim, case.page_size, causal=True,
                  window_left=to_flashinfer(case.window_left), q_data_type=inputs.q.dtype,
-                 kv_data_type=inputs.k_pool.dtype, sm_scale=_scale(case))
-    out = _empty_out(inputs)
+                 kv_data_type=inputs.k_pool.dtype, sm_scale=softmax_scale(case))
+    out = empty_out(inputs)
 
     def fn():
         wrapper.run(inputs.q, (inputs.k_pool, inputs.v_pool), out=out)
 
     return Prepared(fn, lambda: out, "paged 16 NHD, planned once; no sinks", False,
-                    _poisoner(out), [workspace, wrapper])
+                    poisoner(out), [workspace, wrapper])
 
 
 # --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import torch
 
 from .engine import Engine, Request
 from .report import Progress, summary
+from .sizes import SIZES as sizes_of
 
 ENGINE_IMPL = "swattn_engine"
 _ENGINES = []  # the engine whose step is running (the attention function's target)
@@ -146,7 +147,6 @@ def _serve(model, size, requests, device, dtype, label=None, logits=None):
 
 
 def main(args):
-    from . import SIZES as sizes_of
     gpu = torch.cuda.is_available()
     name = args.size or ("gpu" if gpu else "cpu")
     size = dict(sizes_of[name])

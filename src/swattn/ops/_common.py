@@ -33,11 +33,14 @@ full_tiles_end = compile_bound(window.full_tiles_end)
 decode_first_key = compile_bound(window.decode_first_key)
 
 
-@triton.jit
-def tanh(x):
+def tanh_source(x):
     """tanh(x) = 1 - 2 / (e^{2x} + 1): exact limits at +-inf, no libdevice needed (the
-    interpreter has none)."""
+    interpreter has none). Written once for both dialects: compiled here with
+    ``triton.jit`` and in ``_gluon`` with ``gluon.jit`` (``tl`` bound to Gluon's language)."""
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+tanh = compile_bound(tanh_source)
 
 
 def kernel_scale(scale, softcap):

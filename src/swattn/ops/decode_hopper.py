@@ -47,9 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
+from ._gluon import descriptor, issue, operand_layout, tile_pages, uniform, weights, wgmma_layout
 from ._launch import Descriptor, Launch
-from .extend_hopper import (_issue, _tile_pages, _uniform, _weights, descriptor, operand_layout,
-                            wgmma_layout)
 from .merge import split_scratch
 
 BLOCK_M = 64
@@ -127,8 +126,8 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
     then its stage released to the producer; the output (or the split's partial) stored."""
     # A partition's arguments come through shared memory: per-thread values to ptxas,
     # made warp-uniform again for the loop and its branches.
-    seq_len, lo = _uniform(seq_len), _uniform(lo)
-    t_start, t_stop = _uniform(t_start), _uniform(t_stop)
+    seq_len, lo = uniform(seq_len), uniform(lo)
+    t_start, t_stop = uniform(t_start), uniform(t_stop)
     s_layout: gl.constexpr = wgmma_layout(BN)
     o_layout: gl.constexpr = wgmma_layout(D)
     p_layout: gl.constexpr = operand_layout(o_layout)
@@ -157,11 +156,11 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             if (key0 >= lo) & (key0 + BN <= seq_len):
-                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
                                               window_left, 0, qk_scale, softcap, USE_WINDOW,
                                               False, False, USE_SOFTCAP, False)
             else:
-                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
                                               window_left, 0, qk_scale, softcap, USE_WINDOW,
                                               False, False, USE_SOFTCAP, True)
                 _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
@@ -205,19 +204,19 @@ def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_
     """The producer warp: for the i-th tile with work (:func:`_has_work`), its block-table
     entries, then its K and V page copies into stage i % STAGES once the warpgroup has
     released that stage's previous tile (the first round passes at once)."""
-    seq_len, lo = _uniform(seq_len), _uniform(lo)
-    t_start, t_stop = _uniform(t_start), _uniform(t_stop)
+    seq_len, lo = uniform(seq_len), uniform(lo)
+    t_start, t_stop = uniform(t_start), uniform(t_stop)
     i = 0  # tiles put in the ring so far
     for j in range(t_start, t_stop):
         start = j * BN
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
-            pages, valid = _tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
+            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
             mbarrier.wait(empty.index(st), free)
-            _issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
+            issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            _issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
+            issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             i += 1
 

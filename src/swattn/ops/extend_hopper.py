@@ -46,12 +46,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma, warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
 from ._common import compile_bound
+from ._gluon import (descriptor, issue, operand_layout, tile_pages, uniform, visible, weights,
+                     wgmma_layout)
 from ._launch import Descriptor, Launch
-from ._tma import row_descriptor
 
 # Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
 # shared memory at d128, so two CTAs an SM). The deterministic-gluon-probe run's probe of B's loop on the H200
@@ -134,81 +134,9 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right, B
     return mid_lo, mid_hi
 
 
-@gluon.constexpr_function
-def wgmma_layout(columns):
-    """The registers of one warpgroup's [64, ``columns``] fp32 product (16-row
-    instructions): the scores' (``columns`` = BN) and the output's (D)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                     instr_shape=[16, columns, 16])
-
-
-@gluon.constexpr_function
-def operand_layout(parent):
-    """The registers of a 16-bit A operand of a product whose result is laid out as
-    ``parent`` (the query tile for the scores, the weights for P @ V)."""
-    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2)
-
-
 @gluon.jit
 def _add(a, b):
     return a + b
-
-
-@gluon.jit
-def _uniform(x):
-    """``x`` (an int32 scalar every thread holds the same value of) broadcast from lane 0,
-    which tells ptxas it is warp-uniform: the loop bounds and branch conditions derived
-    from it then live in uniform registers, and the warpgroup products and copies under
-    them need no divergence handling (without it, a value from a load or a reduction is
-    per-thread to ptxas: 3940.7 against 3745.7 us on workload B at prefix 0)."""
-    return gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;", "=r,r",
-                                     [x], dtype=gl.int32, is_pure=True, pack=1)
-
-
-@gluon.jit
-def _tanh(x):
-    """1 - 2 / (e^{2x} + 1), as _common.tanh."""
-    return 1.0 - 2.0 / (gl.exp(2.0 * x) + 1.0)
-
-
-@gluon.jit
-def _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW: gl.constexpr,
-             IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr):
-    """The mask predicate of window.visible on a [BM, BN] tile, keys past key_end dropped
-    (as extend._visible)."""
-    keep = (k_pos < key_end)[None, :]
-    if USE_WINDOW:
-        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
-    if IS_CAUSAL:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None])
-    elif USE_RIGHT:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
-    return keep
-
-
-@gluon.jit
-def _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_scale, softcap,
-             USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
-             USE_SOFTCAP: gl.constexpr, MASKED: gl.constexpr):
-    """The softmax half of one tile (_common.scores_log2, extend._visible, the first half
-    of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
-    bit-unchanged and p 0."""
-    # The mask goes on before the scale in both paths, so the multiply and the subtraction
-    # of the row max compile to the same arithmetic (contracted or not) with and without it.
-    scale = qk_scale
-    if USE_SOFTCAP:
-        s = _tanh(s * qk_scale)
-        scale = softcap * 1.4426950408889634
-    if MASKED:
-        keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW, IS_CAUSAL,
-                        USE_RIGHT)
-        s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
-    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = gl.exp2(m_i - m_safe)
-    p = gl.exp2(s * scale - m_safe[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    return m_new, l_i, p, alpha
 
 
 @gluon.jit
@@ -219,47 +147,6 @@ def _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
     new = is_new.to(gl.int32)
     start = lo1 + j * BN + new * (lo2 - lo1 - n1 * BN)
     return is_new, start, start + new * prefix_len, prefix_len + new * extend_len
-
-
-@gluon.jit
-def _tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-                NP: gl.constexpr):
-    """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
-    of a page larger than the tile) and which copies are issued: those holding a key in
-    [lowest, key_end) whose entry is a page of the cache (``[0, oob_row / PAGE)``; a bad
-    entry's copy is left out, so its keys read as the K descriptor's NaN padding).
-    ``ok``: the tile is a cache tile that will be loaded."""
-    num_pages = oob_row // PAGE
-    v0 = ok & (start < key_end) & (start + PR > lowest)
-    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=-1)
-    v1 = ok & (start + PR < key_end) & (start + 2 * PR > lowest) & (NP > 1)
-    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=-1)
-    v2 = ok & (start + 2 * PR < key_end) & (start + 3 * PR > lowest) & (NP > 2)
-    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=-1)
-    v3 = ok & (start + 3 * PR < key_end) & (start + 4 * PR > lowest) & (NP > 3)
-    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=-1)
-    valid = ((p0 >= 0) & (p0 < num_pages), (p1 >= 0) & (p1 < num_pages),
-             (p2 >= 0) & (p2 < num_pages), (p3 >= 0) & (p3 < num_pages))
-    return (p0, p1, p2, p3), valid
-
-
-@gluon.jit
-def _issue(new_desc, cache_desc, bar, dest, ok, is_new, start, row0, col, pages, valid, oob_row,
-           PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-           D: gl.constexpr):
-    """The copies of one K or V tile into ``dest``, completing on ``bar`` (nothing when
-    not ``ok``): BN rows of the new tokens from row ``row0 + start``, or a cache tile's
-    page copies (:func:`_tile_pages`); a copy not issued for its page reads row
-    ``oob_row`` (past the cache's last) instead, which the copy engine fills with zeros
-    without touching memory, so every tile completes the same bytes."""
-    mbarrier.expect(bar, BN * D * 2, pred=ok)
-    if is_new:
-        tma.async_copy_global_to_shared(new_desc, [row0 + start, col], bar, dest, pred=ok)
-    else:
-        for i in gl.static_range(NP):
-            row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
-            tma.async_copy_global_to_shared(cache_desc, [row, col], bar, dest.slice(i * PR, PR),
-                                            pred=ok)
 
 
 @gluon.jit
@@ -312,7 +199,7 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     if FROM_CACHE and not WS:
         # The block-table entries now; the copies that use them after the scores' wait.
-        pages_k, valid_k = _tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, oob_row, PAGE, PR,
+        pages_k, valid_k = tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, oob_row, PAGE, PR,
                                        NP)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
@@ -332,7 +219,7 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     if WS:
         mbarrier.arrive(empty_k.index(st))
     else:
-        _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0,
+        issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0,
                col, pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
     if FROM_CACHE:
         if key0 + BN > key_end:
@@ -340,18 +227,18 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
             mbarrier.wait(bar_v.index(st), (g // STAGES) & 1)
             _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
     if (start >= mid_lo) & (start < mid_hi):
-        m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
                                       window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                       USE_RIGHT, USE_SOFTCAP, False)
     else:
-        m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
                                       window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                       USE_RIGHT, USE_SOFTCAP, True)
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     if WS:
         mbarrier.arrive(empty_v.index(prev))
     else:
-        _issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0,
+        issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0,
                col, pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_i, l_i, acc, p, pages_k, valid_k
@@ -374,11 +261,11 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
     buffer's release on ``empty_k``/``empty_v``."""
     if WS:
         # A worker partition's arguments come through shared memory, per-thread values to
-        # ptxas: the loop bounds and branch conditions made warp-uniform again (_uniform).
-        n, n1, lo1, lo2 = _uniform(n), _uniform(n1), _uniform(lo1), _uniform(lo2)
-        mid1_lo, mid1_hi = _uniform(mid1_lo), _uniform(mid1_hi)
-        mid2_lo, mid2_hi = _uniform(mid2_lo), _uniform(mid2_hi)
-        prefix_len, extend_len = _uniform(prefix_len), _uniform(extend_len)
+        # ptxas: the loop bounds and branch conditions made warp-uniform again (_gluon.uniform).
+        n, n1, lo1, lo2 = uniform(n), uniform(n1), uniform(lo1), uniform(lo2)
+        mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
+        mid2_lo, mid2_hi = uniform(mid2_lo), uniform(mid2_hi)
+        prefix_len, extend_len = uniform(prefix_len), uniform(extend_len)
     s_layout: gl.constexpr = wgmma_layout(BN)
     o_layout: gl.constexpr = wgmma_layout(D)
     p_layout: gl.constexpr = operand_layout(o_layout)
@@ -425,14 +312,14 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                 nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len,
                                                          extend_len, BN)
                 nxt_ok = STAGES < n
-                pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
+                pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
                                            oob_row, PAGE, PR, NP)
-                _issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
+                issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
                        nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             if (~is_new) & (key0 + BN > key_end):
                 mbarrier.wait(bar_v.index(0), 0)
                 _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
-            m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
+            m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
                                           window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
                                           USE_RIGHT, USE_SOFTCAP, True)
             for g in range(1, n1):
@@ -464,12 +351,12 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
             nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
                                                      extend_len, BN)
             nxt_ok = j + STAGES < n
-            pages, valid = _tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
+            pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
                                        oob_row, PAGE, PR, NP)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
-            keep = _visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
+            keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
                             IS_CAUSAL, USE_RIGHT)
             work = True
             if SKIP:
@@ -478,7 +365,7 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                 s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s_tok, ))
-                m_i, l_i, p, alpha = _weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
                                               window_right, qk_scale, softcap, USE_WINDOW,
                                               IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
@@ -489,9 +376,9 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                 acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             # Both stages' buffers are free again (their products waited for above).
             gl.thread_barrier()
-            _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
+            issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
                    row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
+            issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
                    row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
     # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
@@ -522,19 +409,19 @@ def _produce(k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, emp
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
     first round passes at once), its block-table entries loaded just before. The
-    arguments come through shared memory: made warp-uniform again (_uniform)."""
-    n, n1, lo1, lo2 = _uniform(n), _uniform(n1), _uniform(lo1), _uniform(lo2)
-    prefix_len, extend_len, lowest = _uniform(prefix_len), _uniform(extend_len), _uniform(lowest)
+    arguments come through shared memory: made warp-uniform again (_gluon.uniform)."""
+    n, n1, lo1, lo2 = uniform(n), uniform(n1), uniform(lo1), uniform(lo2)
+    prefix_len, extend_len, lowest = uniform(prefix_len), uniform(extend_len), uniform(lowest)
     for j in range(n):
         st = j % STAGES
         free = ((j // STAGES) & 1) ^ 1
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-        pages, valid = _tile_pages(bt_row, start, key_end, lowest, ~is_new, oob_row, PAGE, PR, NP)
+        pages, valid = tile_pages(bt_row, start, key_end, lowest, ~is_new, oob_row, PAGE, PR, NP)
         mbarrier.wait(empty_k.index(st), free)
-        _issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, is_new, start, row0, col,
+        issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, is_new, start, row0, col,
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
         mbarrier.wait(empty_v.index(st), free)
-        _issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, is_new, start, row0, col,
+        issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, is_new, start, row0, col,
                pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
 
@@ -569,11 +456,11 @@ def _hopper_extend_kernel(
     i_seq = gl.sum((seq_block_ends <= i_block).to(gl.int32), 0)
     if i_seq >= num_seqs:
         return
-    i_seq = _uniform(i_seq)
-    block_start = _uniform((i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM)
-    seq_start = _uniform(gl.load(cu_seqlens + i_seq))
-    extend_len = _uniform(gl.load(cu_seqlens + i_seq + 1)) - seq_start
-    prefix_len = _uniform(gl.load(prefix_lens + i_seq))
+    i_seq = uniform(i_seq)
+    block_start = uniform((i_block - gl.sum(gl.where(o_seq < i_seq, seq_blocks, 0), 0)) * BM)
+    seq_start = uniform(gl.load(cu_seqlens + i_seq))
+    extend_len = uniform(gl.load(cu_seqlens + i_seq + 1)) - seq_start
+    prefix_len = uniform(gl.load(prefix_lens + i_seq))
     last_row = gl.minimum(block_start + BM, extend_len) - 1
     first_q = prefix_len + block_start
     bt_row = block_table + i_seq.to(gl.int64) * stride_bt
@@ -639,11 +526,11 @@ def _hopper_extend_kernel(
         for i in gl.static_range(STAGES):
             ok = i < n
             is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
-            pages, valid = _tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, oob_row, PAGE, PR,
+            pages, valid = tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, oob_row, PAGE, PR,
                                        NP)
-            _issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
+            issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
                    pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            _issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
+            issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
                    pages, valid, oob_row, PAGE, PR, NP, BN, D)
         _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc,
                 v_desc, kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt,
@@ -705,13 +592,6 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
         return (f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, "
                 f"got {page_size}")
     return None
-
-
-def descriptor(t, box_rows, layout, padding="zero"):
-    """A Gluon TMA descriptor of ``t`` as rows read in boxes of [box_rows, dim] in the
-    shared ``layout``, padded with ``padding`` past its rows; None where the copy engine
-    cannot take it (:func:`._tma.row_descriptor`)."""
-    return row_descriptor(t, box_rows, padding, layout, TensorDescriptor)
 
 
 @functools.lru_cache(maxsize=64)

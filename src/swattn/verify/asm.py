@@ -133,7 +133,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
 
 def fingerprints(progress=None):
     """A digest of the SASS and the registers of each Triton kernel at the shapes of
-    :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes: compare
+    :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes, and of the
+    Gluon (Hopper) kernels at five: compare
     two trees' fingerprints to show a change leaves those kernels' code as it was
     (``scripts/sass_fingerprints.py``)."""
     import hashlib
@@ -145,6 +146,12 @@ def fingerprints(progress=None):
                  lambda d=d, g=g, w=w, dt=dt, sp=sp: compile_decode(d, g, w, dt, sp))
                 for d, g, w, dt, sp in ((64, 8, True, "bf16", False), (128, 4, True, "bf16", False),
                                         (128, 4, False, "bf16", False), (64, 8, True, "fp16", True))]
+    kernels += [(f"hopper extend d{d}{' sinks' if sk else ''}{' softcap' if sc else ''}",
+                 lambda d=d, sk=sk, sc=sc: compile_hopper(d, HAS_SINKS=sk, USE_SOFTCAP=sc)[0])
+                for d, sk, sc in ((64, True, False), (128, False, False), (128, True, True))]
+    kernels += [(f"hopper decode d{d}{' split' if sp else ''}",
+                 lambda d=d, sp=sp: compile_hopper_decode(d, HAS_SINKS=True, WRITE_PARTIAL=sp)[0])
+                for d, sp in ((64, False), (128, True))]
     for name, compile_one in kernels:
         c = compile_one()
         out[name] = f"{hashlib.sha1(chr(10).join(c.sass).encode()).hexdigest()[:16]} {c.registers} registers"

@@ -1,0 +1,129 @@
+"""The Gluon layer both Hopper paths (:mod:`.extend_hopper`, :mod:`.decode_hopper`) stand on:
+the warpgroup product layouts, warp-uniform scalars, the softmax half of a tile, the
+block-table entries of a cache tile and the TMA copies that fill a ring stage from the new
+tokens or the paged cache, and the host TMA descriptor of a tensor's rows."""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._common import compile_bound, tanh_source
+from ._tma import row_descriptor
+
+
+@gluon.constexpr_function
+def wgmma_layout(columns):
+    """The registers of one warpgroup's [64, ``columns``] fp32 product (16-row
+    instructions): the scores' (``columns`` = BN) and the output's (D)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                     instr_shape=[16, columns, 16])
+
+
+@gluon.constexpr_function
+def operand_layout(parent):
+    """The registers of a 16-bit A operand of a product whose result is laid out as
+    ``parent`` (the query tile for the scores, the weights for P @ V)."""
+    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2)
+
+
+@gluon.jit
+def uniform(x):
+    """``x`` (an int32 scalar every thread holds the same value of) broadcast from lane 0,
+    which tells ptxas it is warp-uniform: the loop bounds and branch conditions derived
+    from it then live in uniform registers, and the warpgroup products and copies under
+    them need no divergence handling (without it, a value from a load or a reduction is
+    per-thread to ptxas: 3940.7 against 3745.7 us on workload B at prefix 0)."""
+    return gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;", "=r,r",
+                                     [x], dtype=gl.int32, is_pure=True, pack=1)
+
+
+tanh = compile_bound(tanh_source, gluon.jit, {**globals(), "tl": gl})
+
+
+@gluon.jit
+def visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW: gl.constexpr,
+             IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr):
+    """The mask predicate of window.visible on a [BM, BN] tile, keys past key_end dropped
+    (as extend.visible)."""
+    keep = (k_pos < key_end)[None, :]
+    if USE_WINDOW:
+        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+    if IS_CAUSAL:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None])
+    elif USE_RIGHT:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+    return keep
+
+
+@gluon.jit
+def weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_scale, softcap,
+             USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
+             USE_SOFTCAP: gl.constexpr, MASKED: gl.constexpr):
+    """The softmax half of one tile (_common.scores_log2, extend.visible, the first half
+    of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
+    bit-unchanged and p 0."""
+    # The mask goes on before the scale in both paths, so the multiply and the subtraction
+    # of the row max compile to the same arithmetic (contracted or not) with and without it.
+    scale = qk_scale
+    if USE_SOFTCAP:
+        s = tanh(s * qk_scale)
+        scale = softcap * 1.4426950408889634
+    if MASKED:
+        keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW, IS_CAUSAL,
+                        USE_RIGHT)
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_safe)
+    p = gl.exp2(s * scale - m_safe[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return m_new, l_i, p, alpha
+
+
+@gluon.jit
+def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
+                NP: gl.constexpr):
+    """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
+    of a page larger than the tile) and which copies are issued: those holding a key in
+    [lowest, key_end) whose entry is a page of the cache (``[0, oob_row / PAGE)``; a bad
+    entry's copy is left out, so its keys read as the K descriptor's NaN padding).
+    ``ok``: the tile is a cache tile that will be loaded."""
+    num_pages = oob_row // PAGE
+    v0 = ok & (start < key_end) & (start + PR > lowest)
+    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=-1)
+    v1 = ok & (start + PR < key_end) & (start + 2 * PR > lowest) & (NP > 1)
+    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=-1)
+    v2 = ok & (start + 2 * PR < key_end) & (start + 3 * PR > lowest) & (NP > 2)
+    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=-1)
+    v3 = ok & (start + 3 * PR < key_end) & (start + 4 * PR > lowest) & (NP > 3)
+    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=-1)
+    valid = ((p0 >= 0) & (p0 < num_pages), (p1 >= 0) & (p1 < num_pages),
+             (p2 >= 0) & (p2 < num_pages), (p3 >= 0) & (p3 < num_pages))
+    return (p0, p1, p2, p3), valid
+
+
+@gluon.jit
+def issue(new_desc, cache_desc, bar, dest, ok, is_new, start, row0, col, pages, valid, oob_row,
+           PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
+           D: gl.constexpr):
+    """The copies of one K or V tile into ``dest``, completing on ``bar`` (nothing when
+    not ``ok``): BN rows of the new tokens from row ``row0 + start``, or a cache tile's
+    page copies (:func:`tile_pages`); a copy not issued for its page reads row
+    ``oob_row`` (past the cache's last) instead, which the copy engine fills with zeros
+    without touching memory, so every tile completes the same bytes."""
+    mbarrier.expect(bar, BN * D * 2, pred=ok)
+    if is_new:
+        tma.async_copy_global_to_shared(new_desc, [row0 + start, col], bar, dest, pred=ok)
+    else:
+        for i in gl.static_range(NP):
+            row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
+            tma.async_copy_global_to_shared(cache_desc, [row, col], bar, dest.slice(i * PR, PR),
+                                            pred=ok)
+
+
+def descriptor(t, box_rows, layout, padding="zero"):
+    """A Gluon TMA descriptor of ``t`` as rows read in boxes of [box_rows, dim] in the
+    shared ``layout``, padded with ``padding`` past its rows; None where the copy engine
+    cannot take it (:func:`._tma.row_descriptor`)."""
+    return row_descriptor(t, box_rows, padding, layout, TensorDescriptor)
