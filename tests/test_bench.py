@@ -110,7 +110,7 @@ def test_flops_and_bytes_of_a_ragged_case():
 
 
 def test_anchor_floors():
-    """ANCHORS.md's floor column (791 TFLOP/s, 4266 GB/s): A P8192 E8192 71 us, B 2085/2780 us."""
+    """The floors at the H200's ceilings (791 TFLOP/s, 4266 GB/s): A P8192 E8192 71 us, B 2085/2780 us."""
     ceilings = {"matmul_tflops": 791.0, "copy_gbps": 4266.0}
     floors = {c.name: report.floor_us(c.flops(), c.bytes_moved(), ceilings)
               for c in wl.extend_cases("A") + wl.extend_cases("B")}

@@ -35,7 +35,7 @@ def _case(lens=(40, 7, 29), window_left=13, sinks=True, heads=(4, 2), dims=(32, 
 @pytest.fixture
 def with_peers(monkeypatch):
     if not os.path.isdir(os.path.join(PEERS, "sglang")):
-        pytest.skip("no .peers/py here (../shared/peers/setup_peers.sh makes it)")
+        pytest.skip("no .peers/py here (docs/peers.md says what it holds)")
     monkeypatch.syspath_prepend(os.path.abspath(PEERS))
     warnings.filterwarnings("ignore", category=RuntimeWarning)  # the interpreter's -inf - -inf
 
@@ -89,7 +89,7 @@ def test_decode_flops_and_bytes_by_hand():
     assert (s.sparse_valid, s.keys()) == (480, 64 * 608)
     assert s.flops() == 2 * 38_912 * 64 * (576 + 512) == 5_419_040_768
     assert s.bytes_moved() == 2 * (64 * 64 * 1088 + 38_912 * 1 * 1088) == 93_585_408
-    # ANCHORS.md's floor column: C-A 1.0 us, C-B 252 us (copy-bound).
+    # The floors at the H200's ceilings: C-A 1.0 us, C-B 252 us (copy-bound).
     assert round(report.floor_us(ca.flops(), ca.bytes_moved(), ANCHOR_CEILINGS), 1) == 1.0
     assert round(report.floor_us(cb.flops(), cb.bytes_moved(), ANCHOR_CEILINGS)) == 252
 

@@ -167,3 +167,13 @@ def test_no_torch_or_triton_at_module_top_level(module):
         elif isinstance(node, ast.ImportFrom):
             names = [node.module or ""]
         assert not any(n.split(".")[0] in ("torch", "triton") for n in names), (module, names)
+
+
+def test_version_is_the_installed_metadata():
+    import importlib.metadata
+
+    import swattn
+    assert swattn.__version__ == importlib.metadata.version("swattn")
+    result = subprocess.run([sys.executable, "-m", "swattn", "--version"], capture_output=True,
+                            text=True, check=True)
+    assert result.stdout.strip() == f"swattn {swattn.__version__}"

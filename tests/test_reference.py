@@ -100,7 +100,7 @@ def brute_query(qv, keys, values, dv, scale, softcap, sink):
 
 
 def sees(p, j, window_left, window_right, causal, bit):
-    """The convention of DESIGN.md section 2, written as plain comparisons."""
+    """The convention of docs/api.md, written as plain comparisons."""
     if window_left is not None and j < p - window_left:
         return False
     if bit is None and causal and j > p:

@@ -8,9 +8,11 @@ commands start without them.
 
 from . import window
 
+__version__ = "0.1.0"
+
 _API = ("extend_attention", "decode_attention", "merge_states", "write_kv")
 _PLAN = ("plan_extend", "plan_decode", "ExtendPlan", "DecodePlan")
-__all__ = [*_API, *_PLAN, "window"]
+__all__ = [*_API, *_PLAN, "window", "__version__"]
 
 
 def __getattr__(name):

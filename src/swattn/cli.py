@@ -208,6 +208,8 @@ def build_parser():
         description="swattn: sliding-window attention kernels for LLM serving, the engine demo, "
                     "the bound prover and the tile model. "
                     f"With no command, runs '{DEFAULT_COMMAND}'.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"swattn {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS.values():
         if command.forward is not None:
@@ -223,7 +225,7 @@ def build_parser():
 def main(argv=None):
     """Run ``swattn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, DEFAULT_COMMAND)
     command = COMMANDS.get(argv[0])
     if command is not None and command.forward is not None:

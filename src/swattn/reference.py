@@ -3,7 +3,7 @@
 ``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} [+ e^{sink - m}])`` over the keys ``j``
 that query ``i`` sees, with ``s_ij = scale * q_i . k_j`` (soft-capped when ``softcap > 0``).
 
-This module imports only torch. It builds its masks from the convention of DESIGN.md
+This module imports only torch. It builds its masks from the convention of docs/api.md
 section 2 written out here once more (never from ``swattn.window`` or the kernels), so a
 wrong bound in the kernels shows up as a difference instead of being shared:
 
@@ -134,7 +134,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         q: [T, Hq, D]; k: [T, Hkv, D]; v: [T, Hkv, Dv] (the new tokens).
         k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv].
         block_table: [B, max_pages] int; cu_seqlens: [B+1] int; prefix_lens: [B] int.
-        window_left, window_right, causal: the window (DESIGN.md section 2). With ``mask``,
+        window_left, window_right, causal: the window (docs/api.md, conventions). With ``mask``,
             causality is replaced and ``window_right`` applies only when ``causal=False``.
         sinks: [Hq] float32 logits in the denominator, or None.
         softcap: ``s = softcap * tanh(s / softcap)`` when > 0. scale: default ``D ** -0.5``.

@@ -1,5 +1,5 @@
 """The peers' decode kernels for ``swattn bench``, each called as its engine calls it
-(``../shared/peers/README.md``): SGLang's Triton decode over its token pool, vLLM's unified
+(``docs/peers.md``): SGLang's Triton decode over its token pool, vLLM's unified
 attention over pages of 16, FlexAttention on dense tensors with a block mask, FlashInfer's
 paged decode wrapper. Each returns a :class:`swattn.bench.peers.Prepared` or raises
 :class:`swattn.bench.peers.Skip` saying why it cannot run the case.

@@ -1,4 +1,4 @@
-"""Inputs, checks and timing of one extend case: the method of ``../shared/ANCHORS.md``.
+"""Inputs, checks and timing of one extend case: the method of ``docs/design.md``.
 Decode cases (``swattn.bench.decode``) bring their own inputs and reference and use the
 same checks, capture, interleaved timing and noise floor (:func:`run_case`).
 
@@ -31,7 +31,7 @@ import triton.language as tl
 from .peers import Skip
 
 L2_FLUSH_BYTES = 256 << 20
-CHECK_TOLERANCE = 1e-2  # ||out - ref|| / ||ref|| for bf16 (DESIGN.md section 6)
+CHECK_TOLERANCE = 1e-2  # ||out - ref|| / ||ref|| for bf16 (docs/design.md)
 
 
 class Progress:

@@ -6,7 +6,7 @@ them before attention) and returns a :class:`Prepared`: a zero-argument callable
 launches the variant, how to read its output back in token layout ``[T, Hq, Dv]``, and a
 note. A variant that cannot run here raises :class:`Skip` with the reason.
 
-Peers are called as their engines call them (``../shared/peers/README.md``) and loaded
+Peers are called as their engines call them (``docs/peers.md``) and loaded
 from the folder named by ``--peers`` / ``SWATTN_PEERS`` (default ``.peers/py``), put
 first on ``sys.path``. Layout decisions (what is fair) are in each adapter's docstring and
 in the README of the results.

@@ -1,6 +1,6 @@
-"""The named workloads of ``../shared/ANCHORS.md``, in one place, and the work each case does.
+"""The named workloads (``docs/design.md`` tabulates them), in one place, and the work each case does.
 
-A :class:`Workload` is the row of the anchors table (model shape, window, sinks, batch and
+A :class:`Workload` is one row of that table (model shape, window, sinks, batch and
 its (prefix, new) cases or decode context). :func:`extend_cases` turns an extend workload
 into :class:`Case` objects, one per (prefix, new) pair, with the sizes overridable from the
 command line (``--batch``, ``--cases``); :func:`decode_cases` turns a decode workload (C-A,
@@ -9,7 +9,7 @@ work it asks for: the visible (query, key) pairs, counted exactly from the windo
 (plus the sparse keys of S), the FLOPs over them and the bytes a kernel cannot avoid (Q, O,
 and the K, V within reach, each once).
 
-Windows here are Hugging Face ``sliding_window`` values W (as in the anchors table); the
+Windows here are Hugging Face ``sliding_window`` values W (as model configs give them); the
 kernels take ``window_left = W - 1`` (:func:`swattn.window.from_hf`).
 
 Plain Python: no torch.
@@ -28,7 +28,7 @@ LAYOUTS = ("window", "full")
 
 @dataclass(frozen=True)
 class Workload:
-    """One row of the anchors table.
+    """One named workload (the table of docs/design.md).
 
     ``cases`` are (prefix, new tokens) per sequence for extend workloads; ``context`` is
     the decode context (tokens in cache, the new one included). ``full_layers`` and

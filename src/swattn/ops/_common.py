@@ -43,6 +43,26 @@ def tanh_source(x):
 tanh = compile_bound(tanh_source)
 
 
+def visible_source(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW: tl.constexpr,
+                   IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, ROWS_FROM_0: tl.constexpr):
+    """The mask predicate of window.visible on a [BM, BN] tile (``q_pos`` [BM], ``k_pos``
+    [BN]), keys at and past ``key_end`` dropped, and with ROWS_FROM_0 rows at negative
+    positions too. Written once for both dialects, as :func:`tanh_source`."""
+    keep = (k_pos < key_end)[None, :]
+    if ROWS_FROM_0:
+        keep = keep & (q_pos[:, None] >= 0)
+    if USE_WINDOW:
+        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
+    if IS_CAUSAL:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None])
+    elif USE_RIGHT:
+        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
+    return keep
+
+
+visible = compile_bound(visible_source)
+
+
 def kernel_scale(scale, softcap):
     """The ``qk_scale`` a launcher hands the kernels (see :func:`scores_log2`): ``scale /
     softcap`` with a cap, ``scale * log2 e`` without."""

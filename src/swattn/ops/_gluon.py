@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._common import compile_bound, tanh_source
+from ._common import compile_bound, tanh_source, visible_source
 from ._tma import row_descriptor
 
 
@@ -38,22 +38,9 @@ def uniform(x):
                                      [x], dtype=gl.int32, is_pure=True, pack=1)
 
 
+# Written once for both dialects (_common): Gluon's language in the place of Triton's.
 tanh = compile_bound(tanh_source, gluon.jit, {**globals(), "tl": gl})
-
-
-@gluon.jit
-def visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW: gl.constexpr,
-             IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr):
-    """The mask predicate of window.visible on a [BM, BN] tile, keys past key_end dropped
-    (as extend.visible)."""
-    keep = (k_pos < key_end)[None, :]
-    if USE_WINDOW:
-        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
-    if IS_CAUSAL:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None])
-    elif USE_RIGHT:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
-    return keep
+visible = compile_bound(visible_source, gluon.jit, {**globals(), "tl": gl})
 
 
 @gluon.jit
@@ -71,7 +58,7 @@ def weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_sc
         scale = softcap * 1.4426950408889634
     if MASKED:
         keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW, IS_CAUSAL,
-                        USE_RIGHT)
+                       USE_RIGHT, False)
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)

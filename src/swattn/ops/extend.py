@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ._common import (FP32_PRODUCTS, causal_key_end, finish, first_key_tile, full_tiles_end,
                       full_tiles_start, load_keys, load_rows, load_whole, right_key_end, scores_log2,
-                      softmax_step, valid_page, visible_key_end)
+                      softmax_step, valid_page, visible, visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
@@ -46,20 +46,6 @@ def _stage_bounds(first_q, last_q, range_end, window_left, window_right,
         if IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
     return lo, hi
-
-
-@triton.jit
-def _visible(q_pos, k_pos, k_end, window_left, window_right,
-             USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr):
-    """The mask predicate of window.visible on a [BM, BN] tile, keys past k_end dropped."""
-    keep = (k_pos < k_end)[None, :] & (q_pos[:, None] >= 0)
-    if USE_WINDOW:
-        keep = keep & (k_pos[None, :] >= q_pos[:, None] - window_left)
-    if IS_CAUSAL:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None])
-    elif USE_RIGHT:
-        keep = keep & (k_pos[None, :] <= q_pos[:, None] + window_right)
-    return keep
 
 
 @triton.jit
@@ -227,8 +213,8 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_l
             page = page.to(tl.int64)
             slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
             slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
-            keep = _visible(q_pos, k_pos, prefix_len, window_left, window_right, USE_WINDOW,
-                            IS_CAUSAL, USE_RIGHT)
+            keep = visible(q_pos, k_pos, prefix_len, window_left, window_right, USE_WINDOW,
+                           IS_CAUSAL, USE_RIGHT, True)
             if USE_MASK:
                 bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
                 keep = keep & (bits != 0)
@@ -261,8 +247,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefi
         for start_n in range(start, stop, BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
-            keep = _visible(q_local, k_pos, extend_len, window_left, window_right, USE_WINDOW,
-                            IS_CAUSAL, USE_RIGHT)
+            keep = visible(q_local, k_pos, extend_len, window_left, window_right, USE_WINDOW,
+                           IS_CAUSAL, USE_RIGHT, True)
             if USE_MASK:
                 bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
                                mask=keep, other=0)
@@ -306,8 +292,8 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_sta
         tok = (seq_start + k_pos - prefix_len).to(tl.int64)
         keep = m_load[None, :]
         if MASKED:
-            keep = _visible(q_pos, k_pos, key_end, window_left, window_right,
-                            USE_WINDOW, IS_CAUSAL, USE_RIGHT) & (k_pos >= key_start)[None, :]
+            keep = visible(q_pos, k_pos, key_end, window_left, window_right,
+                           USE_WINDOW, IS_CAUSAL, USE_RIGHT, True) & (k_pos >= key_start)[None, :]
             if USE_MASK:
                 bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
                 keep = keep & (bits != 0)

@@ -357,7 +357,7 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
             keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
-                            IS_CAUSAL, USE_RIGHT)
+                           IS_CAUSAL, USE_RIGHT, False)
             work = True
             if SKIP:
                 work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
