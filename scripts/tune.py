@@ -34,6 +34,7 @@ EXTEND_SWEEP = {
                  (64, 64, 4, 3, True, True, True), (64, 64, 4, 3, True, True, False),
                  (64, 64, 4, 2, True, True, True), (64, 64, 4, 4, True, True, True)],
 }
+EXTEND_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "pack_gqa", "split_full", "tma")
 EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
                 "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
@@ -81,7 +82,8 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
 
     def prepare(config):
         plan = extend_plan_for(*args, window_left=case.window_left, keys=part or "all",
-                               return_lse=bool(part), config=Config(*config), hopper=False)
+                               return_lse=bool(part), config=Config(**dict(zip(EXTEND_FIELDS, config))),
+                               hopper=False)
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
         lse = torch.empty(*inputs.q.shape[:2], device="cuda") if part else None
         return (lambda: plan.run(*args[:6], sinks=inputs.sinks, out=out, lse=lse)), out
@@ -103,7 +105,8 @@ def tune_decode(name, configs, flush):
         tensors = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window)
         plan = decode_plan_for(*tensors, inputs.seq_lens, window_left=case.window_left,
                                sparse=inputs.sparse, num_splits=splits, hopper=False,
-                               config=DecodeConfig(rows, block_n, warps, stages, chosen.heads_first))
+                               config=DecodeConfig(block_h=rows, block_n=block_n, num_warps=warps, num_stages=stages,
+                                                   heads_first=chosen.heads_first))
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
         return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=inputs.sparse, out=out)), out
 

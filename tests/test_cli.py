@@ -55,7 +55,8 @@ def test_tiles_non_causal_window_right(capsys):
 
 def test_tiles_decode(capsys):
     _, out, _ = _run(["tiles", "--decode", "8192,100", "--window-left", "127", "--json"], capsys)
-    assert json.loads(out) == {"keys": {"all": 8292, "tight": 228}, "tiles": {"all": 130, "tight": 4}}
+    assert json.loads(out) == {"keys": {"all": 8292, "tight": 228, "aligned": 228},
+                               "tiles": {"all": 130, "tight": 4, "aligned": 4}}
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -83,7 +84,7 @@ def test_prove_quick_json(capsys):
     status, out, _ = _run(["prove", "--quick", "--json"], capsys)
     result = json.loads(out)
     assert status == 0 and result["ok"] is True and result["violations"] == 0
-    assert set(result["loops"]) == {"stage1", "stage2", "unified", "decode"}
+    assert set(result["loops"]) == {"stage1", "stage2", "unified", "decode", "decode-splits"}
 
 
 @pytest.mark.parametrize("argv,expected", [([], []), (["--no-check"], ["--no_check"]),

@@ -59,7 +59,7 @@ def _matrix(count, seed):
         if i % 2:
             # The carried path (three stages: the block-table entries carried a tile
             # ahead) and the grid heads first.
-            kw["config"] = DecodeConfig(16, 16, 4, 3, heads_first=True)
+            kw["config"] = DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3, heads_first=True)
         case.kwargs = kw
         cases.append(case)
     return cases
@@ -92,19 +92,19 @@ def test_group_cut_into_head_blocks(sparse_keys):
     if sparse_keys:
         kw["sparse"] = build_sparse(case, DEVICE)
     want = reference.decode_attention(*tensors, **kw)
-    for splits, config in ((1, DecodeConfig(16, 16, 4, 1)), (3, DecodeConfig(16, 16, 4, 1)),
-                           (3, DecodeConfig(16, 16, 4, 3, heads_first=True))):
+    for splits, config in ((1, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)), (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)),
+                           (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3, heads_first=True))):
         got = run_all_bounds(tensors, num_splits=splits, config=config, **kw)
         assert_matches_reference(got, want)
 
 
 def test_head_blocking():
-    assert head_blocking(DecodeConfig(16, 16, 4, 2), 64) == (16, 4)
-    assert head_blocking(DecodeConfig(16, 16, 4, 2), 40) == (16, 3)
-    assert head_blocking(DecodeConfig(16, 64, 4, 2), 8) == (16, 1)
-    assert head_blocking(DecodeConfig(32, 64, 4, 2), 32) == (32, 1)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2), 64) == (16, 4)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2), 40) == (16, 3)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2), 8) == (16, 1)
+    assert head_blocking(DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=2), 32) == (32, 1)
     # DeepSeek-style heads on the GPU: 16 heads and 16 keys a program.
-    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
+    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
 
 
 @pytest.mark.parametrize("page_size", [1, 4, 16], ids=lambda p: f"ps{p}")
@@ -358,14 +358,12 @@ def test_bad_bounds():
 
 def test_decode_config():
     # Up to d128 the Gluon path where the launch can take it (long windows on sm_90).
-    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(16, 128, 4, 2,
-                                                                            hopper=True)
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=128, num_warps=4, num_stages=2, hopper=True)
     # d128: 64-key tiles in 2 stages (4 programs an SM on the H200), the grid heads first.
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 64, 4, 2, True,
-                                                                              hopper=True)
-    assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(16, 32, 4, 2)
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2, heads_first=True, hopper=True)
+    assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
-    assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(16, 16, 4, 1)
+    assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
 
 
 def test_decode_splits():

@@ -188,7 +188,7 @@ def test_split_and_single_loop_agree():
     from swattn.ops.config import Config
     case = ExtendCase([70, 3], [40, 35], window_left=37, seed=21)
     tensors = build_extend(case, DEVICE)
-    split, single = (run_extend(*tensors, window_left=37, config=Config(16, 16, 4, 1, True, s))
+    split, single = (run_extend(*tensors, window_left=37, config=Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=s))
                      for s in (True, False))
     assert torch.equal(split, single)
     assert rel_err(split, reference.extend_attention(*tensors, window_left=37)) < TOL
@@ -206,7 +206,7 @@ def test_tma_and_pointer_loads_agree(deterministic):
     qkv = torch.cat([q, k, v], 1)
     k, v = qkv[:, 4:6], qkv[:, 6:8]
     tensors = (q, k, v, *rest)
-    configs = [Config(16, 16, 4, 1, True, True, tma) for tma in (True, False)]
+    configs = [Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=True, tma=tma) for tma in (True, False)]
     assert all(d is not None for d in ops_extend.descriptors(configs[0], k, v, *rest[:2], False))
     with_tma, without = (run_extend(*tensors, window_left=41, config=c,
                                                      deterministic=deterministic)
@@ -219,7 +219,7 @@ def test_tma_only_where_the_copy_engine_can_take_it():
     """No descriptor for a head dim off the box, a row stride off 16 bytes, or pages
     smaller than a key tile (the cache then loads through pointers)."""
     from swattn.ops.config import Config
-    cfg = Config(16, 16, 4, 1, True, True)
+    cfg = Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=True)
     x = torch.zeros(10, 2, 16, dtype=torch.bfloat16)
     assert ops_extend._row_descriptor(x, 16) is not None
     assert ops_extend._row_descriptor(torch.zeros(10, 2, 24, dtype=torch.bfloat16), 16) is None
@@ -236,6 +236,6 @@ def test_h200_config_follows_the_page_size():
     tiles and 4 warps; over pages of 16, 128 x 64 and 8 warps (scripts/tune.py). Both take
     the Hopper path where the launch can, and so does gpt-oss's d64."""
     from swattn.ops.config import Config, extend_config
-    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(64, 64, 4, 3, True, True, hopper=True)
-    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(128, 64, 8, 3, True, True, hopper=True)
-    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(64, 32, 4, 2, True, False, hopper=True)
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(block_m=64, block_n=64, num_warps=4, num_stages=3, pack_gqa=True, split_full=True, hopper=True)
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(block_m=128, block_n=64, num_warps=8, num_stages=3, pack_gqa=True, split_full=True, hopper=True)
+    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(block_m=64, block_n=32, num_warps=4, num_stages=2, pack_gqa=True, split_full=False, hopper=True)

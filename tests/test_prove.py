@@ -149,6 +149,41 @@ def test_planted_decode_bug(shift, field):
     assert result["ok"] is False
 
 
+def test_split_decode_loops_prove(true_result):
+    stats = true_result["loops"]["decode-splits"]
+    assert stats["configs"] > 0 and stats["splits"] > stats["configs"]
+    assert stats["empty_splits"] > 0, "split counts past the tiles must be in the grid"
+    for field in ("violations", "overlaps", "empty_tiles", "bad_bounds"):
+        assert stats[field] == 0, field
+
+
+def _split_floor(seq_len, window_left, block_n, num_splits, i_split, aligned=False):
+    """Splits of floor(tiles / splits) tiles: the last tiles are left out."""
+    lo, hi = window.decode_bounds(seq_len, window_left)
+    origin = 0 if aligned else lo
+    t_lo, t_end = ((lo // block_n, -(-hi // block_n)) if aligned
+                   else (0, window.num_tiles(lo, hi, block_n)))
+    per = max((t_end - t_lo) // num_splits, 1)
+    t_start = min(t_lo + i_split * per, t_end)
+    return origin + t_start * block_n, origin + min(t_start + per, t_end) * block_n
+
+
+def _split_off_grid(seq_len, window_left, block_n, num_splits, i_split, aligned=False):
+    """The aligned tiles started at the first visible key instead of its tile."""
+    start, stop = window.decode_split_bounds(seq_len, window_left, block_n, num_splits, i_split,
+                                             aligned)
+    lo, _ = window.decode_bounds(seq_len, window_left)
+    return (max(start, lo), stop) if aligned and i_split == 0 else (start, stop)
+
+
+@pytest.mark.parametrize("bug,field", [(_split_floor, "violations"), (_split_off_grid, "bad_bounds")],
+                         ids=["splits-floor", "aligned-start-off-grid"])
+def test_planted_split_bug(bug, field):
+    result = _quick(split_fn=bug)
+    assert result["loops"]["decode-splits"][field] > 0
+    assert result["ok"] is False
+
+
 def test_prover_evaluates_the_mask_predicate(monkeypatch):
     """The prover brute-forces ``visible`` rather than re-deriving intervals: a predicate
     that keeps one key too many (L + 1 back) makes the true bounds fail."""
@@ -170,7 +205,7 @@ def test_cli_path_exits_one_on_a_planted_bug(capsys):
 
 def test_report_lists_every_loop(true_result):
     text = prove.format_report(true_result)
-    for loop in ("stage1", "stage2", "unified", "decode"):
+    for loop in ("stage1", "stage2", "unified", "decode", "decode-splits"):
         assert any(line.startswith(loop) for line in text.splitlines())
     assert text.splitlines()[-1].startswith("PROVED: 0 violations")
 

@@ -92,15 +92,17 @@ def test_empty_extend_has_no_change():
 def test_decode_reads_exactly_window(window_left, block_n):
     seq_len = window_left + 1 + 1000
     counts = tiles.count_decode([seq_len], window_left, block_n)
-    assert counts["keys"] == {"all": seq_len, "tight": window_left + 1}
-    assert counts["tiles"] == {"all": -(-seq_len // block_n), "tight": -(-(window_left + 1) // block_n)}
+    lo = seq_len - 1 - window_left
+    assert counts["keys"] == {"all": seq_len, "tight": window_left + 1, "aligned": window_left + 1}
+    assert counts["tiles"] == {"all": -(-seq_len // block_n), "tight": -(-(window_left + 1) // block_n),
+                               "aligned": -(-seq_len // block_n) - lo // block_n}
 
 
 def test_decode_short_sequence_and_multipliers():
     counts = tiles.count_decode([1, 50, 500], 127, 64, batch=2, heads=3)
     assert counts["keys"]["tight"] == (1 + 50 + 128) * 6
     assert counts["keys"]["all"] == (1 + 50 + 500) * 6
-    assert tiles.count_decode([500], None)["keys"] == {"all": 500, "tight": 500}
+    assert tiles.count_decode([500], None)["keys"] == {"all": 500, "tight": 500, "aligned": 500}
 
 
 @pytest.mark.parametrize("call", [

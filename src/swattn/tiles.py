@@ -17,7 +17,7 @@ Plain Python: no torch, no triton, no numpy.
 
 from __future__ import annotations
 
-from .window import Window, check_window, decode_bounds, key_bounds, num_tiles
+from .window import Window, aligned_tiles, check_window, decode_bounds, key_bounds, num_tiles
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 BOUNDS = ("all", "tight")
@@ -74,20 +74,28 @@ def count_decode(seq_lens, window_left=None, block_n=64, *, batch=1, heads=1):
     """Keys and tiles of ``block_n`` the decode loop reads, summed over ``seq_lens`` (one
     new token per sequence, at ``seq_len - 1``), times ``batch * heads``.
 
-    Returns ``{"keys": {"all": n, "tight": n}, "tiles": {"all": n, "tight": n}}``: ``all``
-    reads the whole cache ``[0, seq_len)``, ``tight`` reads ``decode_bounds``: exactly
-    ``min(window_left + 1, seq_len)`` keys.
+    Returns ``{"keys": {...}, "tiles": {...}}`` with ``all`` (the whole cache ``[0,
+    seq_len)``), ``tight`` (``decode_bounds``: exactly ``min(window_left + 1, seq_len)``
+    keys, the Triton kernel's tiles from the first of them) and ``aligned`` (the same keys
+    in the Hopper path's tiles on the grid of 0, :func:`swattn.window.aligned_tiles`).
+    Split-KV cuts these tiles into runs without adding any (``swattn prove``'s
+    decode-splits loop).
     """
     if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
         raise ValueError(f"block_n must be an int >= 1, got {block_n!r}")
     check_window(window_left)
-    counts = {"keys": {bounds: 0 for bounds in BOUNDS}, "tiles": {bounds: 0 for bounds in BOUNDS}}
+    kinds = ("all", "tight", "aligned")
+    counts = {"keys": dict.fromkeys(kinds, 0), "tiles": dict.fromkeys(kinds, 0)}
     for seq_len in seq_lens:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ValueError(f"seq_lens must hold ints >= 1, got {seq_len!r}")
-        for bounds, (lo, hi) in (("all", (0, seq_len)), ("tight", decode_bounds(seq_len, window_left))):
-            counts["keys"][bounds] += (hi - lo) * batch * heads
-            counts["tiles"][bounds] += num_tiles(lo, hi, block_n) * batch * heads
+        lo, hi = decode_bounds(seq_len, window_left)
+        t_lo, t_end = aligned_tiles(lo, hi, block_n)
+        for kind, keys, walked in (("all", seq_len, num_tiles(0, seq_len, block_n)),
+                                   ("tight", hi - lo, num_tiles(lo, hi, block_n)),
+                                   ("aligned", hi - lo, t_end - t_lo)):
+            counts["keys"][kind] += keys * batch * heads
+            counts["tiles"][kind] += walked * batch * heads
     return counts
 
 
@@ -152,9 +160,11 @@ def format_table(counts, title=""):
 def format_decode_table(counts, title=""):
     """The readable report of :func:`count_decode`."""
     lines = [title] if title else []
-    lines.append(f"{'decode':<8} {'all':>14} {'tight':>14} {'change':>8}")
+    lines.append(f"{'decode':<8} {'all':>14} {'tight':>14} {'change':>8} {'aligned':>14} "
+                 f"{'change':>8}")
     for what in ("keys", "tiles"):
         row = counts[what]
         lines.append(f"{what:<8} {row['all']:>14,} {row['tight']:>14,} "
-                     f"{_percent(_ratio(row['tight'], row['all'])):>8}")
+                     f"{_percent(_ratio(row['tight'], row['all'])):>8} {row['aligned']:>14,} "
+                     f"{_percent(_ratio(row['aligned'], row['all'])):>8}")
     return "\n".join(lines)

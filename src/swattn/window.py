@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOOPS = ("stage1", "stage2", "unified", "decode")
+LOOPS = ("stage1", "stage2", "unified", "decode", "decode-splits")
 
 
 # --------------------------------------------------------------------------------------
@@ -179,6 +179,24 @@ def decode_first_key(seq_len, window_left):
     return max(seq_len - 1 - window_left, 0)
 
 
+def aligned_tiles(lo, hi, block_n):
+    """``(first tile, end tile)`` of the keys ``[lo, hi)`` on the grid of absolute position
+    0 (tile ``t`` holds keys ``[t * BN, (t + 1) * BN)``): the copy engine's tiles of the
+    Hopper decode path, whose pages it loads whole."""
+    end = (hi + block_n - 1) // block_n
+    return lo // block_n, end
+
+
+def split_tiles(t_lo, t_end, num_splits, i_split):
+    """``(t_start, t_stop)``: split ``i_split``'s run of the tiles ``[t_lo, t_end)`` cut
+    into ``num_splits`` contiguous runs of ``ceil((t_end - t_lo) / num_splits)`` tiles (the
+    last ones shorter or empty)."""
+    per_split = (t_end - t_lo + num_splits - 1) // num_splits
+    t_start = min(t_lo + i_split * per_split, t_end)
+    t_stop = min(t_start + per_split, t_end)
+    return t_start, t_stop
+
+
 # --------------------------------------------------------------------------------------
 # Loop bounds, composed from the primitives, for the model, the prover and the launchers.
 # --------------------------------------------------------------------------------------
@@ -254,6 +272,21 @@ def decode_bounds(seq_len, window_left):
     """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``."""
     lo = 0 if window_left is None else decode_first_key(seq_len, window_left)
     return lo, seq_len
+
+
+def decode_split_bounds(seq_len, window_left, block_n, num_splits, i_split, aligned=False):
+    """``(start, stop)``: the keys split ``i_split`` of ``num_splits`` walks in tiles of
+    ``block_n`` (the kernels mask those outside :func:`decode_bounds`). The Triton decode
+    kernel tiles ``[lo, seq_len)`` from ``lo`` (its rows are gathered one by one);
+    ``aligned``, the Hopper decode path tiles it on the grid of 0 (:func:`aligned_tiles`).
+    Either way the tiles are cut into contiguous runs by :func:`split_tiles`."""
+    lo, hi = decode_bounds(seq_len, window_left)
+    if aligned:
+        t_lo, t_end = aligned_tiles(lo, hi, block_n)
+        t_start, t_stop = split_tiles(t_lo, t_end, num_splits, i_split)
+        return t_start * block_n, t_stop * block_n
+    t_start, t_stop = split_tiles(0, num_tiles(lo, hi, block_n), num_splits, i_split)
+    return lo + t_start * block_n, lo + t_stop * block_n
 
 
 def num_tiles(lo, hi, block_n):

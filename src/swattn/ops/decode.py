@@ -39,7 +39,7 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from ._common import (FP32_PRODUCTS, decode_first_key, finish, load_keys, load_rows, scores_log2,
-                      softmax_step, valid_page)
+                      softmax_step, split_tiles, valid_page)
 from ._launch import Launch
 from .config import BOUNDS, DecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
 from .merge import split_scratch
@@ -219,9 +219,7 @@ def _decode_kernel(
     total_tiles = window_tiles
     if HAS_SPARSE:
         total_tiles = window_tiles + (num_sparse + BLOCK_N - 1) // BLOCK_N
-    per_split = (total_tiles + num_splits - 1) // num_splits
-    t_start = tl.minimum(i_split * per_split, total_tiles)
-    t_stop = tl.minimum(t_start + per_split, total_tiles)
+    t_start, t_stop = split_tiles(0, total_tiles, num_splits, i_split)
 
     p_q = Q + i_seq * stride_qb + head[:, None] * stride_qh
     b_q = load_rows(p_q + o_d[None, :], m_h, m_d, EVEN_D)  # [BH, BD]

@@ -67,6 +67,8 @@ MAXNREG = 128
 PRODUCER_REGS = 24
 
 decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
+aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
+split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 
 
 @gluon.jit
@@ -78,11 +80,8 @@ def _tile_range(seq_len, window_left, i_split, num_splits, BN: gl.constexpr,
     lo = 0
     if USE_WINDOW:
         lo = decode_first_key(seq_len, window_left)
-    t_end = (seq_len + BN - 1) // BN
-    t_lo = lo // BN
-    per_split = (t_end - t_lo + num_splits - 1) // num_splits
-    t_start = gl.minimum(t_lo + i_split * per_split, t_end)
-    t_stop = gl.minimum(t_start + per_split, t_end)
+    t_lo, t_end = aligned_tiles(lo, seq_len, BN)
+    t_start, t_stop = split_tiles(t_lo, t_end, num_splits, i_split)
     if not TIGHT:
         if i_split == 0:
             t_start = 0

@@ -36,12 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..window import Window, decode_bounds, full_tile_range, key_bounds, visible
+from ..window import Window, decode_bounds, decode_split_bounds, full_tile_range, key_bounds, visible
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 # Counts that must be zero: a skipped visible key, a floor below the first visible tile
 # (decode: a read of more keys than the window holds), a bound off the tile grid or range.
-FAILURES = ("violations", "loose_floors", "loose", "bad_bounds", "partial_full_tiles")
+FAILURES = ("violations", "loose_floors", "loose", "bad_bounds", "partial_full_tiles", "overlaps",
+            "empty_tiles")
+# Split counts the split decode loops are proved at.
+DECODE_SPLITS = (1, 2, 3, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -295,13 +298,54 @@ def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds):
     return stats
 
 
+def prove_decode_splits(grid=DEFAULT_GRID, split_fn=decode_split_bounds):
+    """Counts of the split decode loops: the Triton kernel's tiles from the first visible
+    key and the Hopper path's on the grid of 0 (``aligned``), for every seq_len and
+    window_left of the grid (and no window), every tile width of its tilings and every
+    split count of :data:`DECODE_SPLITS`. The splits' key runs must lie on their tile grid,
+    follow one another without overlap, hold together every key of :func:`decode_bounds`
+    and no tile without one of them."""
+    started = time.perf_counter()
+    stats = {"configs": 0, "splits": 0, "empty_splits": 0, "tiles": 0, "violations": 0,
+             "overlaps": 0, "empty_tiles": 0, "bad_bounds": 0, "seconds": 0.0}
+    block_ns = sorted({block_n for _, block_n in grid.tilings})
+    for aligned in (False, True):
+        for block_n in block_ns:
+            for window_left in tuple(grid.window_lefts) + (None,):
+                for seq_len in grid.decode_seq_lens():
+                    lo, hi = decode_bounds(seq_len, window_left)
+                    origin = 0 if aligned else lo
+                    for num_splits in DECODE_SPLITS:
+                        read, stop_before = 0, None
+                        for i_split in range(num_splits):
+                            start, stop = split_fn(seq_len, window_left, block_n, num_splits,
+                                                   i_split, aligned)
+                            if (start - origin) % block_n or (stop - origin) % block_n or stop < start:
+                                stats["bad_bounds"] += 1
+                                continue
+                            if stop_before is not None and start < stop_before:
+                                stats["overlaps"] += 1
+                            stop_before = stop
+                            stats["splits"] += 1
+                            stats["empty_splits"] += start == stop
+                            read += max(min(stop, hi) - max(start, lo), 0)
+                            for key0 in range(start, stop, block_n):
+                                stats["tiles"] += 1
+                                stats["empty_tiles"] += not (key0 < hi and key0 + block_n > lo)
+                        stats["configs"] += 1
+                        stats["violations"] += read != hi - lo
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
 def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds,
-          full_fn=full_tile_range):
+          full_fn=full_tile_range, split_fn=decode_split_bounds):
     """Prove every loop's bounds over ``grid``. Returns ``{"grid", "loops", "violations",
     "ok", "seconds"}``; ``ok`` is False on any violation, loose floor or bad bound."""
     started = time.perf_counter()
     loops = {loop: prove_loop(loop, grid, bounds_fn, full_fn) for loop in EXTEND_LOOPS}
     loops["decode"] = prove_decode(grid, decode_bounds_fn)
+    loops["decode-splits"] = prove_decode_splits(grid, split_fn)
     violations = sum(stats["violations"] for stats in loops.values())
     failures = sum(stats.get(key, 0) for stats in loops.values() for key in FAILURES)
     return {"grid": grid.describe(), "loops": loops, "violations": violations,
@@ -317,15 +361,18 @@ _EXTEND_COLUMNS = (("configs", "configs"), ("query_blocks", "blocks"),
 _DECODE_COLUMNS = (("configs", "configs"), ("keys_below_floor", "keys below floor"),
                    ("violations", "violations"), ("witnesses", "witnesses"),
                    ("loose", "loose"), ("bad_bounds", "bad bounds"))
+_SPLIT_COLUMNS = (("configs", "configs"), ("splits", "splits"), ("empty_splits", "empty splits"),
+                  ("tiles", "tiles"), ("violations", "violations"), ("overlaps", "overlaps"),
+                  ("empty_tiles", "empty tiles"), ("bad_bounds", "bad bounds"))
 
 
 def _table(rows, columns):
     widths = [max(len(title), *(len(f"{row[key]:,}") for _, row in rows)) for key, title in columns]
-    lines = ["loop     " + "  ".join(f"{title:>{w}}" for (_, title), w in zip(columns, widths))
+    lines = [f"{'loop':<13} " + "  ".join(f"{title:>{w}}" for (_, title), w in zip(columns, widths))
              + "  seconds"]
     for name, row in rows:
         cells = "  ".join(f"{row[key]:>{w},}" for (key, _), w in zip(columns, widths))
-        lines.append(f"{name:<8} {cells}  {row['seconds']:7.2f}")
+        lines.append(f"{name:<13} {cells}  {row['seconds']:7.2f}")
     return lines
 
 
@@ -343,6 +390,7 @@ def format_report(result):
     loops = result["loops"]
     lines += _table([(loop, loops[loop]) for loop in EXTEND_LOOPS], _EXTEND_COLUMNS)
     lines += _table([("decode", loops["decode"])], _DECODE_COLUMNS)
+    lines += _table([("decode-splits", loops["decode-splits"])], _SPLIT_COLUMNS)
     verdict = "PROVED" if result["ok"] else "FAILED"
     lines.append(f"{verdict}: {result['violations']:,} violations "
                  f"(skipped tiles holding a visible element) in {result['seconds']:.1f} s")
