@@ -3,14 +3,12 @@
 by the copy engine (TMA) into a ring of STAGES shared-memory K/V buffers by a producer
 warp while one warpgroup computes (warp-specialized).
 
-Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate with
-four programs an SM and no fewer; on C-B (512 windows of 4097 keys, d128) those 512
-programs make one wave whose end is set by its slowest SMs (the decode-split-balance run's timeline: ends
-from 210 to 254 us). Here a program keeps STAGES tiles in flight and only one thread
-issues them, so two programs an SM stream as fast as four did: the 512 whole windows run
-in two waves, the second wave's programs starting wherever the first wave's end, with
-no split and no merge (H200, the hopper-decode run: 258.6 us against the Triton kernel's 266.2 and
-FlashInfer's 262.1 in the same run). Short windows keep the Triton kernel
+Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate only
+with four programs an SM, and a batch of long windows makes one wave whose end its
+slowest SMs set. Here a program keeps STAGES tiles in flight and one thread issues them,
+so two programs an SM stream as fast: long windows run whole in two waves, the second's
+programs starting wherever the first's end, with no split and no merge (the
+decode-split-balance and hopper-decode results). Short windows keep the Triton kernel
 (config.HOPPER_MIN_KEYS).
 
 One program owns (sequence, KV head, split); the query heads of the group are the rows
@@ -55,11 +53,8 @@ BLOCK_M = 64
 BLOCK_N = 64
 NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
-# K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of
-# shared memory with the query tile; the registers allow two). H200, the hopper-decode run
-# (benchmarks/results/2026-12-01-h200-hopper-decode, the decode probes): C-B (d128) 2 stages 258.8 / 258.6 us, 3 stages
-# 259.5 / 259.4, 4 (one program an SM) 264.3; C-F (d64, 4 splits) 2 stages 277.3, 4
-# stages 272.6, 6 stages 283.8.
+# K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of shared
+# memory with the query tile); why these counts: the hopper-decode results.
 STAGES = {64: 4, 128: 2}
 # 128 registers a thread at launch (the warpgroup then takes 232 by setmaxnreg, the
 # producer's warpgroup 24), so the registers hold two programs an SM.

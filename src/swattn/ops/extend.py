@@ -142,10 +142,8 @@ def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, des
                  TMA: tl.constexpr):
     """The mask-free tiles [start, stop) of one stage (window.full_tile_range), from the
     cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries load
-    in the iteration whose copies they address. Loaded one tile ahead, they let Triton's
-    pipeliner keep two tiles in flight, but stage 1 of B over pages of 16 at the config's
-    128 x 64 x 8 warps took 2206 us against 2175 before, and ptxas crashed on the
-    deterministic kernel at d16 with soft-cap (benchmarks/results/2026-12-01-h200-deterministic-gluon-probe)."""
+    in the iteration whose copies they address (loading them a tile ahead measured slower:
+    the deterministic-gluon-probe results)."""
     for start_n in range(start, stop, BLOCK_N):
         pages = o_n
         if FROM_CACHE:

@@ -53,34 +53,24 @@ from ._gluon import (descriptor, issue, operand_layout, tile_pages, uniform, vis
                      wgmma_layout)
 from ._launch import Descriptor, Launch
 
-# Tiles, stages and warps, fixed: 64 x 64 tiles under one warpgroup; two K/V stages (82 KB of
-# shared memory at d128, so two CTAs an SM). The deterministic-gluon-probe run's probe of B's loop on the H200
-# (benchmarks/results/2026-12-01-h200-deterministic-gluon-probe/gluon-probe-*.log): 2 stages 3501.7 / 3475.1 /
-# 3149.8 / 3474.6 us against 3 stages 3532.7 / 3432.3 / 3508.3 / 3502.6 in four runs. The
-# grid runs the heads fastest (HEADS_FIRST): 3940.7 against 3952.3 us, and 3745.7 against
-# 3792.5 (the hopper-extend run's hopper-probe-*.log).
+# Fixed tiling: 64 x 64 tiles under one warpgroup, two K/V stages (82 KB of shared memory at
+# d128: two programs an SM), the grid's heads fastest. Why these values, measured: the
+# hopper-extend, hopper-loop and deterministic-gluon-probe results.
 BLOCK_M = 64
 BLOCK_N = 64
 STAGES = 2
 NUM_WARPS = 4
 HEAD_DIMS = (64, 128)
 HEADS_FIRST = True
-# The query tile in registers for the score products (d128 only): 7.2% / 8.9% faster on B
-# at prefix 0 / 8192, the same bits (the hopper-loop run's hopper-probe-qregs-paired.log, floors 0.1%
-# / 1.0%), 16 more registers. At d64 the load into the operand layout gave wrong results
-# (verify-hopper-qregs.md: every d64 row), so d64 keeps the tile in shared memory.
+# d128 only: the score products read the query tile from registers (faster on B, the same
+# bits); at d64 the load into the operand layout computes wrong results, so d64 keeps the
+# tile in shared memory (the hopper-loop results).
 Q_REGS = True
-# The tight loop warp-specialized (WS) for windows of WS_MIN_WINDOW keys or more (and
-# full attention): a producer warp loads the block-table entries and issues the K/V
-# copies, the warpgroup only waits for them and signals each buffer's release. The hopper-warp-specialized run
-# on the H200 (benchmarks/results/2026-12-01-h200-hopper-warp-specialized/hopper-probe-ws1-*.log, turn
-# by turn with a control): workload B (d128, window 4096) 5.4% faster at prefix 8192,
-# 0.7% slower at prefix 0; workload A (d64, window 128) 10% slower (322.5 against 293.0
-# us for the Triton kernel at P0 E8192, where the loop is 3 tiles long). 128 registers a
-# thread at launch keep two programs an SM: the warpgroup takes 232 (setmaxnreg), the
-# producer's warpgroup 24. Two query heads a program (two warpgroups sharing each K/V
-# tile, one producer) measured 4.1% slower than one at prefix 8192
-# (hopper-probe-ws-PAIR_HEADS.log) and was left out.
+# Windows of WS_MIN_WINDOW keys or more (and full attention) run warp-specialized: a
+# producer warp loads the block-table entries and issues the K/V copies while the
+# warpgroup computes. 128 registers a thread at launch keep two programs an SM (the
+# warpgroup takes 232 by setmaxnreg, the producer's 24). Short windows, whose loop is a few
+# tiles long, run faster without it (the hopper-warp-specialized results).
 WARP_SPECIALIZE = True
 WS_MIN_WINDOW = 1024
 WS_MAXNREG = 128
@@ -184,10 +174,8 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     returned for the next step, those of tile g + STAGES.
 
     ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
-    operand here: carried as bf16 through the two loops, ptxas swapped the halves of
-    their 16 registers at each step's end and back at its start (32 PRMT a step); fp32
-    costs 13 registers and measured 4.1% / 3.4% faster on B at prefix 0 / 8192, the same
-    bits (benchmarks/results/2026-12-01-h200-hopper-loop/hopper-probe-p32.log)."""
+    operand here: carried as bf16, ptxas swaps the halves of its registers at every step
+    (the hopper-loop results)."""
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = operand_layout(o_layout)
     st = g % STAGES
