@@ -308,6 +308,25 @@ def test_sparse_index_outside_the_pool_gives_nan():
 # ---- the interpreter's product ----------------------------------------------------------
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter only")
+def test_interpreter_warnings_we_expect_are_not_shown():
+    """Our kernels take log2(0) and exp2(-inf) on purpose (empty rows, masked keys): under
+    the interpreter NumPy's warnings about them stay off (they reached users of the demo)."""
+    import warnings
+    g = torch.Generator().manual_seed(3)
+    sinks = torch.randn(8, generator=g).to(DEVICE)
+    ext = ExtendCase([0, 9, 4], [5, 0, 7], num_q_heads=8, num_kv_heads=1, window_left=7,
+                     dtype=torch.float32, seed=3)
+    dec = DecodeCase([1, 9, 30], num_q_heads=8, num_kv_heads=1, window_left=7,
+                     dtype=torch.float32, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        swattn.extend_attention(*build_extend(ext, DEVICE), window_left=7, sinks=sinks,
+                                return_lse=True)
+        swattn.decode_attention(*build_decode(dec, DEVICE), window_left=7, sinks=sinks,
+                                num_splits=3, return_lse=True)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter only")
 def test_interpreter_patches_the_language_once_a_launch(monkeypatch):
     """One launch patches triton.language once, not at every helper call (hundreds per
     launch in the extend kernel), and gives the same bits as a fresh patch at every call."""
