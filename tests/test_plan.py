@@ -547,6 +547,22 @@ def test_gpu_fast_launch_gives_the_jit_launch_bits():
             assert torch.equal(a, b), name
 
 
+def _runs_without_sync(run, out, times=3):
+    """``run()``'s results, ``times`` times over ``out`` poisoned with NaN first, under
+    torch.cuda.set_sync_debug_mode("error") (a host sync raises); compared by the caller
+    outside it (a comparison syncs)."""
+    results = []
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(times):
+            out.fill_(float("nan"))
+            results.append(run().clone())
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return results
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["triton", "hopper", "single-pass"])
 def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
@@ -560,18 +576,11 @@ def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
               deterministic=path == "single-pass")
     plan = swattn.plan_extend(cu.tolist(), prefix.tolist(), max_tokens=40, **kw, **sizes)
     assert plan.path == path
-    sinks = torch.randn(64, device="cuda")
+    sinks = _sinks(64, 43)
     out = torch.empty(16, 64, 64, dtype=torch.bfloat16, device="cuda")
     first = plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out).clone()
-    again = []
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            out.fill_(float("nan"))
-            again.append(plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out).clone())
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    again = _runs_without_sync(lambda: plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks,
+                                                out=out), out)
     assert all(torch.equal(a, first) for a in again)
     assert len(plan._ready) == 1
     with pytest.raises(TypeError, match="sinks"):
@@ -616,18 +625,11 @@ def test_gpu_repeated_decode_runs_relaunch_only_what_was_checked(hopper, splits)
     q, k_cache, v_cache, table, seq_lens = build_decode(case, "cuda")
     plan = swattn.plan_decode(seq_lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128,
                               page_size=16, window_left=4095, hopper=hopper, num_splits=splits)
-    sinks = torch.randn(32, device="cuda")
+    sinks = _sinks(32, 44)
     out = torch.empty(4, 32, 128, dtype=torch.bfloat16, device="cuda")
     first = plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out).clone()
-    again = []
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            out.fill_(float("nan"))
-            again.append(plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out).clone())
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    again = _runs_without_sync(lambda: plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out),
+                               out)
     assert all(torch.equal(a, first) for a in again)
     assert len(plan._ready) == 1
     plan.replan([table.shape[1] * 16 + 1, 1, 1, 1])

@@ -304,8 +304,9 @@ class Engine:
                                     logits_to_keep=0).logits[0]
             self.step_state = None
             ends = torch.tensor([c - 1 for c in cu[1:]], device=scores.device)
-            picks = scores[ends].argmax(-1).tolist()  # waits for the step
-            rows = scores[ends].float().cpu() if logits is not None else None
+            last = scores[ends]
+            picks = last.argmax(-1).tolist()  # waits for the step
+            rows = last.float().cpu() if logits is not None else None
             self.stats["plan_seconds"] += t1 - t0
             self.stats["forward_seconds"] += time.perf_counter() - t1
             for i, ((seq, n), token) in enumerate(zip(batch, picks)):

@@ -39,8 +39,9 @@ def uniform(x):
 
 
 # Written once for both dialects (_common): Gluon's language in the place of Triton's.
-tanh = compile_bound(tanh_source, gluon.jit, {**globals(), "tl": gl})
-visible = compile_bound(visible_source, gluon.jit, {**globals(), "tl": gl})
+_GLUON_NAMES = {**globals(), "tl": gl}
+tanh = compile_bound(tanh_source, gluon.jit, _GLUON_NAMES)
+visible = compile_bound(visible_source, gluon.jit, _GLUON_NAMES)
 
 
 @gluon.jit

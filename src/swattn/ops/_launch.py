@@ -74,6 +74,11 @@ class _Compiled:
         self.cooperative = runner.launch_cooperative_grid
         self.pdl = runner.launch_pdl
 
+    def run(self, grid, stream, args):
+        """The compiled kernel on ``grid`` and ``stream`` with the launcher's ``args``."""
+        self.launch(grid[0], grid[1], grid[2], stream, self.function, self.cooperative, self.pdl,
+                    None, None, self.metadata, None, None, None, *args)
+
     def expand(self, args):
         """``args`` with each host TMA descriptor replaced by its launcher arguments."""
         out = []
@@ -205,10 +210,7 @@ class Launch:
                 if not misaligned:  # else: specialized for aligned tensors, the JIT's path
                     if compiled.descs:
                         args = compiled.expand(args)
-                    compiled.launch(grid[0], grid[1], grid[2],
-                                    torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                                    compiled.cooperative, compiled.pdl, None, None,
-                                    compiled.metadata, None, None, None, *args)
+                    compiled.run(grid, torch._C._cuda_getCurrentRawStream(device), args)
                     return compiled, grid, device, args
         else:
             key = None
@@ -237,7 +239,5 @@ def relaunch(*ready):
         return False
     stream = torch._C._cuda_getCurrentRawStream(device)
     for compiled, grid, _, args in ready:
-        compiled.launch(grid[0], grid[1], grid[2], stream, compiled.function,
-                        compiled.cooperative, compiled.pdl, None, None, compiled.metadata, None,
-                        None, None, *args)
+        compiled.run(grid, stream, args)
     return True

@@ -154,7 +154,8 @@ def fingerprints(progress=None):
                 for d, sp in ((64, False), (128, True))]
     for name, compile_one in kernels:
         c = compile_one()
-        out[name] = f"{hashlib.sha1(chr(10).join(c.sass).encode()).hexdigest()[:16]} {c.registers} registers"
+        digest = hashlib.sha1("\n".join(c.sass).encode()).hexdigest()[:16]
+        out[name] = f"{digest} {c.registers} registers"
         if progress:
             progress(f"{name}: {out[name]}")
     return out
