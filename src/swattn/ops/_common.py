@@ -3,6 +3,7 @@ soft-capping and the epilogue. Written once; the kernels only compose them."""
 
 import math
 import types
+from collections import namedtuple
 
 import triton
 import triton.language as tl
@@ -10,6 +11,12 @@ import triton.language as tl
 from .. import window
 
 LOG2E = math.log2(math.e)
+
+# The paged cache as the kernels' tile loops take it, one bundle (a namedtuple compiles to
+# its fields): K and V (at page, slot, head strides), the block table and its row stride,
+# the page size and count, and the TMA descriptors of the Hopper paths (None elsewhere).
+PagedCache = namedtuple("PagedCache", "k v stride_kp stride_ks stride_kh stride_vp stride_vs "
+                        "stride_vh block_table stride_bt page_size num_pages desc_k desc_v")
 
 
 def compile_bound(fn, jit=triton.jit, namespace=None):

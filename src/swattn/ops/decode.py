@@ -32,47 +32,61 @@ launches what the plan chose (:func:`launch`, a :class:`DecodeSpec`).
 """
 
 import functools
+from collections import namedtuple
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
-from ._common import (FP32_PRODUCTS, decode_first_key, finish, load_keys, load_rows, scores_log2,
+from ._common import (FP32_PRODUCTS, PagedCache, decode_first_key, finish, load_keys, load_rows, scores_log2,
                       softmax_step, split_tiles, valid_page)
 from ._launch import Launch
 from .config import BOUNDS, DecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
 from .merge import split_scratch
 
 
+# The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
+# its fields: no code of its own); the cache travels as _common.PagedCache.
+DecodeFlags = namedtuple("DecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV SPLIT_D "
+                         "CARRY")  # constexprs
+# A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
+# SPLIT_D), the value columns [BDV].
+DecodeLanes = namedtuple("DecodeLanes", "o_n o_d o_d2 o_dv m_d m_d2 m_dv")
+Scores = namedtuple("Scores", "qk_scale softcap")
+# The sparse keys: pool rows of K and V (row, head strides), the index rows and their
+# stride, how many entries a row has, the pool's row count.
+Pool = namedtuple("Pool", "k v stride_kn stride_kh stride_vn stride_vh idx stride_ib num_sparse "
+                  "rows")
+
+
 @triton.jit
-def _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale, softcap,
-            USE_SOFTCAP: tl.constexpr, SPLIT_D: tl.constexpr):
+def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags):
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf whatever
     their rows hold (unwritten cache rows never reach the row max). With SPLIT_D the
     head's tail columns (b_q2, b_k2) add a second product."""
     if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
         qk = tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS)  # [BH, BN]
-        if SPLIT_D:
+        if flags.SPLIT_D:
             qk = tl.dot(b_q2, tl.trans(b_k2), qk, input_precision=FP32_PRODUCTS)
     else:
         qk = tl.dot(b_q, tl.trans(b_k))
-        if SPLIT_D:
+        if flags.SPLIT_D:
             qk = tl.dot(b_q2, tl.trans(b_k2), qk)
-    s, scale = scores_log2(qk, qk_scale, softcap, USE_SOFTCAP)
+    s, scale = scores_log2(qk, scores.qk_scale, scores.softcap, flags.USE_SOFTCAP)
     s = tl.where(m_key[None, :], s, float("-inf"))
     return softmax_step(s, scale, b_v, m_i, l_i, acc)
 
 
 @triton.jit
-def _load_key(p, rows, o_d, m_d, o_d2, m_d2, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
-              SPLIT_D: tl.constexpr):
+def _load_key(p, rows, lanes, flags):
     """A key tile's rows (``p``: [BN] row pointers) as its main columns and, with SPLIT_D,
     its tail columns (else the main part again, unused); rows outside ``rows`` NaN
     (_common.load_keys)."""
-    b_k = load_keys(p[:, None] + o_d[None, :], rows, m_d, EVEN_D)  # [BN, BD]
-    if SPLIT_D:
-        b_k2 = load_keys(p[:, None] + o_d2[None, :], rows, m_d2, EVEN_D2)  # [BN, BD2]
+    b_k = load_keys(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)  # [BN, BD]
+    if flags.SPLIT_D:
+        b_k2 = load_keys(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2,
+                         flags.EVEN_D2)  # [BN, BD2]
     else:
         b_k2 = b_k
     return b_k, b_k2
@@ -86,12 +100,8 @@ def _pages(p_table, k_pos, lo, seq_len, page_size):
 
 
 @triton.jit
-def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table,
-                  stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch,
-                  stride_vcp, stride_vcs, stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv,
-                  m_d, m_d2, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-                  SKIP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
-                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr, CARRY: tl.constexpr):
+def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, cache, scores,
+                  lanes, flags):
     """Window tiles [start, stop): cached keys at absolute positions, the visible ones
     ``[lo, seq_len)`` loaded through the block table.
 
@@ -103,59 +113,55 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
     Either way only the entries of visible keys are loaded (the masks are the keys'), and
     only entries in ``[0, num_pages)`` are dereferenced.
     """
-    p_table = block_table + i_seq * stride_bt
-    if CARRY:
+    o_n = lanes.o_n
+    page_size = cache.page_size
+    p_table = cache.block_table + i_seq * cache.stride_bt
+    if flags.CARRY:
         page = _pages(p_table, start + o_n, lo, seq_len, page_size)
-    for start_n in range(start, stop, BLOCK_N):
+    for start_n in range(start, stop, flags.BLOCK_N):
         k_pos = start_n + o_n
         m_key = (k_pos >= lo) & (k_pos < seq_len)
-        if CARRY:
-            page_next = _pages(p_table, k_pos + BLOCK_N, lo, seq_len, page_size)
-        if SKIP:
+        if flags.CARRY:
+            page_next = _pages(p_table, k_pos + flags.BLOCK_N, lo, seq_len, page_size)
+        if flags.SKIP:
             needed = tl.max(m_key.to(tl.int32), 0) > 0
         else:
             needed = True
         if needed:
-            if not CARRY:
+            if not flags.CARRY:
                 page = _pages(p_table, k_pos, lo, seq_len, page_size)
             # Only keys on a page of the cache are read; a visible key on a bad entry
             # gives a NaN logit (load_keys).
-            m_read = valid_page(page, num_pages)
+            m_read = valid_page(page, cache.num_pages)
             row = page.to(tl.int64)
             offset = k_pos % page_size
-            slot_k = row * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
-            slot_v = row * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
-            b_k, b_k2 = _load_key(K_cache + slot_k, m_read, o_d, m_d, o_d2, m_d2, EVEN_D, EVEN_D2,
-                                  SPLIT_D)
-            b_v = load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_read, m_dv, EVEN_DV)  # [BN, BDV]
-            m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
-                                    softcap, USE_SOFTCAP, SPLIT_D)
-        if CARRY:
+            slot_k = row * cache.stride_kp + offset * cache.stride_ks + i_kvh * cache.stride_kh
+            slot_v = row * cache.stride_vp + offset * cache.stride_vs + i_kvh * cache.stride_vh
+            b_k, b_k2 = _load_key(cache.k + slot_k, m_read, lanes, flags)
+            b_v = load_rows(cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_read, lanes.m_dv,
+                            flags.EVEN_DV)  # [BN, BDV]
+            m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags)
+        if flags.CARRY:
             page = page_next
     return m_i, l_i, acc
 
 
 @triton.jit
-def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib, num_sparse,
-                  pool_rows, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph,
-                  qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N: tl.constexpr,
-                  USE_SOFTCAP: tl.constexpr, EVEN_D: tl.constexpr, EVEN_D2: tl.constexpr,
-                  EVEN_DV: tl.constexpr, SPLIT_D: tl.constexpr):
-    """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``0 <= idx < pool_rows``;
+def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, pool, scores, lanes, flags):
+    """Sparse tiles [start, stop) of ``idx[i_seq]``: pool rows ``0 <= idx < pool.rows``;
     -1 (and the entries past K) are no key, and no entry outside the pool is dereferenced
     (any other value is a visible key that cannot be read: NaN, _common.load_keys)."""
-    for start_n in range(start, stop, BLOCK_N):
-        o_i = start_n + o_n
-        row = tl.load(Idx + i_seq * stride_ib + o_i, mask=o_i < num_sparse, other=-1)
+    for start_n in range(start, stop, flags.BLOCK_N):
+        o_i = start_n + lanes.o_n
+        row = tl.load(pool.idx + i_seq * pool.stride_ib + o_i, mask=o_i < pool.num_sparse, other=-1)
         m_key = row != -1
-        m_read = (row >= 0) & (row < pool_rows)
+        m_read = (row >= 0) & (row < pool.rows)
         row = row.to(tl.int64)
-        b_k, b_k2 = _load_key(K_pool + row * stride_kpn + i_kvh * stride_kph, m_read, o_d, m_d,
-                              o_d2, m_d2, EVEN_D, EVEN_D2, SPLIT_D)
-        b_v = load_rows(V_pool + (row * stride_vpn + i_kvh * stride_vph)[:, None] + o_dv[None, :],
-                         m_read, m_dv, EVEN_DV)  # [BN, BDV]
-        m_i, l_i, acc = _attend(b_q, b_k, b_q2, b_k2, b_v, m_key, m_i, l_i, acc, qk_scale,
-                                softcap, USE_SOFTCAP, SPLIT_D)
+        b_k, b_k2 = _load_key(pool.k + row * pool.stride_kn + i_kvh * pool.stride_kh, m_read, lanes,
+                              flags)
+        b_v = load_rows(pool.v + (row * pool.stride_vn + i_kvh * pool.stride_vh)[:, None]
+                        + lanes.o_dv[None, :], m_read, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
+        m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags)
     return m_i, l_i, acc
 
 
@@ -230,6 +236,15 @@ def _decode_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
 
+    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
+    # its values into run-time ones).
+    flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
+                                      SPLIT_D, CARRY)
+    lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
+    scores = Scores(qk_scale, softcap)
+    cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
+                       stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
+                       None, None)
     start = lo + tl.minimum(t_start, window_tiles) * BLOCK_N
     stop = lo + tl.minimum(t_stop, window_tiles) * BLOCK_N
     if not TIGHT:
@@ -237,19 +252,15 @@ def _decode_kernel(
         # below lo is visible: those tiles are skipped or computed fully masked).
         if t_start == 0:
             start = lo - (lo + BLOCK_N - 1) // BLOCK_N * BLOCK_N
-    m_i, l_i, acc = _window_tiles(
-        start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len, block_table, stride_bt,
-        page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
-        stride_vch, qk_scale, softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N,
-        USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV, SPLIT_D, CARRY)
+    m_i, l_i, acc = _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_len,
+                                  cache, scores, lanes, flags)
     if HAS_SPARSE:
         sparse_start = (tl.maximum(t_start, window_tiles) - window_tiles) * BLOCK_N
         sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
-        m_i, l_i, acc = _sparse_tiles(
-            sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, Idx, stride_ib,
-            num_sparse, pool_rows, K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, qk_scale,
-            softcap, o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv, BLOCK_N, USE_SOFTCAP, EVEN_D, EVEN_D2,
-            EVEN_DV, SPLIT_D)
+        pool = Pool(K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, Idx, stride_ib,
+                    num_sparse, pool_rows)
+        m_i, l_i, acc = _sparse_tiles(sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq,
+                                      i_kvh, pool, scores, lanes, flags)
 
     if WRITE_PARTIAL:
         # A sink-free partial state; the merge applies the sinks once.

@@ -13,51 +13,69 @@ claim that the bounds change nothing is checked bit for bit.
 """
 
 import functools
+from collections import namedtuple
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from ._common import (FP32_PRODUCTS, causal_key_end, finish, first_key_tile, full_tiles_end,
-                      full_tiles_start, load_keys, load_rows, load_whole, right_key_end, scores_log2,
-                      softmax_step, valid_page, visible, visible_key_end)
+from ._common import (FP32_PRODUCTS, PagedCache, causal_key_end, finish, first_key_tile,
+                      full_tiles_end, full_tiles_start, load_keys, load_rows, load_whole,
+                      right_key_end, scores_log2, softmax_step, valid_page, visible,
+                      visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
 
 
+# The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
+# its fields: no code of its own). Adding an argument is an edit to its bundle, not to
+# every helper's signature.
+# The cache travels as _common.PagedCache.
+ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
+                         "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE")  # constexprs
+Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask")  # what a row sees
+# A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
+ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
+# The block's sequence and KV head, where its tokens start, its lengths, its mask rows.
+Seq = namedtuple("Seq", "i_seq i_kvh seq_start prefix_len extend_len mask_row")
+NewKeys = namedtuple("NewKeys", "k v stride_kt stride_kh stride_vt stride_vh desc_k desc_v")
+# One stage's source of mask-free tiles (_whole_tiles): the head's K and V rows, a row's
+# stride and a slot's (cache) or 0 (new tokens), the first row, the block-table row.
+Source = namedtuple("Source", "desc_k desc_v k v stride_k stride_ks stride_v stride_vs row0 "
+                    "bt_row page_size num_pages")
+
+
 @triton.jit
-def _stage_bounds(first_q, last_q, range_end, window_left, window_right,
-                  BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                  USE_RIGHT: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr):
+def _stage_bounds(first_q, last_q, range_end, rule, flags):
     """(lo, hi) of one loop, as window.key_bounds: tight, all (skip) or none."""
     lo = 0
     hi = range_end
-    if TIGHT:
-        if IS_CAUSAL:
+    if flags.TIGHT:
+        if flags.IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
-        elif USE_RIGHT:
-            hi = right_key_end(last_q, window_right, range_end)
-        if USE_WINDOW:
-            lo = first_key_tile(first_q, window_left, BLOCK_N)
-            hi = visible_key_end(first_q, window_left, lo, hi)
-    elif SKIP:
-        if IS_CAUSAL:
+        elif flags.USE_RIGHT:
+            hi = right_key_end(last_q, rule.window_right, range_end)
+        if flags.USE_WINDOW:
+            lo = first_key_tile(first_q, rule.window_left, flags.BLOCK_N)
+            hi = visible_key_end(first_q, rule.window_left, lo, hi)
+    elif flags.SKIP:
+        if flags.IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
     return lo, hi
 
 
 @triton.jit
-def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP: tl.constexpr,
-               MASKED: tl.constexpr):
+def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, MASKED: tl.constexpr):
     """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
     applies where MASKED."""
     if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
         s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS),
-                               qk_scale, softcap, USE_SOFTCAP)
+                               rule.qk_scale, rule.softcap, flags.USE_SOFTCAP)
     else:
-        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), qk_scale, softcap, USE_SOFTCAP)  # [BM, BN]
+        s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k)), rule.qk_scale, rule.softcap,
+                               flags.USE_SOFTCAP)  # [BM, BN]
     if MASKED:
         s = tl.where(keep, s, float("-inf"))
     return softmax_step(s, scale, b_v, m_i, l_i, acc)
@@ -74,33 +92,40 @@ def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(b_q, p_k, p_v, m_load, keep, m_d, m_dv, m_i, l_i, acc, qk_scale, softcap,
-                 USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, EVEN_D: tl.constexpr,
-                 EVEN_DV: tl.constexpr):
+def _attend_tile(b_q, p_k, p_v, m_load, keep, m_i, l_i, acc, rule, lanes, flags):
     """Load one masked key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load
     allows (other keys read as NaN, _common.load_keys, values as 0) and fold the logits
     ``keep`` leaves visible into the state."""
-    if _any_visible(keep, SKIP, True):
-        b_k = load_keys(p_k, m_load, m_d, EVEN_D)  # [BN, BD]
-        b_v = load_rows(p_v, m_load, m_dv, EVEN_DV)  # [BN, BDV]
-        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
-                                   USE_SOFTCAP, True)
+    if _any_visible(keep, flags.SKIP, True):
+        b_k = load_keys(p_k, m_load, lanes.m_d, flags.EVEN_D)  # [BN, BD]
+        b_v = load_rows(p_v, m_load, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, True)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, num_pages, col, stride_row,
-                stride_slot, o_n, o_c, m_c, FROM_CACHE: tl.constexpr, IS_KEY: tl.constexpr,
-                EVEN: tl.constexpr, TMA: tl.constexpr):
+def _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE: tl.constexpr,
+                IS_KEY: tl.constexpr, TMA: tl.constexpr):
     """The K (IS_KEY) or V rows of the mask-free tile at ``start_n`` (every row of the
     block sees it whole, so no row predicate from the window): from the paged cache
     (FROM_CACHE: ``pages`` the tile's block-table entries, one a key, or with TMA the
-    scalar entry of the page holding the whole tile; ``stride_row`` the page stride,
-    ``stride_slot`` a slot's) or from the new tokens (row ``row0 + start_n`` on,
-    ``stride_row`` a token's). With TMA one copy from ``desc`` (rows of
-    ``[n, heads * dim]``, the head at column ``col``). A cache entry outside
+    scalar entry of the page holding the whole tile; the row stride is the page's, the
+    slot stride a slot's) or from the new tokens (row ``src.row0 + start_n`` on, the row
+    stride a token's). With TMA one copy from the source's descriptor (rows of
+    ``[n, heads * dim]``, the head at column col_k/col_v). A cache entry outside
     ``[0, num_pages)`` is not read: its keys come out NaN (the K descriptor pads with NaN;
     _common.load_keys), its values 0."""
+    desc = src.desc_k if IS_KEY else src.desc_v
+    p_rows = src.k if IS_KEY else src.v
+    col = lanes.col_k if IS_KEY else lanes.col_v
+    stride_row = src.stride_k if IS_KEY else src.stride_v
+    stride_slot = src.stride_ks if IS_KEY else src.stride_vs
+    o_c = lanes.o_d if IS_KEY else lanes.o_dv
+    m_c = lanes.m_d if IS_KEY else lanes.m_dv
+    EVEN: tl.constexpr = flags.EVEN_D if IS_KEY else flags.EVEN_DV
+    o_n = lanes.o_n
+    page_size = src.page_size
+    num_pages = src.num_pages
     if FROM_CACHE:
         if TMA:
             row = tl.where(valid_page(pages, num_pages), pages * page_size + start_n % page_size,
@@ -115,9 +140,9 @@ def _whole_tile(desc, p_rows, start_n, row0, pages, page_size, num_pages, col, s
                 b_t = load_rows(p_rows + offsets[:, None] + o_c[None, :], m_read, m_c, EVEN)
     else:
         if TMA:
-            b_t = desc.load([row0 + start_n, col])
+            b_t = desc.load([src.row0 + start_n, col])
         else:
-            offsets = (row0 + start_n + o_n).to(tl.int64) * stride_row
+            offsets = (src.row0 + start_n + o_n).to(tl.int64) * stride_row
             b_t = load_whole(p_rows + offsets[:, None] + o_c[None, :], m_c, EVEN)
     return b_t
 
@@ -134,180 +159,170 @@ def _tile_pages(bt_row, start_n, o_n, page_size, TMA: tl.constexpr):
 
 
 @triton.jit
-def _whole_tiles(start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v, p_k, p_v,
-                 stride_k, stride_ks, stride_v, stride_vs, row0, bt_row, page_size, num_pages,
-                 col_k, col_v,
-                 o_n, o_d, o_dv, m_d, m_dv, BLOCK_N: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-                 FROM_CACHE: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                 TMA: tl.constexpr):
+def _whole_tiles(start, stop, b_q, m_i, l_i, acc, src, rule, lanes, flags,
+                 FROM_CACHE: tl.constexpr, TMA: tl.constexpr):
     """The mask-free tiles [start, stop) of one stage (window.full_tile_range), from the
     cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries load
     in the iteration whose copies they address (loading them a tile ahead measured slower:
     the deterministic-gluon-probe results)."""
-    for start_n in range(start, stop, BLOCK_N):
-        pages = o_n
+    for start_n in range(start, stop, flags.BLOCK_N):
+        pages = lanes.o_n
         if FROM_CACHE:
-            pages = _tile_pages(bt_row, start_n, o_n, page_size, TMA)
-        b_k = _whole_tile(desc_k, p_k, start_n, row0, pages, page_size, num_pages, col_k, stride_k,
-                          stride_ks, o_n, o_d, m_d, FROM_CACHE, True, EVEN_D, TMA)  # [BN, BD]
-        b_v = _whole_tile(desc_v, p_v, start_n, row0, pages, page_size, num_pages, col_v, stride_v,
-                          stride_vs, o_n, o_dv, m_dv, FROM_CACHE, False, EVEN_DV, TMA)  # [BN, BDV]
-        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, qk_scale, softcap,
-                                   USE_SOFTCAP, False)
+            pages = _tile_pages(src.bt_row, start_n, lanes.o_n, src.page_size, TMA)
+        b_k = _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE, True, TMA)  # [BN, BD]
+        b_v = _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE, False, TMA)  # [BN, BDV]
+        m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, rule, flags, False)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right,
-                BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr):
-    """(mid_lo, mid_hi) of window.full_tile_range: the tiles that need no mask. A custom
-    mask leaves none."""
-    if USE_MASK:
+def _full_range(first_q, last_q, range_end, lo, hi, rule, flags, NO_FULL: tl.constexpr):
+    """(mid_lo, mid_hi) of window.full_tile_range: the tiles that need no mask. NO_FULL
+    (a custom mask, or a walk kept in one loop) leaves none."""
+    if NO_FULL:
         mid_lo = hi
         mid_hi = hi
     else:
         end = range_end
-        if IS_CAUSAL:
+        if flags.IS_CAUSAL:
             end = causal_key_end(first_q, range_end)
-        elif USE_RIGHT:
-            end = right_key_end(first_q, window_right, range_end)
+        elif flags.USE_RIGHT:
+            end = right_key_end(first_q, rule.window_right, range_end)
         mid_lo = lo
-        if USE_WINDOW:
-            mid_lo = full_tiles_start(last_q, window_left, lo, BLOCK_N)
+        if flags.USE_WINDOW:
+            mid_lo = full_tiles_start(last_q, rule.window_left, lo, flags.BLOCK_N)
         mid_lo = tl.minimum(mid_lo, hi)
-        mid_hi = tl.maximum(tl.minimum(full_tiles_end(end, lo, BLOCK_N), hi), mid_lo)
+        mid_hi = tl.maximum(tl.minimum(full_tiles_end(end, lo, flags.BLOCK_N), hi), mid_lo)
     return mid_lo, mid_hi
 
 
 @triton.jit
-def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                  block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
-                  stride_kch, stride_vcp, stride_vcs, stride_vch, desc_k, desc_v, col_k, col_v,
-                  mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-                  m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
-                  IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
-                  USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
+def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache, rule, lanes,
+                  flags, MASKED: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
     table. No key below ``lowest_key`` is read: its page may be freed (-1), and a masked
     tile's page-index load is masked with its keys. Mask-free tiles (MASKED=False) go to
-    :func:`_whole_tiles`, by TMA where pages hold whole key tiles (desc_k/desc_v: the cache
-    as rows of [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
+    :func:`_whole_tiles`, by TMA where pages hold whole key tiles (the cache's descriptors:
+    rows of [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
+    o_n = lanes.o_n
     if not MASKED:
         m_i, l_i, acc = _whole_tiles(
-            start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
-            K_cache + i_kvh * stride_kch, V_cache + i_kvh * stride_vch, stride_kcp, stride_kcs,
-            stride_vcp, stride_vcs, 0, block_table + i_seq * stride_bt, page_size, num_pages, col_k,
-            col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP, True, EVEN_D, EVEN_DV, TMA)
+            start, stop, b_q, m_i, l_i, acc,
+            Source(cache.desc_k, cache.desc_v, cache.k + seq.i_kvh * cache.stride_kh,
+                   cache.v + seq.i_kvh * cache.stride_vh, cache.stride_kp, cache.stride_ks,
+                   cache.stride_vp, cache.stride_vs, 0,
+                   cache.block_table + seq.i_seq * cache.stride_bt, cache.page_size,
+                   cache.num_pages),
+            rule, lanes, flags, True, flags.TMA_CACHE)
     else:
-        for start_n in range(start, stop, BLOCK_N):
+        for start_n in range(start, stop, flags.BLOCK_N):
             k_pos = start_n + o_n
-            m_load = (k_pos < prefix_len) & (k_pos >= lowest_key)
-            page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_load,
-                           other=-1)
+            m_load = (k_pos < seq.prefix_len) & (k_pos >= lowest_key)
+            page = tl.load(cache.block_table + seq.i_seq * cache.stride_bt
+                           + k_pos // cache.page_size, mask=m_load, other=-1)
             # Only keys on a page of the cache are read (a visible key on a bad entry: NaN).
-            m_load = valid_page(page, num_pages)
+            m_load = valid_page(page, cache.num_pages)
             page = page.to(tl.int64)
-            slot_k = page * stride_kcp + (k_pos % page_size) * stride_kcs + i_kvh * stride_kch
-            slot_v = page * stride_vcp + (k_pos % page_size) * stride_vcs + i_kvh * stride_vch
-            keep = visible(q_pos, k_pos, prefix_len, window_left, window_right, USE_WINDOW,
-                           IS_CAUSAL, USE_RIGHT, True)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+            slot_k = (page * cache.stride_kp + (k_pos % cache.page_size) * cache.stride_ks
+                      + seq.i_kvh * cache.stride_kh)
+            slot_v = (page * cache.stride_vp + (k_pos % cache.page_size) * cache.stride_vs
+                      + seq.i_kvh * cache.stride_vh)
+            keep = visible(q_pos, k_pos, seq.prefix_len, rule.window_left, rule.window_right,
+                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
+            if flags.USE_MASK:
+                bits = tl.load(rule.mask + seq.mask_row[:, None] + k_pos[None, :], mask=keep,
+                               other=0)
                 keep = keep & (bits != 0)
-            m_i, l_i, acc = _attend_tile(b_q, K_cache + slot_k[:, None] + o_d[None, :],
-                                         V_cache + slot_v[:, None] + o_dv[None, :], m_load, keep,
-                                         m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP,
-                                         SKIP, EVEN_D, EVEN_DV)
+            m_i, l_i, acc = _attend_tile(b_q, cache.k + slot_k[:, None] + lanes.o_d[None, :],
+                                         cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_load,
+                                         keep, m_i, l_i, acc, rule, lanes, flags)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len, extend_len,
-               lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, col_k,
-               col_v, mask, mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv,
-               m_d, m_dv, BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr,
-               IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr,
-               USE_SOFTCAP: tl.constexpr, SKIP: tl.constexpr, MASKED: tl.constexpr,
-               EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, TMA: tl.constexpr):
+def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, rule, lanes,
+               flags, MASKED: tl.constexpr):
     """Stage-2 tiles [start, stop): the new tokens' own keys, positions relative to the
     first new token. Mask-free tiles go to :func:`_whole_tiles`, by TMA where the layout
-    allows (desc_k/desc_v: k and v as rows of [tokens, heads * D], a head at column
+    allows (the descriptors: k and v as rows of [tokens, heads * D], a head at column
     col_k/col_v)."""
+    o_n = lanes.o_n
     if not MASKED:
         m_i, l_i, acc = _whole_tiles(
-            start, stop, b_q, m_i, l_i, acc, qk_scale, softcap, desc_k, desc_v,
-            K + i_kvh * stride_kh, V + i_kvh * stride_vh, stride_kt, 0, stride_vt, 0, seq_start,
-            K, 1, 1, col_k, col_v, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_SOFTCAP,
-            False, EVEN_D, EVEN_DV, TMA)
+            start, stop, b_q, m_i, l_i, acc,
+            Source(new.desc_k, new.desc_v, new.k + seq.i_kvh * new.stride_kh,
+                   new.v + seq.i_kvh * new.stride_vh, new.stride_kt, 0, new.stride_vt, 0,
+                   seq.seq_start, new.k, 1, 1),
+            rule, lanes, flags, False, flags.TMA_NEW)
     else:
-        for start_n in range(start, stop, BLOCK_N):
+        for start_n in range(start, stop, flags.BLOCK_N):
             k_pos = start_n + o_n
-            m_load = (k_pos < extend_len) & (k_pos >= lowest_key)
-            keep = visible(q_local, k_pos, extend_len, window_left, window_right, USE_WINDOW,
-                           IS_CAUSAL, USE_RIGHT, True)
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + (prefix_len + k_pos)[None, :],
+            m_load = (k_pos < seq.extend_len) & (k_pos >= lowest_key)
+            keep = visible(q_local, k_pos, seq.extend_len, rule.window_left, rule.window_right,
+                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
+            if flags.USE_MASK:
+                bits = tl.load(rule.mask + seq.mask_row[:, None] + (seq.prefix_len + k_pos)[None, :],
                                mask=keep, other=0)
                 keep = keep & (bits != 0)
-            tok = (seq_start + k_pos).to(tl.int64)
+            tok = (seq.seq_start + k_pos).to(tl.int64)
             m_i, l_i, acc = _attend_tile(
-                b_q, K + tok[:, None] * stride_kt + i_kvh * stride_kh + o_d[None, :],
-                V + tok[:, None] * stride_vt + i_kvh * stride_vh + o_dv[None, :], m_load, keep,
-                m_d, m_dv, m_i, l_i, acc, qk_scale, softcap, USE_SOFTCAP, SKIP, EVEN_D, EVEN_DV)
+                b_q, new.k + tok[:, None] * new.stride_kt + seq.i_kvh * new.stride_kh
+                + lanes.o_d[None, :],
+                new.v + tok[:, None] * new.stride_vt + seq.i_kvh * new.stride_vh
+                + lanes.o_dv[None, :], m_load, keep, m_i, l_i, acc, rule, lanes, flags)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start, prefix_len,
-                   key_start, key_end, lowest_key, block_table, stride_bt, page_size, num_pages,
-                   K_cache,
-                   V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
-                   K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row, qk_scale,
-                   softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                   BLOCK_N: tl.constexpr, USE_WINDOW: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                   USE_RIGHT: tl.constexpr, USE_MASK: tl.constexpr, USE_SOFTCAP: tl.constexpr,
-                   SKIP: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
-                   EVEN_DV: tl.constexpr):
+def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, lowest_key, seq,
+                   cache, new, rule, lanes, flags, MASKED: tl.constexpr):
     """Deterministic tiles [start, stop) of the single pass that hold both cached and new
     keys (the kernel hands the others to the stage loops, which load from one source):
     absolute key positions in tiles aligned to position 0, whatever the chunking. A
     position below prefix_len comes from the paged cache, one at or above it from the new
     tokens' k/v (the same bits once write_kv has stored them), so each tile holds the same
     keys however the request's prefill was cut into chunks."""
-    for start_n in range(start, stop, BLOCK_N):
-        k_pos = start_n + o_n
+    prefix_len = seq.prefix_len
+    i_kvh = seq.i_kvh
+    o_d = lanes.o_d
+    o_dv = lanes.o_dv
+    for start_n in range(start, stop, flags.BLOCK_N):
+        k_pos = start_n + lanes.o_n
         m_load = (k_pos < key_end) & (k_pos >= lowest_key)
         in_prefix = k_pos < prefix_len
         m_cached = m_load & in_prefix
         m_new = m_load & (k_pos >= prefix_len)
-        page = tl.load(block_table + i_seq * stride_bt + k_pos // page_size, mask=m_cached, other=-1)
+        page = tl.load(cache.block_table + seq.i_seq * cache.stride_bt + k_pos // cache.page_size,
+                       mask=m_cached, other=-1)
         # Only cached keys on a page of the cache are read (a visible one on a bad entry: NaN).
-        m_cached = valid_page(page, num_pages)
+        m_cached = valid_page(page, cache.num_pages)
         page = page.to(tl.int64)
-        offset = k_pos % page_size
-        tok = (seq_start + k_pos - prefix_len).to(tl.int64)
+        offset = k_pos % cache.page_size
+        tok = (seq.seq_start + k_pos - prefix_len).to(tl.int64)
         keep = m_load[None, :]
         if MASKED:
-            keep = visible(q_pos, k_pos, key_end, window_left, window_right,
-                           USE_WINDOW, IS_CAUSAL, USE_RIGHT, True) & (k_pos >= key_start)[None, :]
-            if USE_MASK:
-                bits = tl.load(mask + mask_row[:, None] + k_pos[None, :], mask=keep, other=0)
+            keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT,
+                           True) & (k_pos >= key_start)[None, :]
+            if flags.USE_MASK:
+                bits = tl.load(rule.mask + seq.mask_row[:, None] + k_pos[None, :], mask=keep,
+                               other=0)
                 keep = keep & (bits != 0)
-        if _any_visible(keep, SKIP, MASKED):
-            slot_k = page * stride_kcp + offset * stride_kcs + i_kvh * stride_kch
-            slot_v = page * stride_vcp + offset * stride_vcs + i_kvh * stride_vch
+        if _any_visible(keep, flags.SKIP, MASKED):
+            slot_k = page * cache.stride_kp + offset * cache.stride_ks + i_kvh * cache.stride_kh
+            slot_v = page * cache.stride_vp + offset * cache.stride_vs + i_kvh * cache.stride_vh
             b_k = tl.where(in_prefix[:, None],
-                           load_keys(K_cache + slot_k[:, None] + o_d[None, :], m_cached, m_d, EVEN_D),
-                           load_rows(K + (tok * stride_kt + i_kvh * stride_kh)[:, None] + o_d[None, :],
-                                      m_new, m_d, EVEN_D))  # [BN, BD]
+                           load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached, lanes.m_d,
+                                     flags.EVEN_D),
+                           load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
+                                     + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D))  # [BN, BD]
             b_v = tl.where(in_prefix[:, None],
-                           load_rows(V_cache + slot_v[:, None] + o_dv[None, :], m_cached, m_dv, EVEN_DV),
-                           load_rows(V + (tok * stride_vt + i_kvh * stride_vh)[:, None] + o_dv[None, :],
-                                      m_new, m_dv, EVEN_DV))  # [BN, BDV]
-            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, qk_scale, softcap,
-                                       USE_SOFTCAP, MASKED)
+                           load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached,
+                                     lanes.m_dv, flags.EVEN_DV),
+                           load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
+                                     + o_dv[None, :], m_new, lanes.m_dv,
+                                     flags.EVEN_DV))  # [BN, BDV]
+            m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, MASKED)
     return m_i, l_i, acc
 
 
@@ -389,6 +404,19 @@ def _extend_kernel(
     else:
         mask_row = rows
 
+    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
+    # its values into run-time ones).
+    flags: tl.constexpr = ExtendFlags(BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
+                                      USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
+                                      TMA_CACHE)
+    rule = Rule(qk_scale, softcap, window_left, window_right, mask)
+    lanes = ExtendLanes(o_n, o_d, o_dv, m_d, m_dv, col_k, col_v)
+    seq = Seq(i_seq, i_kvh, seq_start, prefix_len, extend_len, mask_row)
+    cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
+                       stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
+                       desc_kc, desc_vc)
+    new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v)
+
     if UNIFIED:
         # deterministic=True: one pass over the prefix and the new keys together, in tiles
         # aligned to absolute position 0 (window.key_bounds "unified"); keys="prefix"/"new"
@@ -397,13 +425,11 @@ def _extend_kernel(
         first_q = prefix_len + block_start
         key_start = 0 if DO_PREFIX else prefix_len
         key_end = prefix_len + extend_len if DO_NEW else prefix_len
-        lo, hi = _stage_bounds(first_q, prefix_len + last_row, key_end, window_left,
-                               window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        lo, hi = _stage_bounds(first_q, prefix_len + last_row, key_end, rule, flags)
         if not DO_PREFIX:
             lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
-        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, key_end, lo, hi,
-                                     window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
-                                     USE_RIGHT, USE_MASK or not SPLIT_FULL or not DO_PREFIX)
+        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, key_end, lo, hi, rule, flags,
+                                     USE_MASK or not SPLIT_FULL or not DO_PREFIX)
         lowest_key = tl.maximum(first_q - window_left, key_start) if USE_WINDOW else key_start
         # Without mask-free tiles (a custom mask, keys="new") one part: the code of the two
         # empty ones is left out (nine loops with a mask crashed ptxas 12.x for sm_90a).
@@ -418,68 +444,41 @@ def _extend_kernel(
             cached_end = tl.minimum(tl.maximum(prefix_len // BLOCK_N * BLOCK_N, start), stop)
             new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
                                               start), stop)
-            m_i, l_i, acc = _prefix_tiles(
-                start, cached_end, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
-                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
-                EVEN_D, EVEN_DV, TMA_CACHE)
-            m_i, l_i, acc = _unified_tiles(
-                cached_end, new_start, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, seq_start,
-                prefix_len, key_start, key_end, lowest_key, block_table, stride_bt, page_size,
-                num_pages, K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
-                stride_vch, K, V, stride_kt, stride_kh, stride_vt, stride_vh, mask, mask_row,
-                qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N,
-                USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D,
-                EVEN_DV)
-            m_i, l_i, acc = _new_tiles(
-                new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc, q_local, seq_start,
-                i_kvh, prefix_len, extend_len, lowest_key - prefix_len, K, V, stride_kt, stride_kh,
-                stride_vt, stride_vh, desc_k, desc_v, col_k, col_v, mask, mask_row, qk_scale,
-                softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW,
-                IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV,
-                TMA_NEW)
+            m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos, lowest_key,
+                                          seq, cache, rule, lanes, flags, part != 1)
+            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos, key_start,
+                                           key_end, lowest_key, seq, cache, new, rule, lanes,
+                                           flags, part != 1)
+            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc,
+                                       q_local, lowest_key - prefix_len, seq, new, rule, lanes,
+                                       flags, part != 1)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
         # masked edge tiles, then the tiles every row sees whole, then masked again.
         q_pos = tl.where(m_rows, prefix_len + rows, -1)
         first_q = prefix_len + block_start
-        lo, hi = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
-                               window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi,
-                                     window_left, window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL,
-                                     USE_RIGHT, USE_MASK or not SPLIT_FULL)
+        lo, hi = _stage_bounds(first_q, prefix_len + last_row, prefix_len, rule, flags)
+        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi, rule, flags,
+                                     USE_MASK or not SPLIT_FULL)
         lowest_key = first_q - window_left if USE_WINDOW else 0
         for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
-            m_i, l_i, acc = _prefix_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_pos, i_seq, i_kvh, prefix_len, lowest_key,
-                block_table, stride_bt, page_size, num_pages, K_cache, V_cache, stride_kcp, stride_kcs,
-                stride_kch, stride_vcp, stride_vcs, stride_vch, desc_kc, desc_vc, col_k, col_v, mask,
-                mask_row, qk_scale, softcap, window_left, window_right, o_n, o_d, o_dv, m_d, m_dv,
-                BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK, USE_SOFTCAP, SKIP, part != 1,
-                EVEN_D, EVEN_DV, TMA_CACHE)
+            m_i, l_i, acc = _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq,
+                                          cache, rule, lanes, flags, part != 1)
 
     if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
-        lo, hi = _stage_bounds(block_start, last_row, extend_len, window_left, window_right,
-                               BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-        mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, window_left,
-                                     window_right, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT,
+        lo, hi = _stage_bounds(block_start, last_row, extend_len, rule, flags)
+        mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, rule, flags,
                                      USE_MASK or not SPLIT_FULL)
         lowest_key = block_start - window_left if USE_WINDOW else 0
         for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
-            m_i, l_i, acc = _new_tiles(
-                start, stop, b_q, m_i, l_i, acc, q_local, seq_start, i_kvh, prefix_len,
-                extend_len, lowest_key, K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k,
-                desc_v, col_k, col_v, mask, mask_row, qk_scale, softcap, window_left, window_right,
-                o_n, o_d, o_dv, m_d, m_dv, BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
-                USE_SOFTCAP, SKIP, part != 1, EVEN_D, EVEN_DV, TMA_NEW)
+            m_i, l_i, acc = _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new,
+                                       rule, lanes, flags, part != 1)
 
     sink_log2 = 0.0
     if HAS_SINKS:
