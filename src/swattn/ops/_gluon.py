@@ -3,6 +3,8 @@ the warpgroup product layouts, warp-uniform scalars, the softmax half of a tile,
 block-table entries of a cache tile and the TMA copies that fill a ring stage from the new
 tokens or the paged cache, and the host TMA descriptor of a tensor's rows."""
 
+from collections import namedtuple
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
@@ -44,22 +46,27 @@ tanh = compile_bound(tanh_source, gluon.jit, _GLUON_NAMES)
 visible = compile_bound(visible_source, gluon.jit, _GLUON_NAMES)
 
 
+# What a row sees and how its scores are formed (one bundle: a namedtuple compiles to its
+# fields); a kernel's constexpr flags bundle names USE_WINDOW, IS_CAUSAL, USE_RIGHT and
+# USE_SOFTCAP.
+Rule = namedtuple("Rule", "qk_scale softcap window_left window_right")
+
+
 @gluon.jit
-def weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left, window_right, qk_scale, softcap,
-             USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr, USE_RIGHT: gl.constexpr,
-             USE_SOFTCAP: gl.constexpr, MASKED: gl.constexpr):
+def weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags, MASKED: gl.constexpr):
     """The softmax half of one tile (_common.scores_log2, extend.visible, the first half
     of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
     bit-unchanged and p 0."""
+    qk_scale, softcap = rule.qk_scale, rule.softcap
     # The mask goes on before the scale in both paths, so the multiply and the subtraction
     # of the row max compile to the same arithmetic (contracted or not) with and without it.
     scale = qk_scale
-    if USE_SOFTCAP:
+    if flags.USE_SOFTCAP:
         s = tanh(s * qk_scale)
         scale = softcap * 1.4426950408889634
     if MASKED:
-        keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW, IS_CAUSAL,
-                       USE_RIGHT, False)
+        keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                       flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
         s = gl.where(keep, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)

@@ -36,6 +36,7 @@ heads, page sizes that are multiples of 16 dividing or divided by 64, no sparse 
 """
 
 import functools
+from collections import namedtuple
 
 import torch
 from triton.experimental import gluon
@@ -45,7 +46,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import descriptor, issue, operand_layout, tile_pages, uniform, weights, wgmma_layout
+from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, weights,
+                     wgmma_layout)
 from ._launch import Descriptor, Launch
 from .merge import split_scratch
 
@@ -64,6 +66,21 @@ PRODUCER_REGS = 24
 decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
 aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
 split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
+
+# The warpgroup's arguments, bundled once by the kernel (a namedtuple compiles to its
+# fields); the scores rule travels as _gluon.Rule. IS_CAUSAL and USE_RIGHT are False (a
+# decode query sees every key up to its own), named for _gluon.weights.
+DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
+                         "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP")  # constexprs
+# The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
+# barriers on which the warpgroup releases a stage to the producer.
+DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
+# Where the output goes: out and lse, or with split-KV the split's partial state.
+DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
+                         "stride_lb stride_pb stride_ph stride_ps stride_plb stride_plh")
+# The program's sequence, KV head and split, the sequence's length and first visible key,
+# the split's tiles [t_start, t_stop).
+Split = namedtuple("Split", "i_seq i_kvh i_split seq_len lo t_start t_stop")
 
 
 @gluon.jit
@@ -109,19 +126,18 @@ def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_o, Part_lse,
-             stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb,
-             stride_plh, i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop, qk_scale, softcap,
-             window_left, D: gl.constexpr, GROUP: gl.constexpr, BM: gl.constexpr,
-             BN: gl.constexpr, STAGES: gl.constexpr, USE_WINDOW: gl.constexpr,
-             HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
-             RETURN_LSE: gl.constexpr, SKIP: gl.constexpr):
+def _consume(q_smem, ring, store, split, rule, flags):
     """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed,
     then its stage released to the producer; the output (or the split's partial) stored."""
+    D: gl.constexpr = flags.D
+    BM: gl.constexpr = flags.BM
+    BN: gl.constexpr = flags.BN
+    STAGES: gl.constexpr = flags.STAGES
+    k_smem, v_smem = ring.k_smem, ring.v_smem
     # A partition's arguments come through shared memory: per-thread values to ptxas,
     # made warp-uniform again for the loop and its branches.
-    seq_len, lo = uniform(seq_len), uniform(lo)
-    t_start, t_stop = uniform(t_start), uniform(t_stop)
+    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
+    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
     s_layout: gl.constexpr = wgmma_layout(BN)
     o_layout: gl.constexpr = wgmma_layout(D)
     p_layout: gl.constexpr = operand_layout(o_layout)
@@ -141,53 +157,54 @@ def _consume(q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_
     i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
         key0 = j * BN
-        if _has_work(key0, lo, seq_len, BN, SKIP):
+        if _has_work(key0, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
             phase = (i // STAGES) & 1
-            mbarrier.wait(bar_k.index(st), phase)
-            mbarrier.wait(bar_v.index(st), phase)
+            mbarrier.wait(ring.bar_k.index(st), phase)
+            mbarrier.wait(ring.bar_v.index(st), phase)
             s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
                                   use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             if (key0 >= lo) & (key0 + BN <= seq_len):
-                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
-                                              window_left, 0, qk_scale, softcap, USE_WINDOW,
-                                              False, False, USE_SOFTCAP, False)
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
+                                             False)
             else:
-                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len,
-                                              window_left, 0, qk_scale, softcap, USE_WINDOW,
-                                              False, False, USE_SOFTCAP, True)
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
+                                             True)
                 _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            mbarrier.arrive(empty.index(st))
+            mbarrier.arrive(ring.empty.index(st))
             i += 1
 
     # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible,
     # NaN where a visible key's page was bad.
     rows = gl.arange(0, BM, layout=row_o)
-    head = i_kvh * GROUP + rows
-    m_row = rows < GROUP
+    head = split.i_kvh * flags.GROUP + rows
+    m_row = rows < flags.GROUP
     m_safe = gl.convert_layout(gl.where(m_i == float("-inf"), 0.0, m_i), row_o)
     l_o = gl.convert_layout(l_i, row_o)
     denom = l_o
-    if HAS_SINKS and not WRITE_PARTIAL:
-        sink = gl.load(sinks + head, mask=m_row, other=0.0)
+    if flags.HAS_SINKS and not flags.WRITE_PARTIAL:
+        sink = gl.load(store.sinks + head, mask=m_row, other=0.0)
         denom = l_o + gl.exp2(sink * 1.4426950408889634 - m_safe)
     o = gl.where((l_o == 0.0)[:, None], 0.0, acc / denom[:, None])
     lse = gl.where(l_o == 0.0, float("-inf"), (m_safe + gl.log2(l_o)) * 0.6931471805599453)
     cols = gl.arange(0, D, layout=col_o)
-    if WRITE_PARTIAL:
-        p_o = Part_o + i_seq * stride_pb + head[:, None] * stride_ph + i_split * stride_ps
+    i_seq, i_split = split.i_seq, split.i_split
+    if flags.WRITE_PARTIAL:
+        p_o = (store.part_o + i_seq * store.stride_pb + head[:, None] * store.stride_ph
+               + i_split * store.stride_ps)
         gl.store(p_o + cols[None, :], o, mask=m_row[:, None])
-        gl.store(Part_lse + i_seq * stride_plb + head * stride_plh + i_split, lse, mask=m_row)
+        gl.store(store.part_lse + i_seq * store.stride_plb + head * store.stride_plh + i_split,
+                 lse, mask=m_row)
     else:
-        p_o = Out + i_seq * stride_ob + head[:, None] * stride_oh + cols[None, :]
-        gl.store(p_o, o.to(Out.dtype.element_ty), mask=m_row[:, None])
-        if RETURN_LSE:
-            gl.store(Lse + i_seq * stride_lb + head, lse, mask=m_row)
+        p_o = store.out + i_seq * store.stride_ob + head[:, None] * store.stride_oh + cols[None, :]
+        gl.store(p_o, o.to(store.out.dtype.element_ty), mask=m_row[:, None])
+        if flags.RETURN_LSE:
+            gl.store(store.lse + i_seq * store.stride_lb + head, lse, mask=m_row)
 
 
 @gluon.jit
@@ -264,13 +281,17 @@ def _hopper_decode_kernel(
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
 
-    # The partitions' arguments are written out in the call (see extend_hopper).
+    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
+    # its values into run-time ones), and the rule is built in the call, keeping its 0 a
+    # constexpr (see extend_hopper).
+    flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
+                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP)
+    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
+    store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
+                        stride_pb, stride_ph, stride_ps, stride_plb, stride_plh)
+    split = Split(i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop)
     gl.warp_specialize([
-        (_consume, (q_smem, k_smem, v_smem, bar_k, bar_v, empty, sinks, Out, Lse, Part_o,
-                    Part_lse, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps,
-                    stride_plb, stride_plh, i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop,
-                    qk_scale, softcap, window_left, D, GROUP, BM, BN, STAGES, USE_WINDOW,
-                    HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP)),
+        (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0), flags)),
         (_produce, (kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
                     t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP)),
     ], [1], [PRODUCER_REGS])

@@ -40,6 +40,7 @@ compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
 """
 
 import functools
+from collections import namedtuple
 
 import torch
 from triton.experimental import gluon
@@ -49,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (descriptor, issue, operand_layout, tile_pages, uniform, visible, weights,
+from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, visible, weights,
                      wgmma_layout)
 from ._launch import Descriptor, Launch
 
@@ -84,6 +85,23 @@ right_key_end = compile_bound(window.right_key_end, gluon.jit, globals())
 visible_key_end = compile_bound(window.visible_key_end, gluon.jit, globals())
 full_tiles_start = compile_bound(window.full_tiles_start, gluon.jit, globals())
 full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
+
+# The arguments the warpgroup and the producer share, bundled once by the kernel (a
+# namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
+HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
+                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS")  # constexprs
+# The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
+# the barriers on which the warpgroup releases a stage to the producer (WS).
+Ring = namedtuple("Ring", "k_smem v_smem bar_k bar_v empty_k empty_v")
+Descs = namedtuple("Descs", "k v kc vc")  # TMA descriptors: new k/v, the cache's K/V
+# Where copies read: the sequence's block-table row, its first token's row of k/v, the
+# head's column, the row past the cache's last (a copy left out reads it).
+CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row")
+# The program's tile list: n tiles, n1 of them the cache's, each stage's first key, the
+# lengths, the lowest visible key.
+Walk = namedtuple("Walk", "n n1 lo1 lo2 prefix_len extend_len lowest")
+Mids = namedtuple("Mids", "lo1 hi1 lo2 hi2")  # each stage's mask-free tiles
+Store = namedtuple("Store", "sinks out lse stride_ot stride_oh stride_lt seq_start block_start")
 
 
 @gluon.jit
@@ -155,29 +173,27 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p_prev,
-                  s_zero, q_pos, o_n,
-                  pages_v, valid_v, n, n1, lo1, lo2, mid_lo, mid_hi, prefix_len, extend_len, lowest,
-                  bt_row, row0, col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left,
-                  window_right, qk_scale,
-                  softcap, USE_WINDOW: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                  USE_RIGHT: gl.constexpr, USE_SOFTCAP: gl.constexpr, FROM_CACHE: gl.constexpr,
-                  PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-                  D: gl.constexpr, STAGES: gl.constexpr, WS: gl.constexpr):
+def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages_v, valid_v, walk,
+                  mids, descs, at, rule, flags, FROM_CACHE: gl.constexpr):
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free
     (WS: no copies; the buffers' release signalled on ``empty_k``/``empty_v`` to the
-    producer warp instead).
-    ``mid_lo``/``mid_hi``: the mask-free tiles of g's stage. ``pages_v``/``valid_v``: the
-    block-table entries of tile g - 1 + STAGES, loaded for its K copy one step before;
-    returned for the next step, those of tile g + STAGES.
+    producer warp instead). ``mids``: the mask-free tiles of each stage.
+    ``pages_v``/``valid_v``: the block-table entries of tile g - 1 + STAGES, loaded for
+    its K copy one step before; returned for the next step, those of tile g + STAGES.
 
     ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
     operand here: carried as bf16, ptxas swaps the halves of its registers at every step
     (the hopper-loop results)."""
+    STAGES: gl.constexpr = flags.STAGES
+    BN: gl.constexpr = flags.BN
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = operand_layout(o_layout)
+    mid_lo = mids.lo1 if FROM_CACHE else mids.lo2
+    mid_hi = mids.hi1 if FROM_CACHE else mids.hi2
+    n, n1, lo1, lo2 = walk.n, walk.n1, walk.lo1, walk.lo2
+    prefix_len, extend_len = walk.prefix_len, walk.extend_len
     st = g % STAGES
     prev = (g - 1) % STAGES
     _new, start, key0, key_end = _tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
@@ -185,10 +201,10 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
     v_ok = g - 1 + STAGES < n
     k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-    if FROM_CACHE and not WS:
+    if FROM_CACHE and not flags.WS:
         # The block-table entries now; the copies that use them after the scores' wait.
-        pages_k, valid_k = tile_pages(bt_row, k_start, k_end, lowest, k_ok & ~k_new, oob_row, PAGE, PR,
-                                       NP)
+        pages_k, valid_k = tile_pages(at.bt_row, k_start, k_end, walk.lowest, k_ok & ~k_new,
+                                      at.oob_row, flags.PAGE, flags.PR, flags.NP)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
         k_new = True
@@ -197,63 +213,66 @@ def _overlap_step(g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l
         valid_k = (False, False, False, False)
         pages_v = pages_k
         valid_v = valid_k
-    mbarrier.wait(bar_k.index(st), (g // STAGES) & 1)
-    s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
+    mbarrier.wait(ring.bar_k.index(st), (g // STAGES) & 1)
+    s_tok = warpgroup_mma(q_a, ring.k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
-    p_op = gl.convert_layout(p_prev.to(k_smem.dtype), p_layout)
-    mbarrier.wait(bar_v.index(prev), ((g - 1) // STAGES) & 1)
-    acc_tok = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+    p_op = gl.convert_layout(p_prev.to(ring.k_smem.dtype), p_layout)
+    mbarrier.wait(ring.bar_v.index(prev), ((g - 1) // STAGES) & 1)
+    acc_tok = warpgroup_mma(p_op, ring.v_smem.index(prev), acc, is_async=True)
     s = warpgroup_mma_wait(1, deps=(s_tok, ))
-    if WS:
-        mbarrier.arrive(empty_k.index(st))
+    if flags.WS:
+        mbarrier.arrive(ring.empty_k.index(st))
     else:
-        issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), k_ok, k_new, k_start, row0,
-               col, pages_k, valid_k, oob_row, PAGE, PR, NP, BN, D)
+        issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
+              k_start, at.row0, at.col, pages_k, valid_k, at.oob_row, flags.PAGE, flags.PR,
+              flags.NP, BN, flags.D)
     if FROM_CACHE:
         if key0 + BN > key_end:
             # The prefix's last tile: its V rows past the end zeroed before its product.
-            mbarrier.wait(bar_v.index(st), (g // STAGES) & 1)
-            _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
+            mbarrier.wait(ring.bar_v.index(st), (g // STAGES) & 1)
+            _zero_past_end(ring.v_smem.index(st), key0, key_end, BN, flags.D)
     if (start >= mid_lo) & (start < mid_hi):
-        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
-                                      window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
-                                      USE_RIGHT, USE_SOFTCAP, False)
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, False)
     else:
-        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
-                                      window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
-                                      USE_RIGHT, USE_SOFTCAP, True)
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True)
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-    if WS:
-        mbarrier.arrive(empty_v.index(prev))
+    if flags.WS:
+        mbarrier.arrive(ring.empty_v.index(prev))
     else:
-        issue(v_desc, vc_desc, bar_v.index(prev), v_smem.index(prev), v_ok, v_new, v_start, row0,
-               col, pages_v, valid_v, oob_row, PAGE, PR, NP, BN, D)
+        issue(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok, v_new,
+              v_start, at.row0, at.col, pages_v, valid_v, at.oob_row, flags.PAGE, flags.PR,
+              flags.NP, BN, flags.D)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_i, l_i, acc, p, pages_k, valid_k
 
 
 @gluon.jit
-def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc, v_desc,
-            kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start,
-            block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo, mid1_hi, mid2_lo,
-            mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale, softcap, window_left,
-            window_right, D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-            STAGES: gl.constexpr, PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr,
-            USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
-            HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, RETURN_LSE: gl.constexpr,
-            TIGHT: gl.constexpr, SKIP: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr):
+def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags):
     """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
     tiles, output and lse stored: the warpgroup's work. Not WS, it issues the copies of
     the tiles it walks as well (the first STAGES issued before it); WS (the tight loop
     only), a producer warp issues them (:func:`_produce`) and the warpgroup signals each
     buffer's release on ``empty_k``/``empty_v``."""
-    if WS:
+    D: gl.constexpr = flags.D
+    BM: gl.constexpr = flags.BM
+    BN: gl.constexpr = flags.BN
+    STAGES: gl.constexpr = flags.STAGES
+    PAGE: gl.constexpr = flags.PAGE
+    PR: gl.constexpr = flags.PR
+    NP: gl.constexpr = flags.NP
+    n, n1, lo1, lo2 = walk.n, walk.n1, walk.lo1, walk.lo2
+    prefix_len, extend_len, lowest = walk.prefix_len, walk.extend_len, walk.lowest
+    mid1_lo, mid1_hi, mid2_lo, mid2_hi = mids.lo1, mids.hi1, mids.lo2, mids.hi2
+    if flags.WS:
         # A worker partition's arguments come through shared memory, per-thread values to
         # ptxas: the loop bounds and branch conditions made warp-uniform again (_gluon.uniform).
         n, n1, lo1, lo2 = uniform(n), uniform(n1), uniform(lo1), uniform(lo2)
         mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
         mid2_lo, mid2_hi = uniform(mid2_lo), uniform(mid2_hi)
         prefix_len, extend_len = uniform(prefix_len), uniform(extend_len)
+    walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
+    k_smem, v_smem, bar_k, bar_v = ring.k_smem, ring.v_smem, ring.bar_k, ring.bar_v
+    bt_row, row0, col, oob_row = at.bt_row, at.row0, at.col, at.oob_row
     s_layout: gl.constexpr = wgmma_layout(BN)
     o_layout: gl.constexpr = wgmma_layout(D)
     p_layout: gl.constexpr = operand_layout(o_layout)
@@ -263,17 +282,16 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     dtype: gl.constexpr = k_smem.dtype
 
-
     mbarrier.wait(bar_q, 0)
     q_a = q_smem
-    if Q_REGS and D == 128:
+    if flags.Q_REGS and D == 128:
         # The query tile in registers for the score products (d128, see Q_REGS): their A
         # operand is then read once, not from shared memory at every product.
         q_a = q_smem.load(operand_layout(s_layout))
 
     # Rows past the sequence's end (not stored) keep their positions: what they see is
     # finite, and it spares the masked tiles a term.
-    rows = block_start + gl.arange(0, BM, layout=row_s)
+    rows = store.block_start + gl.arange(0, BM, layout=row_s)
     q_pos = prefix_len + rows
     o_n = gl.arange(0, BN, layout=col_s)
     m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
@@ -281,7 +299,7 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
     acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
 
-    if TIGHT:
+    if flags.TIGHT:
         if n > 0:
             # Tile 0's scores and softmax; then for tile g: its scores, tile g - 1's
             # product issued behind them, wait for the scores only, g's softmax beside
@@ -292,8 +310,8 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
             s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
-            if WS:
-                mbarrier.arrive(empty_k.index(0))
+            if flags.WS:
+                mbarrier.arrive(ring.empty_k.index(0))
                 pages = (0, 0, 0, 0)
                 valid = (False, False, False, False)
             else:
@@ -301,31 +319,23 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                                                          extend_len, BN)
                 nxt_ok = STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                           oob_row, PAGE, PR, NP)
-                issue(k_desc, kc_desc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
-                       nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                                          oob_row, PAGE, PR, NP)
+                issue(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
+                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             if (~is_new) & (key0 + BN > key_end):
                 mbarrier.wait(bar_v.index(0), 0)
                 _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
-            m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, window_left,
-                                          window_right, qk_scale, softcap, USE_WINDOW, IS_CAUSAL,
-                                          USE_RIGHT, USE_SOFTCAP, True)
+            m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
+                                         True)
+            mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
             for g in range(1, n1):
                 m_i, l_i, acc, p, pages, valid = _overlap_step(
-                    g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p,
-                    s_zero, q_pos, o_n,
-                    pages, valid, n, n1, lo1, lo2, mid1_lo, mid1_hi, prefix_len, extend_len, lowest, bt_row, row0,
-                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
-                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True, PAGE, PR,
-                    NP, BN, D, STAGES, WS)
+                    g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
+                    descs, at, rule, flags, True)
             for g in range(gl.maximum(n1, 1), n):
                 m_i, l_i, acc, p, _pages, _valid = _overlap_step(
-                    g, q_a, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, m_i, l_i, acc, p,
-                    s_zero, q_pos, o_n,
-                    pages, valid, n, n1, lo1, lo2, mid2_lo, mid2_hi, prefix_len, extend_len, lowest, bt_row, row0,
-                    col, oob_row, k_desc, v_desc, kc_desc, vc_desc, window_left, window_right,
-                    qk_scale, softcap, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, False, PAGE, PR,
-                    NP, BN, D, STAGES, WS)
+                    g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
+                    descs, at, rule, flags, False)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -340,22 +350,21 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                                                      extend_len, BN)
             nxt_ok = j + STAGES < n
             pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                       oob_row, PAGE, PR, NP)
+                                      oob_row, PAGE, PR, NP)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
-            keep = visible(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW,
-                           IS_CAUSAL, USE_RIGHT, False)
+            keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
             work = True
-            if SKIP:
+            if flags.SKIP:
                 work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
             if work:
                 s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s_tok, ))
-                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, window_left,
-                                              window_right, qk_scale, softcap, USE_WINDOW,
-                                              IS_CAUSAL, USE_RIGHT, USE_SOFTCAP, True)
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
+                                             True)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
                 p_op = gl.convert_layout(p.to(dtype), p_layout)
                 if (~is_new) & (key0 + BN > key_end):
@@ -364,53 +373,56 @@ def _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, 
                 acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             # Both stages' buffers are free again (their products waited for above).
             gl.thread_barrier()
-            issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new, nxt_start,
-                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new, nxt_start,
-                   row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            issue(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
+                  nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            issue(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
+                  nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
     # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
     # no key is visible, NaN where a visible key's page was bad.
     m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i
-    if HAS_SINKS:
-        denom = l_i + gl.exp2(gl.load(sinks + i_h) * 1.4426950408889634 - m_safe)
+    if flags.HAS_SINKS:
+        denom = l_i + gl.exp2(gl.load(store.sinks + i_h) * 1.4426950408889634 - m_safe)
     o = gl.where(gl.convert_layout(l_i == 0.0, row_o)[:, None], 0.0,
                  acc / gl.convert_layout(denom, row_o)[:, None])
-    rows_o = block_start + gl.arange(0, BM, layout=row_o)
-    tok = (seq_start + rows_o).to(gl.int64)
+    rows_o = store.block_start + gl.arange(0, BM, layout=row_o)
+    tok = (store.seq_start + rows_o).to(gl.int64)
     cols = gl.arange(0, D, layout=col_o)
-    p_o = Out + tok[:, None] * stride_ot + i_h * stride_oh + cols[None, :]
-    gl.store(p_o, o.to(Out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
-    if RETURN_LSE:
+    p_o = store.out + tok[:, None] * store.stride_ot + i_h * store.stride_oh + cols[None, :]
+    gl.store(p_o, o.to(store.out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
+    if flags.RETURN_LSE:
         lse = gl.where(l_i == 0.0, float("-inf"), (m_safe + gl.log2(l_i)) * 0.6931471805599453)
-        gl.store(Lse + (seq_start + rows).to(gl.int64) * stride_lt + i_h, lse,
+        gl.store(store.lse + (store.seq_start + rows).to(gl.int64) * store.stride_lt + i_h, lse,
                  mask=rows < extend_len)
 
 
 @gluon.jit
-def _produce(k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty_k, empty_v, n,
-             n1, lo1, lo2, prefix_len, extend_len, lowest, bt_row, row0, col, oob_row,
-             PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-             D: gl.constexpr, STAGES: gl.constexpr):
+def _produce(descs, ring, walk, at, flags):
     """The producer warp of a warp-specialized program (WS): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
     first round passes at once), its block-table entries loaded just before. The
     arguments come through shared memory: made warp-uniform again (_gluon.uniform)."""
-    n, n1, lo1, lo2 = uniform(n), uniform(n1), uniform(lo1), uniform(lo2)
-    prefix_len, extend_len, lowest = uniform(prefix_len), uniform(extend_len), uniform(lowest)
+    STAGES: gl.constexpr = flags.STAGES
+    BN: gl.constexpr = flags.BN
+    n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
+    prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
+    lowest = uniform(walk.lowest)
     for j in range(n):
         st = j % STAGES
         free = ((j // STAGES) & 1) ^ 1
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-        pages, valid = tile_pages(bt_row, start, key_end, lowest, ~is_new, oob_row, PAGE, PR, NP)
-        mbarrier.wait(empty_k.index(st), free)
-        issue(k_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, is_new, start, row0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
-        mbarrier.wait(empty_v.index(st), free)
-        issue(v_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, is_new, start, row0, col,
-               pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
+                                  flags.PAGE, flags.PR, flags.NP)
+        mbarrier.wait(ring.empty_k.index(st), free)
+        issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, is_new, start,
+              at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, BN,
+              flags.D)
+        mbarrier.wait(ring.empty_v.index(st), free)
+        issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, is_new, start,
+              at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, BN,
+              flags.D)
 
 
 @gluon.jit
@@ -493,22 +505,26 @@ def _hopper_extend_kernel(
         mbarrier.init(empty_v.index(i), count=1)
 
     row0 = seq_start
+    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
+    # its values into run-time ones).
+    flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
+                                      IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
+                                      Q_REGS, WS)
+    ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
+    descs = Descs(k_desc, v_desc, kc_desc, vc_desc)
+    at = CopyAt(bt_row, row0, col, oob_row)
+    walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
+    mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
+    rule = Rule(qk_scale, softcap, window_left, window_right)
+    store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start)
     mbarrier.expect(bar_q, BM * D * 2)
     tma.async_copy_global_to_shared(q_desc, [row0 + block_start, i_h * D], bar_q, q_smem)
     if WS:
-        # The partitions' arguments are written out in the call: a tuple held in a variable
-        # loses its constexprs on the way into a partition (Triton 3.6).
+        # The partitions' arguments in the call itself: a tuple held in a variable loses its
+        # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
-            (_attend, (i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc,
-                       v_desc, kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt,
-                       seq_start, block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo,
-                       mid1_hi, mid2_lo, mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale,
-                       softcap, window_left, window_right, D, BM, BN, STAGES, PAGE, PR, NP,
-                       USE_WINDOW, USE_RIGHT, IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT,
-                       SKIP, Q_REGS, WS)),
-            (_produce, (k_desc, v_desc, kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty_k,
-                        empty_v, n, n1, lo1, lo2, prefix_len, extend_len, lowest, bt_row, row0, col,
-                        oob_row, PAGE, PR, NP, BN, D, STAGES)),
+            (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
+            (_produce, (descs, ring, walk, at, flags)),
         ], [1], [PRODUCER_REGS])
     else:
         for i in gl.static_range(STAGES):
@@ -517,15 +533,10 @@ def _hopper_extend_kernel(
             pages, valid = tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, oob_row, PAGE, PR,
                                        NP)
             issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
-                   pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                  pages, valid, oob_row, PAGE, PR, NP, BN, D)
             issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
-                   pages, valid, oob_row, PAGE, PR, NP, BN, D)
-        _attend(i_h, q_smem, k_smem, v_smem, bar_q, bar_k, bar_v, empty_k, empty_v, k_desc,
-                v_desc, kc_desc, vc_desc, sinks, Out, Lse, stride_ot, stride_oh, stride_lt,
-                seq_start, block_start, extend_len, prefix_len, n, n1, lo1, lo2, mid1_lo, mid1_hi,
-                mid2_lo, mid2_hi, lowest, bt_row, row0, col, oob_row, qk_scale, softcap,
-                window_left, window_right, D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
-                IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP, Q_REGS, WS)
+                  pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bar_k.index(i))

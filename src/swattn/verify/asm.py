@@ -64,9 +64,10 @@ class Compiled:
     shared: int
 
 
-def compile_extend(shape, bounds, deterministic=False):
+def compile_extend(shape, bounds, deterministic=False, **flags):
     """The extend kernel of ``shape`` under ``bounds``, compiled for sm_90 with the config
-    the launcher would pick on an H200."""
+    the launcher would pick on an H200; ``flags`` override its feature constexprs
+    (USE_MASK, USE_SOFTCAP, RETURN_LSE, ...)."""
     group = shape.num_q_heads // shape.num_kv_heads
     cfg = extend_config(shape.head_dim, shape.head_dim, group, shape.window_left, "bfloat16", "cuda")
     constexprs = dict(
@@ -77,6 +78,9 @@ def compile_extend(shape, bounds, deterministic=False):
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None)
+    constexprs.update(flags)
+    if constexprs["USE_MASK"]:
+        constexprs["TMA_NEW"] = False  # a masked launch has no mask-free tiles to copy
     # As the benchmarks launch it: new k/v by tensor-memory copy, the cache (pages of 16,
     # smaller than a key tile) through pointers.
     descriptor = f"tensordesc<bf16[{cfg.block_n}, {shape.head_dim}]>"
@@ -112,9 +116,10 @@ def _compile(source_class, fn, constexprs, arg_type, pointers, options):
 
 
 def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False, sinks=True,
-                   bounds="tight"):
+                   bounds="tight", **flags):
     """The Triton decode kernel (ops.decode) compiled for sm_90 with Triton's ptxas, one
-    head block of ``group`` query heads a KV head, keys in tiles of 64."""
+    head block of ``group`` query heads a KV head, keys in tiles of 64; ``flags`` override
+    its constexprs (HAS_SPARSE, CARRY, SPLIT_D with BLOCK_D and BLOCK_D2, ...)."""
     from ..ops import decode as ops_decode
     constexprs = dict(D=head_dim, DV=head_dim, BLOCK_D=head_dim, BLOCK_D2=16, SPLIT_D=False,
                       BLOCK_DV=head_dim, GROUP=group, BLOCK_H=max(group, 16), HEAD_BLOCKS=1,
@@ -122,6 +127,7 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
                       HEADS_FIRST=False, PDL=False)
+    constexprs.update(flags)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
                      "sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
@@ -152,6 +158,25 @@ def fingerprints(progress=None):
     kernels += [(f"hopper decode d{d}{' split' if sp else ''}",
                  lambda d=d, sp=sp: compile_hopper_decode(d, HAS_SINKS=True, WRITE_PARTIAL=sp)[0])
                 for d, sp in ((64, False), (128, True))]
+    # The variants the launches above leave out: the bounds checks, a custom mask, soft-capping
+    # and the lse, sparse keys, the carried page walk, a split head dim, the short-window
+    # (not warp-specialized) Hopper extend.
+    mistral = next(shape for shape in SHAPES if shape.name.startswith("mistral"))
+    kernels += [(f"extend {mistral.name} {bounds}", lambda b=bounds: compile_extend(mistral, b))
+                for bounds in ("skip", "none")]
+    kernels += [("extend mistral masked softcap lse", lambda: compile_extend(
+        mistral, "tight", USE_MASK=True, USE_SOFTCAP=True, RETURN_LSE=True))]
+    kernels += [(f"decode d128 group 4 window bf16 {b}", lambda b=b: compile_decode(bounds=b))
+                for b in ("skip", "none")]
+    kernels += [("decode d128 sparse split carry", lambda: compile_decode(
+        split=True, HAS_SPARSE=True, CARRY=True)),
+                ("decode d576 split head", lambda: compile_decode(
+        576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
+        BLOCK_DV=512, BLOCK_H=16))]
+    kernels += [(f"hopper extend d128 window 127 {b}", lambda b=b: compile_hopper(
+        128, bounds=b, WS=False)[0]) for b in ("tight", "skip", "none")]
+    kernels += [(f"hopper decode d128 {b}", lambda b=b: compile_hopper_decode(
+        128, bounds=b, HAS_SINKS=True)[0]) for b in ("skip", "none")]
     for name, compile_one in kernels:
         c = compile_one()
         digest = hashlib.sha1("\n".join(c.sass).encode()).hexdigest()[:16]
