@@ -60,7 +60,7 @@ from swattn.ops import _launch
 plan = swattn.plan_extend(t[6].tolist(), t[7].tolist(), num_q_heads=64, num_kv_heads=8, head_dim=64, page_size=16, window_left=127, hopper=True)
 plan.run(*t[:6], sinks=sinks, out=out)
 bound = plan._launch(True, False, False)
-descs = plan._hopper.lazy_descriptors(*t[:5])
+descs = plan._hopper.lazy_descriptors(plan.spec.config, *t[:5])
 call = lambda: bound(t[0], t[5], plan.cu_seqlens, plan.prefix_lens, sinks, out, None, descs, t[3])
 print("Hopper path breakdown: plan.run host us", host_us(lambda: plan.run(*t[:6], sinks=sinks, out=out)))
 print("  bound launch (descriptors made) host us", host_us(call))

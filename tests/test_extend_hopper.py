@@ -80,9 +80,12 @@ def test_config_takes_the_hopper_path_for_d64_and_d128():
     assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 16).hopper
     assert not extend_config(256, 256, 4, 127, torch.bfloat16, "cuda", 16).hopper
     assert not extend_config(128, 128, 4, 4095, torch.float16, "cpu", 16).hopper
-    assert extend_hopper.warp_specialized("tight", 4095) and extend_hopper.warp_specialized("tight", None)
-    assert not any(extend_hopper.warp_specialized(*a) for a in (("tight", 127), ("skip", 4095),
-                                                                ("none", None)))
+    from swattn.ops.config import hopper_extend_config
+    cfg = hopper_extend_config(128, torch.bfloat16)
+    assert cfg.q_regs and not hopper_extend_config(64, torch.bfloat16).q_regs
+    assert cfg.warp_specialized("tight", 4095) and cfg.warp_specialized("tight", None)
+    assert not any(cfg.warp_specialized(*a) for a in (("tight", 127), ("skip", 4095),
+                                                      ("none", None)))
     assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
     assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
                                                           (128, 128, 48), (128, 128, 96)))
@@ -110,11 +113,13 @@ def test_unsupported_plans_say_why(monkeypatch):
 
 
 def test_descriptors_say_when_the_copy_engine_cannot_take_the_strides():
+    from swattn.ops.config import hopper_extend_config
     q, k, v, kc, vc, *_ = _tensors(dtype=torch.bfloat16)
+    cfg = hopper_extend_config(q.shape[-1], torch.bfloat16)
     # A head dim that is a slice of a wider row: rows 72 elements apart, off 16 bytes.
-    assert isinstance(extend_hopper.descriptors(q.cpu(), k.cpu(), v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), k.cpu(), v.cpu(), kc.cpu(), vc.cpu()), tuple)
     # Two heads of three: rows of heads * dim still, 3 * 64 apart.
     heads = torch.zeros(k.shape[0], 3, 64, dtype=torch.bfloat16)[:, :2]
-    assert isinstance(extend_hopper.descriptors(q.cpu(), heads, v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), heads, v.cpu(), kc.cpu(), vc.cpu()), tuple)
     odd = torch.zeros(k.shape[0], 2, 72, dtype=torch.bfloat16)[..., :64]
-    assert "strides" in extend_hopper.descriptors(q.cpu(), odd, v.cpu(), kc.cpu(), vc.cpu())
+    assert "strides" in extend_hopper.descriptors(cfg, q.cpu(), odd, v.cpu(), kc.cpu(), vc.cpu())

@@ -227,7 +227,7 @@ HOPPER_CASES = {
                                         num_kv_heads=2, head_dim=64, head_dim_v=64, page_size=32,
                                         window_left=127, dtype=torch.bfloat16, seed=13),
                              {"sinks": True}),
-    # An odd KV group, a window under extend_hopper.WS_MIN_WINDOW at d128 (the loop
+    # An odd KV group, a window under HopperExtendConfig.ws_min_window at d128 (the loop
     # not warp-specialized), sinks and lse.
     "group3-sinks-lse-page16": (ExtendCase([70, 0, 4200], [1000, 300, 129], num_q_heads=6,
                                            num_kv_heads=2, head_dim=128, head_dim_v=128,

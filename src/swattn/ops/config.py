@@ -114,6 +114,75 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     return DecodeConfig(block_h=block_h, block_n=32, num_warps=4, num_stages=2)
 
 
+@dataclass(frozen=True, kw_only=True)
+class HopperExtendConfig:
+    """The Gluon extend path's tiling (ops.extend_hopper). 64 x 64 tiles under one
+    warpgroup with two K/V stages keep two programs an SM (82 KB of shared memory at d128).
+    Why these values: the hopper-extend, hopper-loop, hopper-warp-specialized and
+    deterministic-gluon-probe results."""
+
+    block_m: int = 64  # new tokens a program, one query head
+    block_n: int = 64  # keys a tile
+    stages: int = 2  # K/V tiles in flight
+    num_warps: int = 4  # one warpgroup
+    # The grid's fastest axis is the query heads: a KV group's heads run the same block
+    # side by side and share its K/V tiles in L2.
+    heads_first: bool = True
+    # The score products read the query tile from registers (d128 only: at d64 the load
+    # into the operand layout computes wrong results; the kernel also checks).
+    q_regs: bool = False
+    # Windows of ws_min_window keys or more and full attention run warp-specialized: a
+    # producer warp (producer_regs registers) loads the block table and issues the copies
+    # while the warpgroup computes; ws_maxnreg registers a thread at launch keep two
+    # programs an SM. Short windows, a few tiles long, run faster without.
+    warp_specialize: bool = True
+    ws_min_window: int = 1024
+    ws_maxnreg: int = 128
+    producer_regs: int = 24
+
+    def warp_specialized(self, bounds, window_left):
+        """Whether a launch runs the warp-specialized loop (the tight bounds only)."""
+        return (self.warp_specialize and bounds == "tight"
+                and (window_left is None or window_left >= self.ws_min_window))
+
+    def launch_options(self, ws):
+        """The compile options of a launch (``ws``: warp-specialized, with the register
+        limit that keeps two programs an SM)."""
+        if ws:
+            return {"num_warps": self.num_warps, "maxnreg": self.ws_maxnreg}
+        return {"num_warps": self.num_warps}
+
+
+def hopper_extend_config(head_dim, dtype):
+    """The Gluon extend path's tiling for a head dim (fp16 and bf16 share it)."""
+    del dtype
+    return HopperExtendConfig(q_regs=head_dim == 128)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HopperDecodeConfig:
+    """The Gluon decode path's tiling (ops.decode_hopper): the query heads of a KV group as
+    the 64 rows of one warpgroup's product, 64-key tiles from a ring of ``num_stages``
+    stages filled by a producer warp. Why these values: the hopper-decode results."""
+
+    block_h: int = 64  # query-head rows a program (a group of up to 64)
+    block_n: int = 64  # keys a tile
+    num_stages: int = 2  # K/V ring stages
+    num_warps: int = 4  # one warpgroup
+    # 128 registers a thread at launch (the warpgroup then takes 232 by setmaxnreg, the
+    # producer producer_regs), so the registers hold two programs an SM.
+    maxnreg: int = 128
+    producer_regs: int = 24
+
+
+def hopper_decode_config(head_dim, dtype):
+    """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
+    stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
+    memory with the query tile)."""
+    del dtype
+    return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
+
+
 def head_blocking(config, group):
     """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
     (at least 16, tl.dot's smallest side; a power of two), one program each."""

@@ -42,7 +42,8 @@ from triton.language.extra import cuda as tl_cuda
 from ._common import (FP32_PRODUCTS, PagedCache, decode_first_key, finish, load_keys, load_rows, scores_log2,
                       softmax_step, split_tiles, valid_page)
 from ._launch import Launch
-from .config import BOUNDS, DecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
+from .config import (BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking,  # noqa: F401
+                     split_width)
 from .merge import split_scratch
 
 
@@ -294,7 +295,7 @@ class DecodeSpec:
     group: int
     num_kv_heads: int
     page_size: int
-    config: DecodeConfig
+    config: DecodeConfig | HopperDecodeConfig
     window_left: int | None
     softcap: float
     qk_scale: float

@@ -49,19 +49,12 @@ from ._common import compile_bound
 from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, weights,
                      wgmma_layout)
 from ._launch import Descriptor, Launch
+from .config import HopperDecodeConfig
 from .merge import split_scratch
 
-BLOCK_M = 64
-BLOCK_N = 64
-NUM_WARPS = 4
+# The head dims the kernel is written for; its tiling is a frozen config of the plan
+# (config.HopperDecodeConfig).
 HEAD_DIMS = (64, 128)
-# K/V stages of the ring by head dim, two programs an SM either way (82 KB / 74 KB of shared
-# memory with the query tile); why these counts: the hopper-decode results.
-STAGES = {64: 4, 128: 2}
-# 128 registers a thread at launch (the warpgroup then takes 232 by setmaxnreg, the
-# producer's warpgroup 24), so the registers hold two programs an SM.
-MAXNREG = 128
-PRODUCER_REGS = 24
 
 decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
 aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
@@ -308,11 +301,12 @@ def _hopper_decode_kernel(
 
 def takes_shape(head_dim, head_dim_v, group, page_size):
     """Whether the path takes these sizes (a pure function: the plan asks it too)."""
-    if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > BLOCK_M or page_size % 16:
+    rows, block_n = HopperDecodeConfig.block_h, HopperDecodeConfig.block_n  # every head dim's
+    if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > rows or page_size % 16:
         return False
-    if page_size < BLOCK_N:
-        return BLOCK_N % page_size == 0
-    return page_size % BLOCK_N == 0
+    if page_size < block_n:
+        return block_n % page_size == 0
+    return page_size % block_n == 0
 
 
 def unsupported(device, dtype, head_dim, head_dim_v, group, page_size):
@@ -325,37 +319,38 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size):
     if dtype not in (torch.float16, torch.bfloat16):
         return f"it takes fp16 or bf16, got {dtype}"
     if not takes_shape(head_dim, head_dim_v, group, page_size):
-        return (f"it needs D = Dv in {HEAD_DIMS}, at most {BLOCK_M} query heads a KV head and "
-                f"page_size a multiple of 16 that divides or is divided by {BLOCK_N}")
+        return (f"it needs D = Dv in {HEAD_DIMS}, at most {HopperDecodeConfig.block_h} query "
+                f"heads a KV head and page_size a multiple of 16 that divides or is divided by "
+                f"{HopperDecodeConfig.block_n}")
     return None
 
 
 @functools.lru_cache(maxsize=64)
-def _layouts(dtype, head_dim, page_size):
+def shared_layouts(dtype, head_dim, page_size, block_h, block_n):
     """(cache tile layout, query tile layout) of one shape."""
     gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
-    page_rows = min(page_size, BLOCK_N)
+    page_rows = min(page_size, block_n)
     return (gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], gl_dtype),
-            gl.NVMMASharedLayout.get_default_for([BLOCK_M, head_dim], gl_dtype))
+            gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl_dtype))
 
 
-def descriptors(q, k_cache, v_cache):
+def descriptors(cfg, q, k_cache, v_cache):
     """(k_cache, v_cache) descriptors of one launch (K's pads with NaN: see the module
     docstring), or a sentence saying why the copy engine cannot take the tensors."""
     if q.stride(-1) != 1:
         return "the query's head dim must be contiguous"
-    kc, vc = (d.attempt() for d in lazy_descriptors(q, k_cache, v_cache))
+    kc, vc = (d.attempt() for d in lazy_descriptors(cfg, q, k_cache, v_cache))
     if kc is None or vc is None:
         return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
     return kc, vc
 
 
-def lazy_descriptors(q, k_cache, v_cache):
+def lazy_descriptors(cfg, q, k_cache, v_cache):
     """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor)."""
     if q.stride(-1) != 1:
         raise ValueError("the query's head dim must be contiguous")
-    cache_layout, _ = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
-    rows = min(k_cache.shape[1], BLOCK_N)
+    cache_layout, _ = shared_layouts(q.dtype, q.shape[-1], k_cache.shape[1], cfg.block_h, cfg.block_n)
+    rows = min(k_cache.shape[1], cfg.block_n)
     return (Descriptor(k_cache, descriptor, rows, cache_layout, "nan"),
             Descriptor(v_cache, descriptor, rows, cache_layout))
 
@@ -368,17 +363,18 @@ _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "strid
 
 @functools.lru_cache(maxsize=64)
 def _launcher(spec, dtype):
-    _, q_layout = _layouts(dtype, spec.head_dim, spec.page_size)
+    cfg = spec.config  # a config.HopperDecodeConfig
+    _, q_layout = shared_layouts(dtype, spec.head_dim, spec.page_size, cfg.block_h, cfg.block_n)
     fixed = dict(
         num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits, qk_scale=spec.qk_scale,
         softcap=float(spec.softcap), window_left=spec.window_left or 0,
-        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=BLOCK_M, BN=BLOCK_N,
-        STAGES=STAGES[spec.head_dim], Q_LAYOUT=q_layout, USE_WINDOW=spec.window_left is not None,
+        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=cfg.block_h, BN=cfg.block_n,
+        STAGES=cfg.num_stages, Q_LAYOUT=q_layout, USE_WINDOW=spec.window_left is not None,
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        PRODUCER_REGS=PRODUCER_REGS, PDL=spec.pdl)
-    return Launch(_hopper_decode_kernel, fixed, {"num_warps": NUM_WARPS, "maxnreg": MAXNREG},
+        PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl)
+    return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype,))
 
 

@@ -26,7 +26,7 @@ from ._common import (FP32_PRODUCTS, PagedCache, causal_key_end, finish, first_k
                       visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
-from .config import BOUNDS, Config, dot_side, packs_gqa  # noqa: F401
+from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
 
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
@@ -499,8 +499,8 @@ def _extend_kernel(
 
 @dataclass(frozen=True)
 class ExtendSpec:
-    """Everything an extend launch fixes at plan time (either kernel: this module's, or
-    the Hopper path's, which has its own tiles and ignores ``config``); ``has_sinks`` and
+    """Everything an extend launch fixes at plan time (either kernel: this module's, its
+    ``config`` a Config, or the Hopper path's, a HopperExtendConfig); ``has_sinks`` and
     the TMA flags come from the run's arguments."""
 
     num_seqs: int
@@ -509,7 +509,7 @@ class ExtendSpec:
     head_dim: int
     head_dim_v: int
     page_size: int
-    config: Config | None
+    config: Config | HopperExtendConfig
     window_left: int | None
     window_right: int | None
     causal: bool

@@ -7,10 +7,11 @@ issuing it). K/V tiles arrive by TMA into two shared-memory stages on mbarriers;
 paged cache one copy per page into row slices of the tile (pages of 16 to 64 rows; 64 rows
 of a larger page), each tile's block-table entries loaded once, a step before its K copy
 is issued, and kept for its V copy. At d128 the score products read the query tile from
-registers (Q_REGS); tile g - 1's weights cross a step in fp32 (see _overlap_step).
+registers (``q_regs``); tile g - 1's weights cross a step in fp32 (see _overlap_step).
 
-One program owns 64 new tokens under one query head (4 warps, one warpgroup; for long
-windows and full attention, WARP_SPECIALIZE, with a producer warp that loads the block
+The tiling is config.HopperExtendConfig's. One program owns 64 new tokens under one
+query head (4 warps, one warpgroup; for long
+windows and full attention, warp-specialized, with a producer warp that loads the block
 table and issues every copy while the warpgroup computes) and walks one list of key
 tiles: stage 1's (the cached prefix, absolute positions, through the block table) then
 stage 2's (the new tokens' own k/v), with the bounds of window.py compiled from the same
@@ -53,29 +54,11 @@ from ._common import compile_bound
 from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, visible, weights,
                      wgmma_layout)
 from ._launch import Descriptor, Launch
+from .config import HopperExtendConfig
 
-# Fixed tiling: 64 x 64 tiles under one warpgroup, two K/V stages (82 KB of shared memory at
-# d128: two programs an SM), the grid's heads fastest. Why these values, measured: the
-# hopper-extend, hopper-loop and deterministic-gluon-probe results.
-BLOCK_M = 64
-BLOCK_N = 64
-STAGES = 2
-NUM_WARPS = 4
+# The head dims the kernel is written for; its tiling is a frozen config of the plan
+# (config.HopperExtendConfig).
 HEAD_DIMS = (64, 128)
-HEADS_FIRST = True
-# d128 only: the score products read the query tile from registers (faster on B, the same
-# bits); at d64 the load into the operand layout computes wrong results, so d64 keeps the
-# tile in shared memory (the hopper-loop results).
-Q_REGS = True
-# Windows of WS_MIN_WINDOW keys or more (and full attention) run warp-specialized: a
-# producer warp loads the block-table entries and issues the K/V copies while the
-# warpgroup computes. 128 registers a thread at launch keep two programs an SM (the
-# warpgroup takes 232 by setmaxnreg, the producer's 24). Short windows, whose loop is a few
-# tiles long, run faster without it (the hopper-warp-specialized results).
-WARP_SPECIALIZE = True
-WS_MIN_WINDOW = 1024
-WS_MAXNREG = 128
-WS_PRODUCER_REGS = 24
 
 
 # The bounds of window.py, compiled for Gluon as they are written there.
@@ -550,26 +533,15 @@ def _hopper_extend_kernel(
 # Host side.
 # --------------------------------------------------------------------------------------
 
-def warp_specialized(bounds, window_left):
-    """Whether a launch runs the warp-specialized tight loop (see WARP_SPECIALIZE)."""
-    return (WARP_SPECIALIZE and bounds == "tight"
-            and (window_left is None or window_left >= WS_MIN_WINDOW))
-
-
-def launch_options(ws):
-    """The compile options of a launch (WS: the register limit that keeps two programs
-    an SM)."""
-    return {"num_warps": NUM_WARPS, "maxnreg": WS_MAXNREG} if ws else {"num_warps": NUM_WARPS}
-
-
 def takes_shape(head_dim, head_dim_v, page_size):
     """Whether the path takes these head dims and this page size (a pure function: the
     plan and the tile model ask it too)."""
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim or page_size % 16:
         return False
-    if page_size < BLOCK_N:
-        return BLOCK_N % page_size == 0
-    return page_size % BLOCK_N == 0
+    block_n = HopperExtendConfig.block_n  # the key tile of every head dim
+    if page_size < block_n:
+        return block_n % page_size == 0
+    return page_size % block_n == 0
 
 
 def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, deterministic):
@@ -588,36 +560,39 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim:
         return f"it needs D = Dv in {HEAD_DIMS}, got {head_dim} and {head_dim_v}"
     if not takes_shape(head_dim, head_dim_v, page_size):
-        return (f"it needs page_size a multiple of 16 that divides or is divided by {BLOCK_N}, "
+        return (f"it needs page_size a multiple of 16 that divides or is divided by "
+                f"{HopperExtendConfig.block_n}, "
                 f"got {page_size}")
     return None
 
 
 @functools.lru_cache(maxsize=64)
-def _layouts(dtype, head_dim, page_size):
+def _layouts(dtype, head_dim, page_size, block_m, block_n):
     """The shared layouts of the q/new-key tiles and of the cache's page copies."""
     gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
-    return (gl.NVMMASharedLayout.get_default_for([BLOCK_M, head_dim], gl_dtype),
-            gl.NVMMASharedLayout.get_default_for([min(page_size, BLOCK_N), head_dim], gl_dtype))
+    return (gl.NVMMASharedLayout.get_default_for([block_m, head_dim], gl_dtype),
+            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim], gl_dtype))
 
 
-def descriptors(q, k, v, k_cache, v_cache):
-    """(q, k, v, k_cache, v_cache) descriptors of one launch (the cache's K pads with NaN:
-    see the module docstring), or a sentence saying why the copy engine cannot take them."""
-    descs = tuple(d.attempt() for d in lazy_descriptors(q, k, v, k_cache, v_cache))
+def descriptors(cfg, q, k, v, k_cache, v_cache):
+    """(q, k, v, k_cache, v_cache) descriptors of one launch under the tiling ``cfg`` (the
+    cache's K pads with NaN: see the module docstring), or a sentence saying why the copy
+    engine cannot take them."""
+    descs = tuple(d.attempt() for d in lazy_descriptors(cfg, q, k, v, k_cache, v_cache))
     if any(d is None for d in descs):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
     return descs
 
 
-def lazy_descriptors(q, k, v, k_cache, v_cache):
+def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
     """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor):
     a layout whose tensor maps were encoded before costs no descriptor; one the copy
     engine cannot take raises a ValueError at the launch."""
-    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1])
-    rows = min(k_cache.shape[1], BLOCK_N)
-    return (Descriptor(q, descriptor, BLOCK_M, tile), Descriptor(k, descriptor, BLOCK_N, tile),
-            Descriptor(v, descriptor, BLOCK_N, tile), Descriptor(k_cache, descriptor, rows, page, "nan"),
+    bm, bn = cfg.block_m, cfg.block_n
+    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn)
+    rows = min(k_cache.shape[1], bn)
+    return (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, tile),
+            Descriptor(v, descriptor, bn, tile), Descriptor(k_cache, descriptor, rows, page, "nan"),
             Descriptor(v_cache, descriptor, rows, page))
 
 
@@ -628,20 +603,22 @@ _INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
 
 @functools.lru_cache(maxsize=64)
 def _launcher(spec, dtypes):
-    """The kernel's launch for one ExtendSpec (see ops.extend)."""
-    ws = warp_specialized(spec.bounds, spec.window_left)
+    """The kernel's launch for one ExtendSpec (see ops.extend), its config a
+    config.HopperExtendConfig."""
+    cfg = spec.config
+    ws = cfg.warp_specialized(spec.bounds, spec.window_left)
     fixed = dict(
         num_seqs=spec.num_seqs, qk_scale=spec.qk_scale, softcap=float(spec.softcap),
         window_left=spec.window_left or 0, window_right=spec.window_right or 0,
-        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=BLOCK_M, BN=BLOCK_N,
-        STAGES=STAGES, SEQS_POW2=max(1 << max(spec.num_seqs - 1, 0).bit_length(), 2),
+        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=cfg.block_m, BN=cfg.block_n,
+        STAGES=cfg.stages, SEQS_POW2=max(1 << max(spec.num_seqs - 1, 0).bit_length(), 2),
         USE_WINDOW=spec.window_left is not None,
         USE_RIGHT=(not spec.causal) and spec.window_right is not None, IS_CAUSAL=spec.causal,
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        HEADS_FIRST=HEADS_FIRST, Q_REGS=Q_REGS, WS=ws, PRODUCER_REGS=WS_PRODUCER_REGS)
-    return Launch(_hopper_extend_kernel, fixed, launch_options(ws), _TENSORS, _INTS, dtypes)
+        HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs)
+    return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
 class HopperExtendLaunch:
@@ -653,13 +630,14 @@ class HopperExtendLaunch:
     def __init__(self, spec, dtypes):
         self.launch = _launcher(spec, dtypes)
         self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
+        self.block_m, self.heads_first = spec.config.block_m, spec.config.heads_first
 
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
-        blocks = -(-num_tokens // BLOCK_M) + self.num_seqs
-        grid = (self.num_q_heads, blocks, 1) if HEADS_FIRST else (blocks, self.num_q_heads, 1)
+        blocks = -(-num_tokens // self.block_m) + self.num_seqs
+        grid = (self.num_q_heads, blocks, 1) if self.heads_first else (blocks, self.num_q_heads, 1)
         lse_t = out if lse is None else lse
         os_ = out.stride()
         return self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,

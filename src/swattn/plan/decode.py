@@ -84,7 +84,8 @@ class DecodePlan(Plan):
             launch, merge = self._launch(sinks is not None, sparse is not None)
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
-                               self._parts, self._hopper.lazy_descriptors(q, k_cache, v_cache))
+                               self._parts,
+                               self._hopper.lazy_descriptors(self.spec.config, q, k_cache, v_cache))
             else:
                 ready = launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks,
                                sparse, out, lse, self._parts)
@@ -223,8 +224,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
             path = "hopper"
-            cfg = replace_spec(cfg, block_n=decode_hopper.BLOCK_N, block_h=decode_hopper.BLOCK_M,
-                           hopper=True)
+            cfg = _config.hopper_decode_config(head_dim, dtype)
     if num_splits is None:
         sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if device.type == "cuda" else _config.DECODE_CPU_SMS)
@@ -337,7 +337,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, **kwargs)
     if plan.path == "hopper" and hopper is None:
         from ..ops import decode_hopper
-        if isinstance(decode_hopper.descriptors(q, k_cache, v_cache), str):
+        if isinstance(decode_hopper.descriptors(plan.spec.config, q, k_cache, v_cache), str):
             plan = _decode_plan(None, seq_lens, q.shape[0], hopper=False, **kwargs)
     # (its runs' launches are not shared: each one-shot plan has its own split scratch)
     remember(key, (plan.spec, plan.path, plan._launches, None))

@@ -94,7 +94,7 @@ class ExtendPlan(Plan):
             # hopper=False for such tensors).
             ready = self._launch(sinks is not None, False, False)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
-                self._hopper.lazy_descriptors(q, k, v, k_cache, v_cache), k_cache)
+                self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
             ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None)(
@@ -183,9 +183,9 @@ class ExtendPlan(Plan):
         a KV group share a block) and the heads the blocks are repeated over."""
         s = self.spec
         if self.path == "hopper":
-            from ..ops import extend_hopper
-            return {"block_m": extend_hopper.BLOCK_M, "block_n": extend_hopper.BLOCK_N,
-                    "tokens_per_block": extend_hopper.BLOCK_M, "heads": s.num_q_heads}
+            cfg = s.config
+            return {"block_m": cfg.block_m, "block_n": cfg.block_n,
+                    "tokens_per_block": cfg.block_m, "heads": s.num_q_heads}
         cfg = s.config
         if _config.packs_gqa(cfg, s.group):
             return {"block_m": cfg.block_m, "block_n": cfg.block_n,
@@ -261,7 +261,7 @@ def _extend_path(device, dtype, head_dim, head_dim_v, page_size, group, window_l
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
-            return "hopper", None
+            return "hopper", _config.hopper_extend_config(head_dim, dtype)
     return "triton", cfg
 
 
@@ -405,7 +405,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
                         prefix_lens.shape[0], hopper=hopper, **kwargs)
     if plan.path == "hopper" and hopper is None:
         from ..ops import extend_hopper
-        if isinstance(extend_hopper.descriptors(q, k, v, k_cache, v_cache), str):
+        if isinstance(extend_hopper.descriptors(plan.spec.config, q, k, v, k_cache, v_cache), str):
             plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
                                 prefix_lens.shape[0], hopper=False, **kwargs)
     remember(key, (plan.spec, plan.path, plan._launches, plan._ready))

@@ -24,7 +24,8 @@ from triton.compiler import ASTSource
 from triton.tools.disasm import path_to_cuobjdump
 
 from ..ops import extend as ops_extend
-from ..ops.config import extend_config, packs_gqa
+from ..ops.config import (extend_config, hopper_decode_config, hopper_extend_config,
+                          packs_gqa)
 
 TARGET = GPUTarget("cuda", 90, 32)
 _POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_cache": "*bf16", "V_cache": "*bf16",
@@ -197,17 +198,18 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
     from ..ops import extend_hopper as hopper
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    t = torch.empty(4 * hopper.BLOCK_M, 2, head_dim, dtype=torch_dtype)
+    cfg = hopper_extend_config(head_dim, torch_dtype)
+    t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
-    descs = hopper.descriptors(t, t, t, cache, cache)
+    descs = hopper.descriptors(cfg, t, t, t, cache, cache)
     assert isinstance(descs, tuple), descs
-    constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=hopper.BLOCK_M, BN=hopper.BLOCK_N,
-                      STAGES=hopper.STAGES, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
+    constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=cfg.block_m, BN=cfg.block_n,
+                      STAGES=cfg.stages, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
-                      SKIP=bounds == "skip", HEADS_FIRST=hopper.HEADS_FIRST,
-                      Q_REGS=hopper.Q_REGS, WS=hopper.warp_specialized(bounds, None),
-                      PRODUCER_REGS=hopper.WS_PRODUCER_REGS)
+                      SKIP=bounds == "skip", HEADS_FIRST=cfg.heads_first,
+                      Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None),
+                      PRODUCER_REGS=cfg.producer_regs)
     constexprs.update(flags)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
@@ -216,7 +218,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
         GluonASTSource, hopper._hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
-        dict(hopper.launch_options(constexprs["WS"]), num_stages=1))
+        dict(cfg.launch_options(constexprs["WS"]), num_stages=1))
     return compiled, kernel.asm["ptx"]
 
 
@@ -234,13 +236,15 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     q = torch.empty(2, 2 * group, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
-    kc, vc = hopper.descriptors(q, cache, cache)
-    q_layout = hopper._layouts(torch_dtype, head_dim, page_size)[1]
-    constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=hopper.BLOCK_M,
-                      BN=hopper.BLOCK_N, STAGES=hopper.STAGES[head_dim], Q_LAYOUT=q_layout,
+    cfg = hopper_decode_config(head_dim, torch_dtype)
+    kc, vc = hopper.descriptors(cfg, q, cache, cache)
+    q_layout = hopper.shared_layouts(torch_dtype, head_dim, page_size, cfg.block_h,
+                                     cfg.block_n)[1]
+    constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=cfg.block_h,
+                      BN=cfg.block_n, STAGES=cfg.num_stages, Q_LAYOUT=q_layout,
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-                      PRODUCER_REGS=hopper.PRODUCER_REGS, PDL=False)
+                      PRODUCER_REGS=cfg.producer_regs, PDL=False)
     constexprs.update(flags)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
@@ -249,7 +253,7 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
         GluonASTSource, hopper._hopper_decode_kernel, constexprs,
         lambda name: mangle_type(descs[name]) if name in descs else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
-        dict(num_warps=hopper.NUM_WARPS, maxnreg=hopper.MAXNREG, num_stages=1))
+        dict(num_warps=cfg.num_warps, maxnreg=cfg.maxnreg, num_stages=1))
     return compiled, kernel.asm["ptx"]
 
 
