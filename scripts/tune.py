@@ -15,7 +15,7 @@ import sys
 import torch
 
 from swattn.bench import decode as decode_bench
-from swattn.bench import harness, workloads
+from swattn.bench import extend_inputs, harness, workloads
 from swattn.ops.config import Config, DecodeConfig, decode_config
 from swattn.plan import decode_plan_for, extend_plan_for
 
@@ -76,7 +76,7 @@ def sweep(label, configs, prepare, flush):
 def tune_extend(name, configs, prefix, extend_len, page_size, flush):
     workload, _, part = name.partition("-")
     case = workloads.extend_cases(workload, cases=[(prefix, extend_len)], page_size=page_size)[0]
-    inputs = harness.build_inputs(case)
+    inputs = extend_inputs.build_inputs(case)
     args = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
             inputs.cu_seqlens, inputs.prefix_lens)
 

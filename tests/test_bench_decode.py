@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from swattn.bench import decode as dbench
+from swattn.bench import extend as ebench
 from swattn.bench import harness, peers, report
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, parse_args, split_cases
@@ -333,13 +334,13 @@ def test_decode_variant_keys():
     keys = [v.key for v in dbench.VARIANTS]
     assert keys[:4] == ["tight", "control", "skip", "split1"] and len(set(keys)) == len(keys)
     assert {v.role for v in dbench.VARIANTS} == {"tight", "control", "ours", "peer"}
-    known = {v.key for v in peers.VARIANTS} | set(keys)
-    assert [v.key for v in peers.select(["split1", "flex"], variants=dbench.VARIANTS, known=known)] == \
+    known = {v.key for v in ebench.VARIANTS} | set(keys)
+    assert [v.key for v in peers.select(dbench.VARIANTS, ["split1", "flex"], known)] == \
         ["tight", "control", "skip", "triton", "sglang", "vllm", "flashinfer"]
-    assert "split1" not in {v.key for v in peers.VARIANTS}
-    assert peers.select(["split1"], known=known) == list(peers.VARIANTS)  # a decode-only key
+    assert "split1" not in {v.key for v in ebench.VARIANTS}
+    assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)  # a decode-only key
     with pytest.raises(ValueError, match="unknown variant"):
-        peers.select(["nope"], variants=dbench.VARIANTS, known=known)
+        peers.select(dbench.VARIANTS, ["nope"], known)
 
 
 # --------------------------------------------------------------------------------------

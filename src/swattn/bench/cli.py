@@ -133,11 +133,12 @@ def main(argv=None, prog=None):
     try:
         extend_cases, decode_cases = split_cases(build_cases(args))
         from . import decode as decode_bench
-        from .peers import VARIANTS, select, use_peers
+        from . import extend as extend_bench
+        from .peers import select, use_peers
         skip = [k.strip() for k in args.skip.split(",") if k.strip()]
-        known = {v.key for v in VARIANTS} | {v.key for v in decode_bench.VARIANTS}
-        variants = select(skip, known=known)
-        decode_variants = select(skip, variants=decode_bench.VARIANTS, known=known)
+        known = {v.key for v in extend_bench.VARIANTS} | {v.key for v in decode_bench.VARIANTS}
+        variants = select(extend_bench.VARIANTS, skip, known)
+        decode_variants = select(decode_bench.VARIANTS, skip, known)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -177,8 +178,8 @@ def main(argv=None, prog=None):
     from .plots import plot
     texts = []
     if extend_cases:
-        texts.append(_run_kind("extend", extend_cases, variants, harness.run_case, args, out_dir, meta,
-                               ceilings, flush))
+        texts.append(_run_kind("extend", extend_cases, variants, extend_bench.run_case, args,
+                               out_dir, meta, ceilings, flush))
         harness.log(f"plots: {plot(os.path.join(out_dir, 'extend.json'))}")
     if decode_cases:
         decode_meta = dict(meta, method=DECODE_METHOD)

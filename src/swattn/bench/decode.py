@@ -1,9 +1,9 @@
 """Decode rows of ``swattn bench``: swattn's variants, the table of variants and one decode case.
 
 Everything else (graph capture, interleaved timing, the same-variant control's noise floor,
-the L2 flush, the ceilings, the floor and roofline arithmetic) is the extend harness's
-(:func:`swattn.bench.harness.run_case`, :mod:`swattn.bench.report`); this module only brings
-what differs for one new token per sequence.
+the L2 flush, the ceilings, the floor and roofline arithmetic) is the harness's
+(:func:`swattn.bench.harness.run_case`, :mod:`swattn.bench.report`), as for the extend rows
+(:mod:`.extend`); this module only brings what differs for one new token per sequence.
 
 The inputs and the reference check are in :mod:`swattn.bench.decode_inputs`, the peers'
 adapters in :mod:`swattn.bench.decode_peers`; this module holds swattn's own variants, the
@@ -13,13 +13,13 @@ table of variants and :func:`run_case`, and names the others' public functions.
 from __future__ import annotations
 
 from . import harness
-from .decode_inputs import (CHECK_SEQS, DecodeInputs, empty_out, need_device, poisoner,  # noqa: F401
-                            build_inputs, footprint, reference_first)
+from .decode_inputs import (CHECK_SEQS, DecodeInputs, build_inputs, footprint,  # noqa: F401
+                            need_device, reference_first)
 from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLITS,  # noqa: F401
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
-from .peers import Prepared, Skip, Variant
+from .peers import Prepared, Skip, Variant, empty_out, poisoner
 
 
 # --------------------------------------------------------------------------------------

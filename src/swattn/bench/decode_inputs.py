@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .peers import Skip, empty_out, need_cuda, poisoner, softmax_scale  # noqa: F401 (the adapters')
+from .peers import Skip
 
 CHECK_SEQS = 4  # sequences checked against the reference
 

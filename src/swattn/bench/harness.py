@@ -1,13 +1,10 @@
-"""Inputs, checks and timing of one extend case: the method of ``docs/design.md``.
-Decode cases (``swattn.bench.decode``) bring their own inputs and reference and use the
-same checks, capture, interleaved timing and noise floor (:func:`run_case`).
+"""Checks and timing of one case, extend or decode: the method of ``docs/design.md``. Each
+kind brings its inputs and reference (:mod:`.extend_inputs`, :mod:`.decode_inputs`) and its
+variants (:mod:`.extend`, :mod:`.decode`) to :func:`run_case`.
 
-* Inputs are built once per case: random bf16 (never zeros), one paged K/V pool holding
-  every sequence's prefix and new tokens in randomly permuted pages, NaN in every cache row
-  nobody wrote, -1 in every block-table entry no query may read.
-* Each variant is checked against the float64 reference on the first sequence (output
-  poisoned with NaN first; NaN anywhere in the output fails), then captured in a CUDA
-  graph (plain launches if capture fails, and the table says so).
+* Each variant is checked against the float64 reference (output poisoned with NaN first;
+  NaN anywhere in the output fails), then captured in a CUDA graph (plain launches if
+  capture fails, and the table says so).
 * Variants are timed interleaved repetition by repetition, A/B/C, B/C/A, ... within each
   round, each repetition one graph replay after a 256 MB write that flushes L2; median and
   20th/80th percentiles. swattn's rows are a plan's ``run`` (what an engine calls per
@@ -74,116 +71,8 @@ def log(message):
 
 
 # --------------------------------------------------------------------------------------
-# Inputs.
-# --------------------------------------------------------------------------------------
-
-@dataclass
-class ExtendInputs:
-    """One case's tensors. ``k_pool``/``v_pool`` ``[num_pages, page_size, Hkv, D|Dv]`` hold
-    every sequence's prefix and new tokens; page ``null_page`` (0) holds finite data and
-    belongs to nobody; rows nobody wrote are NaN. ``seq_pages[b, n]`` is the physical page
-    of sequence b's logical page n over its P + E tokens (-1 past the end).
-    ``block_table_full`` maps the prefix pages (-1 past the prefix);
-    ``block_table_window`` also holds -1 for pages wholly below the first new token's
-    window."""
-
-    case: object
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    k_pool: torch.Tensor
-    v_pool: torch.Tensor
-    seq_pages: torch.Tensor
-    block_table_full: torch.Tensor
-    block_table_window: torch.Tensor
-    cu_seqlens: torch.Tensor
-    prefix_lens: torch.Tensor
-    sinks: torch.Tensor | None
-    null_page: int = 0
-
-    def slots(self, b, start, stop):
-        """Flat token-pool slots (``page * page_size + offset``) of positions
-        ``[start, stop)`` of sequence ``b``, int64 on the pool's device."""
-        size = self.case.page_size
-        pos = torch.arange(start, stop, device=self.seq_pages.device, dtype=torch.int64)
-        return self.seq_pages[b].to(torch.int64)[pos // size] * size + pos % size
-
-
-def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
-    """The tensors of ``case`` on ``device`` (see :class:`ExtendInputs`)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape, dt=dtype):
-        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32).to(dt)
-
-    size, hkv, d, dv = case.page_size, case.num_kv_heads, case.head_dim, case.head_dim_v
-    pages = [-(-(p + e) // size) for p, e in case.seqs]
-    order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)) + 1
-    seq_pages = torch.full((case.batch, max(1, max(pages))), -1, dtype=torch.int32)
-    start = 0
-    for b, n in enumerate(pages):
-        seq_pages[b, :n] = order[start:start + n].to(torch.int32)
-        start += n
-    seq_pages = seq_pages.to(device)
-    num_pages = 1 + sum(pages)
-    k_pool = torch.full((num_pages, size, hkv, d), float("nan"), dtype=dtype, device=device)
-    v_pool = torch.full((num_pages, size, hkv, dv), float("nan"), dtype=dtype, device=device)
-    k_pool[0] = randn(size, hkv, d)
-    v_pool[0] = randn(size, hkv, dv)
-
-    tokens = case.num_tokens
-    q = randn(tokens, case.num_q_heads, d)
-    k = randn(tokens, hkv, d)
-    v = randn(tokens, hkv, dv)
-    cu = [0]
-    for _, e in case.seqs:
-        cu.append(cu[-1] + e)
-    inputs = ExtendInputs(
-        case, q, k, v, k_pool, v_pool, seq_pages, None, None,
-        torch.tensor(cu, dtype=torch.int32, device=device),
-        torch.tensor([p for p, _ in case.seqs], dtype=torch.int32, device=device),
-        randn(case.num_q_heads, dt=torch.float32) if case.sinks else None)
-
-    k_flat, v_flat = k_pool.view(-1, hkv, d), v_pool.view(-1, hkv, dv)
-    for b, (prefix, new) in enumerate(case.seqs):
-        prefix_slots = inputs.slots(b, 0, prefix)
-        k_flat[prefix_slots] = randn(prefix, hkv, d)
-        v_flat[prefix_slots] = randn(prefix, hkv, dv)
-        # The engine writes the new tokens' K/V into their pages before attention.
-        new_slots = inputs.slots(b, prefix, prefix + new)
-        k_flat[new_slots] = k[cu[b]:cu[b + 1]]
-        v_flat[new_slots] = v[cu[b]:cu[b + 1]]
-
-    prefix_pages = max(1, max(-(-p // size) for p, _ in case.seqs))
-    full = torch.full((case.batch, prefix_pages), -1, dtype=torch.int32, device=device)
-    window = full.clone()
-    for b, (prefix, _) in enumerate(case.seqs):
-        n = -(-prefix // size)
-        full[b, :n] = seq_pages[b, :n]
-        below = case.lowest_key(prefix) // size  # pages wholly below the window
-        window[b, below:n] = seq_pages[b, below:n]
-    inputs.block_table_full, inputs.block_table_window = full, window
-    return inputs
-
-
-# --------------------------------------------------------------------------------------
 # Checks against the reference.
 # --------------------------------------------------------------------------------------
-
-def reference_first(inputs, sinks=True):
-    """The float64 reference output ``[E0, Hq, Dv]`` of the first sequence."""
-    from .. import reference
-    case = inputs.case
-    new = case.seqs[0][1]
-    out = torch.empty(new, case.num_q_heads, case.head_dim_v, dtype=torch.float64,
-                      device=inputs.q.device)
-    cu = inputs.cu_seqlens[:2]
-    reference.extend_attention(
-        inputs.q[:new], inputs.k[:new], inputs.v[:new], inputs.k_pool, inputs.v_pool,
-        inputs.block_table_window[:1], cu, inputs.prefix_lens[:1],
-        window_left=case.window_left, sinks=inputs.sinks if sinks else None, out=out)
-    return out
-
 
 def relative_error(out, ref):
     """``||out - ref|| / ||ref||`` in float64; NaN if ``out`` holds any NaN/Inf."""
@@ -433,16 +322,10 @@ def same_function(applies_sinks, applies_sparse, case):
             applies_sparse or not getattr(case, "sparse_keys", 0))
 
 
-def _extend_reference(inputs, sinks=True, sparse=True):
-    del sparse
-    return reference_first(inputs, sinks=sinks)
-
-
-def _prepare(variant, inputs, refs, label, reference=None):
+def _prepare(variant, inputs, refs, label, reference):
     """Build, check and capture one variant; returns (result, replay or None, prepared).
     ``reference(inputs, sinks=, sparse=)`` gives the float64 output of the first
-    sequence(s) (default: the extend reference)."""
-    reference = reference or _extend_reference
+    sequence(s)."""
     res = VariantResult(variant.name, variant.key, variant.role)
     try:
         prepared = variant.build(inputs)
@@ -527,17 +410,16 @@ def host_time(call, calls=100):
     return 1e6 * (issued - start) / calls, 1e6 * (done - start) / calls
 
 
-def run_case(case, variants, *, reps, rounds, flush, seed=0, budget_ms=1500.0, device="cuda",
-             build=None, reference=None):
-    """Build the inputs of ``case`` (``build(case, device, seed)``, default the extend
-    builder), check every variant against ``reference`` (default the extend one), capture
-    them, time them interleaved, and return a :class:`CaseResult` (errors recorded, never
-    raised)."""
+def run_case(case, variants, *, build, reference, reps, rounds, flush, seed=0, budget_ms=1500.0,
+             device="cuda"):
+    """Build the inputs of ``case`` (``build(case, device, seed)``), check every variant
+    against ``reference(inputs, sinks=, sparse=)``, capture them, time them interleaved,
+    and return a :class:`CaseResult` (errors recorded, never raised)."""
     started = time.time()
     label = case.name
     shape = case.seqs[0] if hasattr(case, "seqs") else f"S{max(case.seq_lens)}"
     log(f"{label}: building inputs ({case.batch} x {shape})")
-    inputs = (build or build_inputs)(case, device, seed)
+    inputs = build(case, device, seed)
     refs, results, replays, held = {}, [], {}, []
     for variant in variants:
         res, replay, prepared = _prepare(variant, inputs, refs, label, reference)

@@ -16,7 +16,8 @@ import torch
 from conftest import DEVICE
 
 from swattn import window
-from swattn.bench import harness, peers, report
+from swattn.bench import extend as ebench
+from swattn.bench import extend_inputs, extend_peers, harness, peers, report
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, parse_args
 
@@ -196,7 +197,7 @@ def test_tile_prediction_follows_the_kernel_that_runs():
 
 def test_inputs_poison_what_nobody_may_read():
     case = _case([(13, 5), (2, 3), (0, 4)], window_left=5, page_size=4)
-    inp = harness.build_inputs(case, "cpu", seed=1)
+    inp = extend_inputs.build_inputs(case, "cpu", seed=1)
     size = case.page_size
     for b, (prefix, new) in enumerate(case.seqs):
         prefix_pages = -(-prefix // size)
@@ -234,8 +235,8 @@ def test_inputs_poison_what_nobody_may_read():
 def test_reference_reads_only_the_window_of_the_inputs():
     """The check's reference runs on the window layout (-1 below the window) without NaN."""
     case = _case([(13, 5), (2, 3)], window_left=5, page_size=4, dims=(8, 8))
-    inp = harness.build_inputs(case, "cpu", seed=2)
-    ref = harness.reference_first(inp)
+    inp = extend_inputs.build_inputs(case, "cpu", seed=2)
+    ref = extend_inputs.reference_first(inp)
     assert ref.shape == (5, 4, 8) and ref.dtype == torch.float64 and torch.isfinite(ref).all()
     assert harness.relative_error(ref.to(torch.bfloat16), ref) < 1e-2
     assert harness.relative_error(ref, ref) == 0.0
@@ -255,8 +256,8 @@ def test_peers_skip_cleanly_where_they_cannot_run(tmp_path, monkeypatch):
     monkeypatch.setenv("SWATTN_PEERS", str(tmp_path))
     assert peers.peers_dir() == str(tmp_path)
     assert peers.peers_dir("x") == "x"
-    inp = harness.build_inputs(_case([(4, 3)]), "cpu")
-    for variant in peers.VARIANTS:
+    inp = extend_inputs.build_inputs(_case([(4, 3)]), "cpu")
+    for variant in ebench.VARIANTS:
         with pytest.raises(peers.Skip):
             variant.build(inp)
 
@@ -271,25 +272,25 @@ def test_flashinfer_skips_when_not_importable(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_flashinfer)
-    inp = harness.build_inputs(_case([(4, 3)]), "cpu")
+    inp = extend_inputs.build_inputs(_case([(4, 3)]), "cpu")
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     with pytest.raises(peers.Skip, match="import flashinfer failed"):
-        peers.flashinfer(inp)
+        extend_peers.flashinfer(inp)
 
 
 def test_sglang_full_layout_skips_when_the_prefix_is_inside_the_window(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    inp = harness.build_inputs(_case([(3, 4)], window_left=3), "cpu")
+    inp = extend_inputs.build_inputs(_case([(3, 4)], window_left=3), "cpu")
     with pytest.raises(peers.Skip, match="= window layout"):
-        peers.sglang_extend(inp, layout="full")
+        extend_peers.sglang_extend(inp, layout="full")
 
 
 def test_variant_selection():
-    keys = [v.key for v in peers.select(["flex", "flashinfer"])]
+    keys = [v.key for v in peers.select(ebench.VARIANTS, ["flex", "flashinfer"])]
     assert "flex" not in keys and keys[:2] == ["tight", "control"]
-    assert {v.role for v in peers.VARIANTS} == {"tight", "control", "ours", "peer"}
+    assert {v.role for v in ebench.VARIANTS} == {"tight", "control", "ours", "peer"}
     with pytest.raises(ValueError, match="unknown variant"):
-        peers.select(["nope"])
+        peers.select(ebench.VARIANTS, ["nope"])
 
 
 # --------------------------------------------------------------------------------------
@@ -414,7 +415,7 @@ def test_run_case_records_every_variant_and_keeps_going(monkeypatch):
                 V("crash", "c", "peer", _ref_variant(fail=True)), V("boom", "b", "peer", _raise(RuntimeError("no"))),
                 V("skipped", "s", "peer", _raise(peers.Skip("not here")))]
     case = _case([(13, 5), (6, 5)], window_left=5)
-    result = harness.run_case(case, variants, reps=3, rounds=2, flush=lambda: None, device="cpu")
+    result = ebench.run_case(case, variants, reps=3, rounds=2, flush=lambda: None, device="cpu")
     by = {v.name: v for v in result.variants}
     assert [v.name for v in result.variants] == [v.name for v in variants]
     assert by["tight"].status == by["control"].status == "ok" and by["tight"].rel_err < 1e-2

@@ -1,0 +1,123 @@
+"""Extend rows of ``swattn bench``: swattn's variants, the table of variants and one
+extend case.
+
+Everything else (graph capture, interleaved timing, the same-variant control's noise floor,
+the L2 flush, the ceilings) is the harness's (:func:`swattn.bench.harness.run_case`,
+:mod:`swattn.bench.report`). The inputs and the reference check are in
+:mod:`.extend_inputs`, the peers' adapters in :mod:`.extend_peers`; the decode rows mirror
+this layout (:mod:`.decode`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import harness
+from .extend_inputs import build_inputs, reference_first
+from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
+from .peers import Prepared, Skip, Variant, empty_out, need_cuda, poisoner
+
+
+# --------------------------------------------------------------------------------------
+# swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant control).
+# --------------------------------------------------------------------------------------
+
+def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None):
+    """The plan of one case, made as an engine makes it: from the host lengths."""
+    import swattn
+    case = inputs.case
+    cu = [0]
+    for _, e in case.seqs:
+        cu.append(cu[-1] + e)
+    return swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
+                              num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
+                              head_dim_v=case.head_dim_v, page_size=case.page_size,
+                              window_left=case.window_left, dtype=inputs.q.dtype,
+                              device=inputs.q.device, bounds=bounds, deterministic=deterministic,
+                              hopper=hopper)
+
+
+def plan_note(plan):
+    """What a plan runs, for the legend: its kernel, and the Triton kernel's tiling."""
+    if plan.config is None:
+        return f"{plan.path} path"
+    return f"{plan.path} kernel {plan.config.block_m}x{plan.config.block_n}"
+
+
+def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False,
+         hopper=None):
+    """swattn's extend through its engine path: ``swattn.plan_extend`` on the host lengths
+    once, then ``plan.run`` timed (``deterministic=True``: the single-pass kernel) over the
+    paged pool (page size ``case.page_size``). ``control``: a second plan of the same
+    batch, timed as its own variant: the noise floor.
+
+    ``layout="window"``: the block table holds -1 for every page wholly below the first
+    new token's window (what an engine that frees out-of-window pages hands over), so a
+    read of one would fault; ``"full"``: the whole prefix is mapped and only the bounds
+    trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``:
+    the plan's choice of the Gluon fast path (None: its own).
+
+    The host time of a ``plan.run`` call and of the one-shot ``swattn.extend_attention``
+    on the same tensors (both with ``out`` given) are measured beside the graph replay."""
+    need_cuda(inputs)
+    import swattn
+    case = inputs.case
+    table = inputs.block_table_window if layout == "window" else inputs.block_table_full
+    if layout == "full" and bounds == "tight" and torch.equal(table, inputs.block_table_window):
+        raise Skip("= window layout (no page lies below the window)")
+    try:
+        plan = extend_plan(inputs, table, bounds=bounds, deterministic=deterministic, hopper=hopper)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+    out = empty_out(inputs)
+    tensors = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table)
+
+    def run():
+        plan.run(*tensors, sinks=inputs.sinks, out=out)
+
+    def one_shot():
+        swattn.extend_attention(*tensors, inputs.cu_seqlens, inputs.prefix_lens,
+                                window_left=case.window_left, sinks=inputs.sinks,
+                                deterministic=deterministic, out=out)
+
+    host = {"plan.run": run}
+    if bounds == "tight" and hopper is None and not control:
+        host["one-shot"] = one_shot
+    note = f"{layout} layout, {plan_note(plan)}" + (", a second plan" if control else "")
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host,
+                    tiling=plan.tiling())
+
+
+# --------------------------------------------------------------------------------------
+# The variants an extend run times, in the order of the table, and one case.
+# --------------------------------------------------------------------------------------
+
+VARIANTS = (
+    Variant("swattn tight", "tight", "tight", lambda i: ours(i, bounds="tight", layout="window")),
+    Variant("swattn tight (control)", "control", "control",
+            lambda i: ours(i, bounds="tight", layout="window", control=True)),
+    Variant("swattn tight, Triton kernel", "triton", "ours",
+            lambda i: ours(i, bounds="tight", layout="window", hopper=False)),
+    Variant("swattn tight, Hopper path", "hopper", "ours",
+            lambda i: ours(i, bounds="tight", layout="window", hopper=True)),
+    Variant("swattn tight, full layout", "tight-full", "ours",
+            lambda i: ours(i, bounds="tight", layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
+    Variant("swattn deterministic skip, full layout", "det-skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full", deterministic=True)),
+    Variant("SGLang, window layout", "sglang", "peer", lambda i: sglang_extend(i, layout="window")),
+    Variant("SGLang, full layout", "sglang-full", "peer", lambda i: sglang_extend(i, layout="full")),
+    Variant("SGLang unified", "sglang-unified", "peer", sglang_unified),
+    Variant("vLLM unified", "vllm", "peer", vllm_unified),
+    Variant("FlexAttention", "flex", "peer", flex),
+    Variant("FlashInfer", "flashinfer", "peer", flashinfer),
+)
+
+
+
+
+def run_case(case, variants, **kwargs):
+    """:func:`swattn.bench.harness.run_case` with the extend inputs and reference."""
+    return harness.run_case(case, variants, build=build_inputs, reference=reference_first,
+                            **kwargs)
