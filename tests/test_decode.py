@@ -10,8 +10,7 @@ import swattn
 from swattn import reference
 from swattn.plan import run_decode
 from swattn.ops import decode as ops_decode
-from swattn.ops.config import (DecodeConfig, decode_config, decode_splits, head_blocking,
-                                hopper_decode_splits)
+from swattn.ops.config import (DecodeConfig, HopperDecodeConfig, decode_config, head_blocking)
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
 from checks import TOL, assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
@@ -366,31 +365,35 @@ def test_decode_config():
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
 
 
+def _splits(block_n, *args):
+    return DecodeConfig(block_h=16, block_n=block_n, num_warps=4, num_stages=2).splits(*args)
+
+
 def test_decode_splits():
     # gpt-oss batch 64 (2 KV heads, window 128): 128 keys are too few to split.
-    assert decode_splits(64, 2, 128, 132, 128) == 1
+    assert _splits(128, 64, 2, 128, 132) == 1
     # A window of 1024 keys at batch 8: capped at 2 splits of 512 keys.
-    assert decode_splits(8, 2, 1024, 132, 64) == 2
+    assert _splits(64, 8, 2, 1024, 132) == 2
     # DeepSeek-style (64 x 4 head blocks, 128 + 480 keys): one split.
-    assert decode_splits(64, 4, 608, 132, 16) == 1
+    assert _splits(16, 64, 4, 608, 132) == 1
     # Capped at the tiles one sequence holds.
-    assert decode_splits(1, 1, 1024, 132, 512) == 2
+    assert _splits(512, 1, 1, 1024, 132) == 2
     # One long full-attention sequence, 8 KV heads: 2 x 132 SMs worth of programs.
-    assert decode_splits(1, 8, 32768, 132, 64) == 33
+    assert _splits(64, 1, 8, 32768, 132) == 33
     # A big batch already fills the GPU.
-    assert decode_splits(512, 8, 4096, 132, 64) == 1
-    assert decode_splits(1, 1, 0, 132, 64) == 1
+    assert _splits(64, 512, 8, 4096, 132) == 1
+    assert _splits(64, 1, 1, 0, 132) == 1
 
 
 def test_hopper_decode_splits():
     # C-B (512 programs of a 4097-key window) is past one wave of 2 x 132: whole windows.
-    assert hopper_decode_splits(64, 8, 4097, 132, 64) == 1
+    assert HopperDecodeConfig().splits(64, 8, 4097, 132) == 1
     # C-F (128 programs, full attention over 32k): two splits fill one wave, four would not.
-    assert hopper_decode_splits(64, 2, 32768, 132, 64) == 2
+    assert HopperDecodeConfig().splits(64, 2, 32768, 132) == 2
     # Few programs: capped by the keys (512 a split at least) and the tiles.
-    assert hopper_decode_splits(4, 8, 4097, 132, 64) == 8
-    assert hopper_decode_splits(1, 1, 32768, 132, 64) == 64
-    assert hopper_decode_splits(1, 1, 0, 132, 64) == 1
+    assert HopperDecodeConfig().splits(4, 8, 4097, 132) == 8
+    assert HopperDecodeConfig().splits(1, 1, 32768, 132) == 64
+    assert HopperDecodeConfig().splits(1, 1, 0, 132) == 1
 
 
 # ---- compiles for the H200 without one ------------------------------------------------

@@ -77,12 +77,29 @@ class DecodeConfig:
     heads_first: bool = False
     # The Gluon fast path (ops.decode_hopper) where the launch can take it.
     hopper: bool = False
+    # Split-KV: programs an SM the chooser aims for (not tuned), and the fewest keys a split
+    # is given: a split costs a partial state written and read back and the merge launch,
+    # which a short chunk does not repay (on the H200 a window of 128 and 128 + 480 sparse
+    # keys both ran slower in two splits than in one).
+    programs_per_sm: int = 2
+    min_split_keys: int = 512
 
     @property
     def carry(self):
         """Whether the window loop carries the next tile's block-table entries: with 3
         stages or more, where it buys the K/V copies a second buffer (ops.decode)."""
         return self.num_stages > 2
+
+    def splits(self, batch, kv_heads, max_keys, sm_count):
+        """Split-KV chunks per (sequence, KV head program): enough programs to fill
+        ``programs_per_sm`` x ``sm_count`` SMs, never more than the key tiles one sequence
+        can hold (``max_keys``: the window plus any sparse keys), so no split starts empty
+        for a sequence that fills its window, and none gets fewer than ``min_split_keys``
+        keys; at least 1."""
+        programs = max(batch * kv_heads, 1)
+        wanted = -(-self.programs_per_sm * sm_count // programs)
+        tiles = -(-max(max_keys, 1) // self.block_n)
+        return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
 
 def decode_config(head_dim, head_dim_v, group, dtype, device):
@@ -93,9 +110,9 @@ def decode_config(head_dim, head_dim_v, group, dtype, device):
     (a window of 128 in one step), the sequence the grid's fastest axis; d128 64-key tiles
     in 2 stages with the head blocks fastest, four programs an SM, so a batch of 64 is one
     wave; heads wider than 256 (576/512 latent heads, keys as two products) 16 heads and
-    32 keys a program. ``hopper``: on sm_90 windows of :data:`HOPPER_MIN_KEYS` keys or
-    more and full attention at D = Dv in (64, 128) take the Gluon path instead, with its
-    own tiles and split count (:func:`hopper_decode_splits`). Why these tiles: the decode
+    32 keys a program. ``hopper``: on sm_90 windows of ``HopperDecodeConfig.min_keys`` keys
+    or more and full attention at D = Dv in (64, 128) take the Gluon path instead, with its
+    own tiles and split count (:func:`hopper_decode_config`). Why these tiles: the decode
     sweeps and runs of ``benchmarks/results/`` (decode-double-buffer, decode-split-balance,
     hopper-decode).
     """
@@ -173,6 +190,24 @@ class HopperDecodeConfig:
     # producer producer_regs), so the registers hold two programs an SM.
     maxnreg: int = 128
     producer_regs: int = 24
+    # The plan takes this path for windows of min_keys keys or more (and full attention):
+    # ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it on C-A (129 keys).
+    min_keys: int = 1024
+    # Programs an SM the path holds (its registers and shared memory), and the fewest keys
+    # a split is given (as DecodeConfig's).
+    programs_per_sm: int = 2
+    min_split_keys: int = 512
+
+    def splits(self, batch, kv_heads, max_keys, sm_count):
+        """Split-KV chunks per (sequence, KV head): as many as still fit the programs in
+        one wave (``programs_per_sm`` x ``sm_count``), at least 1, capped as
+        DecodeConfig.splits caps them. A grid past one wave is left whole: its programs
+        start wherever the first wave's end, which balanced the SMs better than shorter
+        split programs and a merge (the hopper-decode run)."""
+        programs = max(batch * kv_heads, 1)
+        wanted = self.programs_per_sm * sm_count // programs
+        tiles = -(-max(max_keys, 1) // self.block_n)
+        return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
 
 def hopper_decode_config(head_dim, dtype):
@@ -206,41 +241,5 @@ def split_width(dim):
     return (main, tail) if dim > 16 and main + tail < whole else (whole, 0)
 
 
-# Split-KV programs per SM the chooser aims for (not tuned).
-DECODE_PROGRAMS_PER_SM = 2
-# Fewest keys a split is given: a split costs a partial state written and read back and the
-# merge launch, which a short chunk does not repay (on the H200 a window of 128 and 128 + 480
-# sparse keys both ran slower in two splits than in one).
-DECODE_MIN_SPLIT_KEYS = 512
 # SM count assumed off the GPU, where the interpreter runs one program at a time.
 DECODE_CPU_SMS = 2
-# The Gluon decode path for windows of this many keys or more (and full attention), where
-# the launch can take it: ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it
-# on C-A (129 keys) (the hopper-decode run).
-HOPPER_MIN_KEYS = 1024
-# Programs an SM the Gluon path holds (its registers and shared memory: two).
-HOPPER_PROGRAMS_PER_SM = 2
-
-
-def hopper_decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
-    """Split-KV chunks per (sequence, KV head) for the Gluon path: as many as still fit
-    the programs in one wave (HOPPER_PROGRAMS_PER_SM x ``sm_count``), at least 1, capped
-    as :func:`decode_splits` caps them. A grid past one wave is left whole: its programs
-    start wherever the first wave's end, which balanced the SMs better than shorter split
-    programs and a merge (the hopper-decode run)."""
-    programs = max(batch * kv_heads, 1)
-    wanted = HOPPER_PROGRAMS_PER_SM * sm_count // programs
-    tiles = -(-max(max_keys, 1) // block_n)
-    return max(1, min(wanted, tiles, max_keys // DECODE_MIN_SPLIT_KEYS))
-
-
-def decode_splits(batch, kv_heads, max_keys, sm_count, block_n):
-    """Split-KV chunks per (sequence, KV head): enough programs to fill
-    DECODE_PROGRAMS_PER_SM x ``sm_count`` SMs, never more than the key tiles one sequence
-    can hold (``max_keys``: the window plus any sparse keys), so no split starts empty for
-    a sequence that fills its window, and none gets fewer than DECODE_MIN_SPLIT_KEYS
-    keys; at least 1."""
-    programs = max(batch * kv_heads, 1)
-    wanted = -(-DECODE_PROGRAMS_PER_SM * sm_count // programs)
-    tiles = -(-max(max_keys, 1) // block_n)
-    return max(1, min(wanted, tiles, max_keys // DECODE_MIN_SPLIT_KEYS))

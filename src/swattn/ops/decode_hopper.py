@@ -9,7 +9,7 @@ slowest SMs set. Here a program keeps STAGES tiles in flight and one thread issu
 so two programs an SM stream as fast: long windows run whole in two waves, the second's
 programs starting wherever the first's end, with no split and no merge (the
 decode-split-balance and hopper-decode results). Short windows keep the Triton kernel
-(config.HOPPER_MIN_KEYS).
+(config.HopperDecodeConfig.min_keys).
 
 One program owns (sequence, KV head, split); the query heads of the group are the rows
 of a 64-row tile (wgmma's M; rows past the group are zero and not stored). Key tiles are

@@ -212,8 +212,9 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         cfg = config
     want = hopper
     if hopper is None:
-        # Short windows keep the Triton kernel (C-A, 129 keys: see config.HOPPER_MIN_KEYS).
-        want = cfg.hopper and config is None and max_keys >= _config.HOPPER_MIN_KEYS
+        # Short windows keep the Triton kernel (C-A, 129 keys: HopperDecodeConfig.min_keys).
+        want = (cfg.hopper and config is None
+                and max_keys >= _config.hopper_decode_config(head_dim, dtype).min_keys)
     path = "triton"
     if want:
         from ..ops import decode_hopper
@@ -229,8 +230,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if device.type == "cuda" else _config.DECODE_CPU_SMS)
         programs = num_kv_heads * (1 if path == "hopper" else _config.head_blocking(cfg, group)[1])
-        chooser = _config.hopper_decode_splits if path == "hopper" else _config.decode_splits
-        num_splits = chooser(batch, programs, max_keys + sparse_keys, sms, cfg.block_n)
+        num_splits = cfg.splits(batch, programs, max_keys + sparse_keys, sms)
     # The split merge by PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
     pdl = (num_splits > 1 and device.type == "cuda" and torch.version.hip is None
            and torch.cuda.get_device_capability(device)[0] >= 9)
