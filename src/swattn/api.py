@@ -21,10 +21,12 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
                v_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
                prefix_lens: torch.Tensor, sinks: torch.Tensor | None, mask: torch.Tensor | None,
                mask_indptr: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
+               k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
                window_left: int, window_right: int, causal: bool, softcap: float,
                scale: float, keys: str, deterministic: bool) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded, scale 0 = default.
     _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                  k_scale=k_scale, v_scale=v_scale,
                   window_left=None if window_left < 0 else window_left,
                   window_right=None if window_right < 0 else window_right, causal=causal,
                   sinks=sinks, softcap=softcap, scale=None if scale == 0 else scale, mask=mask,
@@ -34,14 +36,15 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
 
 @_extend_op.register_fake
 def _(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask, mask_indptr,
-      out, lse, window_left, window_right, causal, softcap, scale, keys, deterministic):
+      out, lse, k_scale, v_scale, window_left, window_right, causal, softcap, scale, keys,
+      deterministic):
     return None
 
 
 def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
                      scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
-                     deterministic=False, out=None):
+                     deterministic=False, k_scale=None, v_scale=None, out=None):
     """Attention of a chunk of new tokens over their paged, cached prefix and each other.
 
     ``o_i = sum_j softmax_j(s_ij) v_j`` over the keys ``j`` that query ``i`` sees
@@ -51,7 +54,9 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     Args:
         q: [T, Hq, D] queries of the new tokens of all sequences, packed.
         k, v: [T, Hkv, D], [T, Hkv, Dv] the new tokens' keys and values.
-        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache holding the prefixes.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache holding the
+            prefixes, of q's dtype or fp8 (``torch.float8_e4m3fn``, ``torch.float8_e5m2``:
+            the cache holds value / scale, see ``k_scale``).
         block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
             no query can see are never read (they may be -1); an entry a query must read
             that is not a page of the cache is not read either, and the rows that needed
@@ -71,6 +76,12 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             tiles aligned to absolute positions, fixed configs, no split reductions, so a
             request's outputs are bit-identical whatever else is in the batch and however
             its prefill is chunked (given the cache holds the bits write_kv stored).
+        k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
+            (per KV head); None = 1. A cached key is its stored value times k_scale (folded
+            into the scores' scale), a value times v_scale (folded into the output). The new
+            tokens' k and v are taken as the cache stores them (write_kv's rounding), so a
+            chunk's result does not depend on where its keys came from. The products run on
+            the stored values in q's dtype; an fp8 cache runs on the Triton kernels.
         out: [T, Hq, Dv] output buffer.
 
     Returns:
@@ -84,7 +95,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                              window_left=window_left, window_right=window_right, causal=causal,
                              sinks=sinks, softcap=softcap, scale=scale, mask=mask,
                              mask_indptr=mask_indptr, keys=keys, return_lse=return_lse,
-                             deterministic=deterministic, out=out)
+                             deterministic=deterministic, k_scale=k_scale, v_scale=v_scale,
+                             out=out)
     # Traced by torch.compile: the custom op, whose arguments cannot carry None for the
     # integers (encoded as -1) and which checks what it can before the trace records it.
     for name, flag in (("causal", causal), ("deterministic", deterministic),
@@ -99,7 +111,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         out = torch.empty(*q.shape[:2], v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     _extend_op(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
-               mask_indptr, out, lse, -1 if window_left is None else window_left,
+               mask_indptr, out, lse, k_scale, v_scale, -1 if window_left is None else window_left,
                -1 if window_right is None else window_right, causal, float(softcap),
                0.0 if scale is None else float(scale), keys, deterministic)
     return (out, lse) if return_lse else out
@@ -107,29 +119,35 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
 
 @torch.library.custom_op("swattn::write_kv", mutates_args=("k_cache", "v_cache"))
 def _write_kv_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 slot_mapping: torch.Tensor) -> None:
-    _cache.write_kv(k, v, k_cache, v_cache, slot_mapping)
+                 slot_mapping: torch.Tensor, k_scale: torch.Tensor | None,
+                 v_scale: torch.Tensor | None) -> None:
+    _cache.write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
 
 @_write_kv_op.register_fake
-def _(k, v, k_cache, v_cache, slot_mapping):
+def _(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     return None
 
 
-def write_kv(k, v, k_cache, v_cache, slot_mapping):
+def write_kv(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None):
     """Store the new tokens' keys and values into their pages: ``k_cache[s // P, s % P] = k[t]``
     (and v) for ``s = slot_mapping[t] >= 0``; -1 skips the token, and so does a slot outside
     the cache (never written; the slots are not read back to the host).
 
     Args:
         k, v: [T, Hkv, D], [T, Hkv, Dv].
-        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv], written in place.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv], written in place: of k's dtype
+            (a copy, bit for bit) or fp8 (``torch.float8_e4m3fn``/``float8_e5m2``).
         slot_mapping: [T] int64 flat slots ``page * page_size + offset``, or -1.
+        k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] or [Hkv]; None = 1. The
+            cache stores ``value / scale`` computed in float32, saturated to the format's
+            largest finite value (448 for e4m3fn, 57344 for e5m2; NaN stays NaN), rounded
+            to the nearest fp8 value, ties to even: what ``tensor.to(fp8_dtype)`` gives.
     """
     if torch.compiler.is_compiling():
-        _write_kv_op(k, v, k_cache, v_cache, slot_mapping)
+        _write_kv_op(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     else:
-        _cache.write_kv(k, v, k_cache, v_cache, slot_mapping)
+        _cache.write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
 
 
 @torch.library.custom_op("swattn::decode_attention", mutates_args=("out", "lse"))
@@ -137,10 +155,11 @@ def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                block_table: torch.Tensor, seq_lens: torch.Tensor, sinks: torch.Tensor | None,
                k_pool: torch.Tensor | None, v_pool: torch.Tensor | None,
                sparse_idx: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
+               k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
                window_left: int, softcap: float, scale: float, num_splits: int) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded / library's choice,
     # scale 0 = default; sparse travels as its three tensors (all None = off).
-    _run_decode(q, k_cache, v_cache, block_table, seq_lens,
+    _run_decode(q, k_cache, v_cache, block_table, seq_lens, k_scale=k_scale, v_scale=v_scale,
                   window_left=None if window_left < 0 else window_left, sinks=sinks,
                   softcap=softcap, scale=None if scale == 0 else scale,
                   sparse=None if sparse_idx is None else (k_pool, v_pool, sparse_idx),
@@ -150,13 +169,13 @@ def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 @_decode_op.register_fake
 def _(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out, lse,
-      window_left, softcap, scale, num_splits):
+      k_scale, v_scale, window_left, softcap, scale, num_splits):
     return None
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     out=None):
+                     k_scale=None, v_scale=None, out=None):
     """Attention of one new token per sequence over its window of the paged cache.
 
     ``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` over the keys
@@ -166,7 +185,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
 
     Args:
         q: [B, Hq, D] the new token of each sequence.
-        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv] the paged cache, of q's dtype
+            or fp8 (``torch.float8_e4m3fn``, ``torch.float8_e5m2``: the cache holds
+            value / scale, see ``k_scale``).
         block_table: [B, max_pages] int32, logical page -> physical page; entries of pages
             below the window or past the end are never read (they may be -1); an entry a
             query must read that is not a page of the cache is not read either, and the
@@ -183,6 +204,11 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         num_splits: split-KV chunks per (sequence, KV head), merged in a second pass;
             None = chosen from the shape and the GPU's SM count.
         return_lse: also return lse [B, Hq] float32 (natural log, sinks excluded).
+        k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
+            (per KV head); None = 1. A key is its stored value times k_scale (folded into the
+            scores' scale), a value times v_scale (folded into the output); the products
+            run on the stored values in q's dtype. The sparse pool shares the cache's dtype
+            and scales.
         out: [B, Hq, Dv] output buffer.
 
     Returns:
@@ -195,13 +221,14 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     if not torch.compiler.is_compiling():
         return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
                              sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
-                             num_splits=num_splits, return_lse=return_lse, out=out)
+                             num_splits=num_splits, return_lse=return_lse, k_scale=k_scale,
+                             v_scale=v_scale, out=out)
     # Traced by torch.compile: the custom op (see extend_attention).
     check_window(window_left)
     check_scalars(softcap, scale)
     check_num_splits(num_splits)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
-    check_tensor("v_cache", v_cache, dim=4, dtype=q.dtype, device=q.device)
+    check_tensor("v_cache", v_cache, dim=4, dtype=k_cache.dtype, device=q.device)
     if sparse is not None and (not isinstance(sparse, (tuple, list)) or len(sparse) != 3):
         raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
                         f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
@@ -213,7 +240,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         out = torch.empty(*q.shape[:2], v_cache.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     _decode_op(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out,
-               lse, -1 if window_left is None else window_left, float(softcap),
+               lse, k_scale, v_scale, -1 if window_left is None else window_left, float(softcap),
                0.0 if scale is None else float(scale), -1 if num_splits is None else num_splits)
     return (out, lse) if return_lse else out
 

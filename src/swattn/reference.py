@@ -12,7 +12,13 @@ wrong bound in the kernels shows up as a difference instead of being shared:
   (not causal, ``window_right`` not None): a causal window keeps ``window_left + 1`` keys;
 * a custom mask replaces causality; the window still applies on top of it;
 * sinks join the softmax denominator and carry no value; the LSE excludes them;
-* a query that sees no key gets output 0 and LSE ``-inf``.
+* a query that sees no key gets output 0 and LSE ``-inf``;
+* an fp8 cache (``torch.float8_e4m3fn``/``float8_e5m2``) holds ``value / scale``: a cached
+  key is its stored value times ``k_scale`` (one value, or one per KV head), a value times
+  ``v_scale``; a new token's key and value are taken as the cache stores them (divided by
+  the scale in float32, saturated to the format's largest finite value, rounded to the
+  nearest fp8 value, ties to even), so a chunk's result does not depend on whether a key
+  came from ``k`` or from the cache.
 
 It reads the paged cache only at positions some query can see: from the lowest
 position in any query's window up to the sequence end. Block-table entries below that
@@ -103,6 +109,35 @@ def attend(q, k, v, visible, *, scale, softcap=0.0, sinks=None, dtype=torch.floa
     return out.reshape(n, num_q_heads, dv), lse
 
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def quantize(x, scale, dtype):
+    """``x`` as an fp8 cache of ``dtype`` stores it: ``x / scale`` in float32 (``scale``: one
+    value, or one per KV head for ``x [..., Hkv, D]``), saturated, rounded to nearest even."""
+    limit = torch.finfo(dtype).max
+    return (x.to(torch.float32) / _per_head(scale, x)).clamp(-limit, limit).to(dtype)
+
+
+def dequantize(x, scale):
+    """The values an fp8 tensor ``x [..., Hkv, D]`` stands for, in float64: ``x * scale``."""
+    return x.to(torch.float64) * _per_head(scale, x).to(torch.float64)
+
+
+def _per_head(scale, x):
+    scale = torch.as_tensor(1.0 if scale is None else scale, dtype=torch.float32,
+                            device=x.device).reshape(-1)
+    return scale.reshape(-1, 1) if scale.numel() > 1 else scale
+
+
+def _as_cached(x, cache_dtype, scale):
+    """New keys or values as an fp8 cache of ``cache_dtype`` would hand them back (float64),
+    else ``x`` itself."""
+    if cache_dtype not in FP8:
+        return x
+    return dequantize(quantize(x, scale, cache_dtype), scale)
+
+
 def _chunks(count, keys, heads):
     """Query ranges whose scores [rows, heads, keys] fit in the budget."""
     step = max(1, _SCORE_BUDGET // max(1, keys * heads))
@@ -121,7 +156,8 @@ def _finish(result, lse, q_dtype, out, return_lse):
 def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
                      scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
-                     deterministic=False, out=None, dtype=torch.float64):
+                     deterministic=False, k_scale=None, v_scale=None, out=None,
+                     dtype=torch.float64):
     """``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} + e^{sink - m})`` for every new token.
 
     Sequence ``b`` has ``P = prefix_lens[b]`` cached tokens (positions ``0..P-1``, position
@@ -145,6 +181,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             :func:`merge_states` are computed with ``sinks=None``.
         return_lse: also return ``lse`` [T, Hq] float32 (sinks excluded).
         deterministic: accepted and ignored (the reference is one dense pass).
+        k_scale, v_scale: an fp8 cache's scales ([] or [1]: per tensor; [Hkv]: per KV head;
+            None: 1); new keys and values are taken as the cache stores them.
         out: [T, Hq, Dv] written and returned, else a new tensor of ``q.dtype``.
         dtype: compute precision, float64 (default) or float32.
 
@@ -184,17 +222,20 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         if keys in ("all", "prefix") and lowest < prefix:
             prefix_pos = torch.arange(lowest, prefix, device=device)
             prefix_k, prefix_v = gather_keys(k_cache, v_cache, block_table[b], prefix_pos)
+            if k_cache.dtype in FP8:
+                prefix_k, prefix_v = dequantize(prefix_k, k_scale), dequantize(prefix_v, v_scale)
             key_parts.append(prefix_k)
             value_parts.append(prefix_v)
             pos_parts.append(prefix_pos)
         if keys in ("all", "new"):
-            key_parts.append(k[start:end])
-            value_parts.append(v[start:end])
+            key_parts.append(_as_cached(k[start:end], k_cache.dtype, k_scale))
+            value_parts.append(_as_cached(v[start:end], v_cache.dtype, v_scale))
             pos_parts.append(q_pos)
         if not pos_parts:
             continue
         k_pos = torch.cat(pos_parts)
-        seq_k, seq_v = torch.cat(key_parts), torch.cat(value_parts)
+        seq_k = torch.cat([part.to(dtype) for part in key_parts])
+        seq_v = torch.cat([part.to(dtype) for part in value_parts])
         if mask is None:
             visible = visible_mask(q_pos, k_pos, window_left, right, causal)
         else:
@@ -211,7 +252,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     out=None, dtype=torch.float64):
+                     k_scale=None, v_scale=None, out=None, dtype=torch.float64):
     """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per sequence.
 
     The query of sequence ``b`` is at position ``S - 1`` (``S = seq_lens[b]``; it is already
@@ -225,8 +266,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         window_left, sinks, softcap, scale: as in :func:`extend_attention`.
         sparse: ``(k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int)``: the pool rows
             ``idx[b, i] >= 0`` (-1 = none) join sequence ``b``'s window keys in one softmax;
-            a row named twice counts twice.
+            a row named twice counts twice. With an fp8 cache the pool is fp8 too, under the
+            same scales.
         num_splits: accepted and ignored.
+        k_scale, v_scale: as in :func:`extend_attention`.
         return_lse, out, dtype: as in :func:`extend_attention`.
 
     Returns:
@@ -255,6 +298,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             seq_k = torch.cat([seq_k, k_pool[chosen]])
             seq_v = torch.cat([seq_v, v_pool[chosen]])
             visible = torch.cat([visible, torch.ones(1, chosen.numel(), dtype=torch.bool, device=device)], 1)
+        if k_cache.dtype in FP8:
+            seq_k, seq_v = dequantize(seq_k, k_scale), dequantize(seq_v, v_scale)
         part_out, part_lse = attend(q[b: b + 1], seq_k, seq_v, visible, scale=scale,
                                     softcap=softcap, sinks=sinks, dtype=dtype)
         result[b] = part_out[0]

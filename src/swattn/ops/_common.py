@@ -2,6 +2,7 @@
 soft-capping and the epilogue. Written once; the kernels only compose them."""
 
 import math
+import os
 import types
 from collections import namedtuple
 
@@ -11,6 +12,11 @@ import triton.language as tl
 from .. import window
 
 LOG2E = math.log2(math.e)
+
+# Under the interpreter (Triton 3.6) a float32 -> fp8 conversion does not carry a rounding
+# into the exponent (121.8 becomes 64 in e5m2, not 128): there :func:`fp8_cached` rounds on
+# the fp8 grid in float32 first, so the conversion only has exact values to take.
+FP8_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 # The paged cache as the kernels' tile loops take it, one bundle (a namedtuple compiles to
 # its fields): K and V (at page, slot, head strides), the block table and its row stride,
@@ -155,6 +161,9 @@ def load_keys(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
         return tl.load(p, mask=m_rows[:, None], other=float("nan"))
     else:
         b_k = tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
+        if b_k.dtype.is_fp8():
+            # fp16 holds every fp8 value (the interpreter makes no fp8 constant but 0).
+            b_k = b_k.to(tl.float16)
         return tl.where(m_rows[:, None], b_k, float("nan"))
 
 
@@ -173,3 +182,35 @@ def load_rows(p, m_rows, m_cols, EVEN_COLS: tl.constexpr):
         return tl.load(p, mask=m_rows[:, None], other=0.0)
     else:
         return tl.load(p, mask=m_rows[:, None] & m_cols[None, :], other=0.0)
+
+
+@triton.jit
+def _fp8_grid(y, MANT: tl.constexpr, EMIN: tl.constexpr):
+    """``y`` (float32, finite, within the format's range) rounded to the nearest value of an
+    fp8 format with MANT mantissa bits and smallest normal exponent EMIN, ties to even."""
+    a = tl.abs(y)
+    step = tl.exp2(tl.maximum(tl.floor(tl.log2(tl.maximum(a, 1e-30))), EMIN) - MANT)
+    r = a / step  # exact: step is a power of two
+    f = tl.floor(r)
+    d = r - f
+    up = (d > 0.5) | ((d == 0.5) & ((f - 2.0 * tl.floor(f * 0.5)) != 0.0))
+    g = tl.where(up, f + 1.0, f) * step
+    return tl.where(y < 0, -g, tl.where(y > 0, g, y))
+
+
+@triton.jit
+def fp8_cached(x, scale, FP8: tl.constexpr):
+    """``x`` as an fp8 cache of type FP8 (tl.float8e4nv or tl.float8e5) stores it, in that
+    type: ``x / scale`` in float32, saturated to the largest finite value, rounded to the
+    nearest fp8 value, ties to even (what ``ops.cache.write_kv`` stores, and what the
+    extend kernels take a new key or value as)."""
+    if FP8 == tl.float8e4nv:
+        y = tl.clamp(x.to(tl.float32) / scale, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
+        if FP8_BY_HAND:
+            y = _fp8_grid(y, 3, -6)
+    else:
+        y = tl.clamp(x.to(tl.float32) / scale, -57344.0, 57344.0,
+                     propagate_nan=tl.PropagateNan.ALL)
+        if FP8_BY_HAND:
+            y = _fp8_grid(y, 2, -14)
+    return y.to(FP8)

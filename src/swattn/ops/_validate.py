@@ -13,6 +13,8 @@ import torch
 from ..window import check_window  # noqa: F401  (re-exported for the launchers)
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Cache dtypes beside the queries': the cache holds value / scale (k_scale, v_scale).
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 KEYS = ("all", "prefix", "new")
 
 

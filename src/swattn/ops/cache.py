@@ -7,23 +7,27 @@ write waits for nothing; the page such a slot names is not a page of the cache, 
 of it through the block table comes out NaN). One program per token
 copies its [Hkv, D] key and [Hkv, Dv] value rows bit for bit, so an extend that reads
 them back from the cache sees exactly the k/v it was handed (the deterministic path
-relies on it).
+relies on it). An fp8 cache is written ``value / scale`` (``k_scale``, ``v_scale``: one
+value or one a KV head), saturated to the format's largest finite value and rounded to
+the nearest fp8 value, ties to even (:func:`._common.fp8_cached`).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from ._validate import check_tensor
+from ._common import fp8_cached
+from ._validate import FP8_DTYPES, check_tensor
 
 
 @triton.jit
-def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping,
+def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
                      page_size, num_kv_heads, num_slots,
                      D: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+                     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, K_SCALE_STRIDE: tl.constexpr,
+                     V_SCALE_STRIDE: tl.constexpr):
     i_t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping + i_t)
     if (slot >= 0) & (slot < num_slots):
@@ -36,34 +40,57 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping,
         m_v = (o_h < num_kv_heads)[:, None] & (o_dv < DV)[None, :]
         b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :], mask=m_k)  # [BH, BD]
         b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :], mask=m_v)  # [BH, BDV]
+        if K_cache.dtype.element_ty.is_fp8():
+            ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
+            vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
+            b_k = fp8_cached(b_k, ks[:, None], K_cache.dtype.element_ty)
+            b_v = fp8_cached(b_v, vs[:, None], V_cache.dtype.element_ty)
         tl.store(K_cache + page * stride_kcp + offset * stride_kcs + o_h[:, None] * stride_kch
                  + o_d[None, :], b_k, mask=m_k)
         tl.store(V_cache + page * stride_vcp + offset * stride_vcs + o_h[:, None] * stride_vch
                  + o_dv[None, :], b_v, mask=m_v)
 
 
-def check_write_kv(k, v, k_cache, v_cache, slot_mapping):
+def check_write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
     check_tensor("k", k, dim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32), first=True)
     num_tokens, num_kv_heads, head_dim = k.shape
     check_tensor("v", v, dim=3, dtype=k.dtype, device=k.device, shape=(num_tokens, num_kv_heads, None))
-    check_tensor("k_cache", k_cache, dim=4, dtype=k.dtype, device=k.device,
+    cache_dtype = k_cache.dtype if k_cache.dtype in FP8_DTYPES else k.dtype
+    check_tensor("k_cache", k_cache, dim=4, dtype=cache_dtype, device=k.device,
                  shape=(None, None, num_kv_heads, head_dim))
-    check_tensor("v_cache", v_cache, dim=4, dtype=k.dtype, device=k.device,
+    check_tensor("v_cache", v_cache, dim=4, dtype=cache_dtype, device=k.device,
                  shape=(k_cache.shape[0], k_cache.shape[1], num_kv_heads, v.shape[2]))
     check_tensor("slot_mapping", slot_mapping, dim=1, dtype=torch.int64, device=k.device,
                  shape=(num_tokens,))
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is None:
+            continue
+        if cache_dtype not in FP8_DTYPES:
+            raise ValueError(f"{name} applies to fp8 caches; k_cache is {k_cache.dtype}")
+        check_tensor(name, scale, dtype=torch.float32, device=k.device)
+        if scale.dim() > 1 or scale.numel() not in (1, num_kv_heads):
+            raise ValueError(f"{name} must be [] or [1] (per tensor) or [{num_kv_heads}] (per KV "
+                             f"head), got shape {tuple(scale.shape)}")
 
 
-def write_kv(k, v, k_cache, v_cache, slot_mapping):
+def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
     """Store ``k [T, Hkv, D]`` and ``v [T, Hkv, Dv]`` at ``slot_mapping [T] int64`` (flat slots
     ``page * page_size + offset``, -1 or a slot outside the cache skips) of
-    ``k_cache``/``v_cache`` ``[num_pages, page_size, Hkv, D | Dv]``. Checks the tensors'
-    shapes and dtypes first; reads no value back."""
-    check_write_kv(k, v, k_cache, v_cache, slot_mapping)
+    ``k_cache``/``v_cache`` ``[num_pages, page_size, Hkv, D | Dv]``; an fp8 cache is written
+    ``value / scale`` (``k_scale``/``v_scale`` float32 [] or [1] or [Hkv]; None = 1),
+    saturated, rounded to nearest even. Checks the tensors' shapes and dtypes first; reads
+    no value back."""
+    check_write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     if k.shape[0] == 0:
         return
+    fp8 = k_cache.dtype in FP8_DTYPES
+    unit = torch.ones(1, dtype=torch.float32, device=k.device) if fp8 else None
+    k_scale = unit if fp8 and k_scale is None else k_scale
+    v_scale = unit if fp8 and v_scale is None else v_scale
     _write_kv_kernel[(k.shape[0],)](
-        K=k, V=v, K_cache=k_cache, V_cache=v_cache, slot_mapping=slot_mapping,
+        K=k, V=v, K_cache=k_cache, V_cache=v_cache, slot_mapping=slot_mapping, k_scale=k_scale,
+        v_scale=v_scale, K_SCALE_STRIDE=int(fp8 and k_scale.numel() > 1),
+        V_SCALE_STRIDE=int(fp8 and v_scale.numel() > 1),
         stride_kt=k.stride(0), stride_kh=k.stride(1), stride_vt=v.stride(0), stride_vh=v.stride(1),
         stride_kcp=k_cache.stride(0), stride_kcs=k_cache.stride(1), stride_kch=k_cache.stride(2),
         stride_vcp=v_cache.stride(0), stride_vcs=v_cache.stride(1), stride_vch=v_cache.stride(2),

@@ -66,6 +66,10 @@ def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags):
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf whatever
     their rows hold (unwritten cache rows never reach the row max). With SPLIT_D the
     head's tail columns (b_q2, b_k2) add a second product."""
+    if b_v.dtype != b_q.dtype:  # an fp8 cache (keys may come as fp16: _common.load_keys)
+        b_k = b_k.to(b_q.dtype)
+        b_k2 = b_k2.to(b_q.dtype)
+        b_v = b_v.to(b_q.dtype)
     if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
         qk = tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS)  # [BH, BN]
         if flags.SPLIT_D:
@@ -169,7 +173,7 @@ def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, pool, sco
 @triton.jit
 def _decode_kernel(
     Q, K_cache, V_cache, block_table, seq_lens, sinks, K_pool, V_pool, Idx, Out, Lse,
-    Part_o, Part_lse,
+    Part_o, Part_lse, k_scale, v_scale,
     stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
@@ -179,7 +183,7 @@ def _decode_kernel(
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, HEADS_FIRST: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
 ):
     if PDL:
         # The merge, launched as this kernel's programmatic dependent, may start once every
@@ -190,6 +194,9 @@ def _decode_kernel(
     EVEN_D: tl.constexpr = BLOCK_D <= D
     EVEN_D2: tl.constexpr = BLOCK_D + BLOCK_D2 == D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
+    # An fp8 cache (and sparse pool): its tiles are converted to the queries' type for the
+    # products (exactly: every fp8 value is a bf16 and an fp16 value).
+    FP8: tl.constexpr = K_cache.dtype.element_ty.is_fp8()
     # HEADS_FIRST: axis 0 runs over (sequence, head block), the head block fastest, so a
     # sequence's programs start side by side and read its pages' rows (every KV head of a
     # token is one contiguous run) together; else the sequence is axis 0. A group wider
@@ -243,6 +250,10 @@ def _decode_kernel(
                                       SPLIT_D, CARRY)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     scores = Scores(qk_scale, softcap)
+    if FP8:
+        # The cache holds value / scale (one scale, or one a KV head): K's scale folds into
+        # the scores' scale, V's into the output (below).
+        scores = Scores(qk_scale * tl.load(k_scale + i_kvh * K_SCALE_STRIDE), softcap)
     cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                        stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
                        None, None)
@@ -262,6 +273,8 @@ def _decode_kernel(
                     num_sparse, pool_rows)
         m_i, l_i, acc = _sparse_tiles(sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq,
                                       i_kvh, pool, scores, lanes, flags)
+    if FP8:
+        acc = acc * tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
 
     if WRITE_PARTIAL:
         # A sink-free partial state; the merge applies the sinks once.
@@ -305,6 +318,10 @@ class DecodeSpec:
     bounds: str = "tight"
     has_sinks: bool = False
     has_sparse: bool = False
+    # The cache's dtype (an fp8 cache holds value / scale), and the stride between KV heads
+    # of its k_scale and v_scale (1: one a head, 0: one value; from the run).
+    kv_dtype: object = None
+    scale_strides: tuple = (0, 0)
 
     @property
     def head_blocking(self):
@@ -313,7 +330,7 @@ class DecodeSpec:
 
 
 _TENSORS = ("Q", "K_cache", "V_cache", "block_table", "seq_lens", "sinks", "K_pool", "V_pool",
-            "Idx", "Out", "Lse", "Part_o", "Part_lse")
+            "Idx", "Out", "Lse", "Part_o", "Part_lse", "k_scale", "v_scale")
 _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
          "stride_vcs", "stride_vch", "stride_bt", "stride_kpn", "stride_kph", "stride_vpn",
          "stride_vph", "stride_ib", "stride_ob", "stride_oh", "stride_lb", "stride_pb", "stride_ph",
@@ -321,7 +338,7 @@ _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "st
 
 
 @functools.lru_cache(maxsize=256)
-def _launcher(spec: DecodeSpec, dtype):
+def _launcher(spec: DecodeSpec, dtypes):
     cfg = spec.config
     block_h, head_blocks = spec.head_blocking
     block_d, block_d2 = split_width(spec.head_dim)
@@ -336,9 +353,10 @@ def _launcher(spec: DecodeSpec, dtype):
         USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
-        HEADS_FIRST=cfg.heads_first, PDL=spec.pdl)
+        HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
+        V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                  _TENSORS, _INTS, (dtype,))
+                  _TENSORS, _INTS, dtypes)
 
 
 class DecodeLaunch:
@@ -346,18 +364,19 @@ class DecodeLaunch:
     launches on checked arguments, batch > 0 (the caller launches the split merge): no
     host sync, no allocation; it returns what ``ops._launch.relaunch`` takes, or None.
     ``sparse``: (k_pool, v_pool, idx) or None; ``parts``: the
-    split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None. ``dtype``: the
-    queries' and the cache's."""
+    split scratch ``(part_o [B, Hq, S, Dv], part_lse [B, Hq, S])`` or None; ``scales``: an
+    fp8 cache's ``(k_scale, v_scale)``, else ``(None, None)``. ``dtypes``: the queries' and
+    the cache's."""
 
-    def __init__(self, spec: DecodeSpec, dtype):
-        self.launch = _launcher(spec, dtype)
+    def __init__(self, spec: DecodeSpec, dtypes):
+        self.launch = _launcher(spec, dtypes)
         self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
         self.heads_first = spec.config.heads_first
         self.num_splits = spec.num_splits
         self.has_sparse = spec.has_sparse
 
     def __call__(self, batch, q, k_cache, v_cache, block_table, seq_lens, sinks, sparse, out, lse,
-                 parts):
+                 parts, scales):
         grid = ((batch * self.head_programs, self.num_splits, 1) if self.heads_first
                 else (batch, self.head_programs, self.num_splits))
         if self.has_sparse:
@@ -371,7 +390,7 @@ class DecodeLaunch:
         qs, kcs, vcs, os_ = q.stride(), k_cache.stride(), v_cache.stride(), out.stride()
         return self.launch(grid, (
             q, k_cache, v_cache, block_table, seq_lens, q if sinks is None else sinks, k_pool,
-            v_pool, idx, out, out if lse is None else lse, part_o, part_lse), (
+            v_pool, idx, out, out if lse is None else lse, part_o, part_lse, *scales), (
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], block_table.stride(0),
             pool[0], pool[1], pool[2], pool[3], pool[4], os_[0], os_[1],
             0 if lse is None else lse.stride(0), ps[0], ps[1], ps[2], ps[3], ps[4],

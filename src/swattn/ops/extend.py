@@ -21,7 +21,8 @@ import triton
 import triton.language as tl
 
 from ._common import (FP32_PRODUCTS, PagedCache, causal_key_end, finish, first_key_tile,
-                      full_tiles_end, full_tiles_start, load_keys, load_rows, load_whole,
+                      fp8_cached, full_tiles_end, full_tiles_start, load_keys, load_rows,
+                      load_whole,
                       right_key_end, scores_log2, softmax_step, valid_page, visible,
                       visible_key_end)
 from ._launch import Descriptor, Launch
@@ -34,17 +35,20 @@ from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # n
 # every helper's signature.
 # The cache travels as _common.PagedCache.
 ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
-                         "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE")  # constexprs
+                         "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV")  # constexprs
 Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask")  # what a row sees
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
 ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
 # The block's sequence and KV head, where its tokens start, its lengths, its mask rows.
 Seq = namedtuple("Seq", "i_seq i_kvh seq_start prefix_len extend_len mask_row")
-NewKeys = namedtuple("NewKeys", "k v stride_kt stride_kh stride_vt stride_vh desc_k desc_v")
+# The new tokens' k and v; with an fp8 cache they are taken as the cache stores them
+# (_common.fp8_cached with the head's k_scale, v_scale).
+NewKeys = namedtuple("NewKeys", "k v stride_kt stride_kh stride_vt stride_vh desc_k desc_v k_scale "
+                     "v_scale")
 # One stage's source of mask-free tiles (_whole_tiles): the head's K and V rows, a row's
 # stride and a slot's (cache) or 0 (new tokens), the first row, the block-table row.
 Source = namedtuple("Source", "desc_k desc_v k v stride_k stride_ks stride_v stride_vs row0 "
-                    "bt_row page_size num_pages")
+                    "bt_row page_size num_pages k_scale v_scale")
 
 
 @triton.jit
@@ -69,7 +73,11 @@ def _stage_bounds(first_q, last_q, range_end, rule, flags):
 @triton.jit
 def _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, MASKED: tl.constexpr):
     """Fold one loaded key tile (b_k: [BN, BD], b_v: [BN, BDV]) into the state; ``keep``
-    applies where MASKED."""
+    applies where MASKED. An fp8 cache's tiles are converted to the queries' type for the
+    products (exactly)."""
+    if flags.KV.is_fp8():
+        b_k = b_k.to(b_q.dtype)
+        b_v = b_v.to(b_q.dtype)
     if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
         s, scale = scores_log2(tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS),
                                rule.qk_scale, rule.softcap, flags.USE_SOFTCAP)
@@ -92,13 +100,17 @@ def _any_visible(keep, SKIP: tl.constexpr, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(b_q, p_k, p_v, m_load, keep, m_i, l_i, acc, rule, lanes, flags):
+def _attend_tile(b_q, p_k, p_v, m_load, keep, m_i, l_i, acc, rule, lanes, flags, new_scales):
     """Load one masked key tile (p_k: [BN, BD] pointers, p_v: [BN, BDV]) where m_load
     allows (other keys read as NaN, _common.load_keys, values as 0) and fold the logits
-    ``keep`` leaves visible into the state."""
+    ``keep`` leaves visible into the state. ``new_scales``: (k_scale, v_scale) of new
+    tokens' tiles over an fp8 cache, which are taken as the cache stores them; else None."""
     if _any_visible(keep, flags.SKIP, True):
         b_k = load_keys(p_k, m_load, lanes.m_d, flags.EVEN_D)  # [BN, BD]
         b_v = load_rows(p_v, m_load, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
+        if new_scales is not None:
+            b_k = fp8_cached(b_k, new_scales[0], flags.KV)
+            b_v = fp8_cached(b_v, new_scales[1], flags.KV)
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, True)
     return m_i, l_i, acc
 
@@ -144,6 +156,8 @@ def _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE: tl.constexpr,
         else:
             offsets = (src.row0 + start_n + o_n).to(tl.int64) * stride_row
             b_t = load_whole(p_rows + offsets[:, None] + o_c[None, :], m_c, EVEN)
+        if flags.KV.is_fp8():
+            b_t = fp8_cached(b_t, src.k_scale if IS_KEY else src.v_scale, flags.KV)
     return b_t
 
 
@@ -212,7 +226,7 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
                    cache.v + seq.i_kvh * cache.stride_vh, cache.stride_kp, cache.stride_ks,
                    cache.stride_vp, cache.stride_vs, 0,
                    cache.block_table + seq.i_seq * cache.stride_bt, cache.page_size,
-                   cache.num_pages),
+                   cache.num_pages, 1.0, 1.0),
             rule, lanes, flags, True, flags.TMA_CACHE)
     else:
         for start_n in range(start, stop, flags.BLOCK_N):
@@ -235,7 +249,7 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
                 keep = keep & (bits != 0)
             m_i, l_i, acc = _attend_tile(b_q, cache.k + slot_k[:, None] + lanes.o_d[None, :],
                                          cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_load,
-                                         keep, m_i, l_i, acc, rule, lanes, flags)
+                                         keep, m_i, l_i, acc, rule, lanes, flags, None)
     return m_i, l_i, acc
 
 
@@ -252,7 +266,7 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, r
             start, stop, b_q, m_i, l_i, acc,
             Source(new.desc_k, new.desc_v, new.k + seq.i_kvh * new.stride_kh,
                    new.v + seq.i_kvh * new.stride_vh, new.stride_kt, 0, new.stride_vt, 0,
-                   seq.seq_start, new.k, 1, 1),
+                   seq.seq_start, new.k, 1, 1, new.k_scale, new.v_scale),
             rule, lanes, flags, False, flags.TMA_NEW)
     else:
         for start_n in range(start, stop, flags.BLOCK_N):
@@ -269,7 +283,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, r
                 b_q, new.k + tok[:, None] * new.stride_kt + seq.i_kvh * new.stride_kh
                 + lanes.o_d[None, :],
                 new.v + tok[:, None] * new.stride_vt + seq.i_kvh * new.stride_vh
-                + lanes.o_dv[None, :], m_load, keep, m_i, l_i, acc, rule, lanes, flags)
+                + lanes.o_dv[None, :], m_load, keep, m_i, l_i, acc, rule, lanes, flags,
+                (new.k_scale, new.v_scale) if flags.KV.is_fp8() else None)
     return m_i, l_i, acc
 
 
@@ -311,17 +326,34 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
         if _any_visible(keep, flags.SKIP, MASKED):
             slot_k = page * cache.stride_kp + offset * cache.stride_ks + i_kvh * cache.stride_kh
             slot_v = page * cache.stride_vp + offset * cache.stride_vs + i_kvh * cache.stride_vh
-            b_k = tl.where(in_prefix[:, None],
-                           load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached, lanes.m_d,
-                                     flags.EVEN_D),
-                           load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
-                                     + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D))  # [BN, BD]
-            b_v = tl.where(in_prefix[:, None],
-                           load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached,
-                                     lanes.m_dv, flags.EVEN_DV),
-                           load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
-                                     + o_dv[None, :], m_new, lanes.m_dv,
-                                     flags.EVEN_DV))  # [BN, BDV]
+            if flags.KV.is_fp8():
+                # The new keys as the cache stores them, both parts in the queries' type.
+                b_k = tl.where(
+                    in_prefix[:, None],
+                    load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached, lanes.m_d,
+                              flags.EVEN_D).to(b_q.dtype),
+                    fp8_cached(load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
+                                         + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D),
+                               new.k_scale, flags.KV).to(b_q.dtype))  # [BN, BD]
+                b_v = tl.where(
+                    in_prefix[:, None],
+                    load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached, lanes.m_dv,
+                              flags.EVEN_DV).to(b_q.dtype),
+                    fp8_cached(load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
+                                         + o_dv[None, :], m_new, lanes.m_dv, flags.EVEN_DV),
+                               new.v_scale, flags.KV).to(b_q.dtype))  # [BN, BDV]
+            else:
+                b_k = tl.where(in_prefix[:, None],
+                               load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached,
+                                         lanes.m_d, flags.EVEN_D),
+                               load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
+                                         + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D))  # [BN, BD]
+                b_v = tl.where(in_prefix[:, None],
+                               load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached,
+                                         lanes.m_dv, flags.EVEN_DV),
+                               load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
+                                         + o_dv[None, :], m_new, lanes.m_dv,
+                                         flags.EVEN_DV))  # [BN, BDV]
             m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, MASKED)
     return m_i, l_i, acc
 
@@ -329,7 +361,7 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
 @triton.jit
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens,
-    sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc,
+    sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc, k_scale, v_scale,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
@@ -341,6 +373,7 @@ def _extend_kernel(
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
     UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
+    K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -408,14 +441,23 @@ def _extend_kernel(
     # its values into run-time ones).
     flags: tl.constexpr = ExtendFlags(BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
                                       USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
-                                      TMA_CACHE)
+                                      TMA_CACHE, K_cache.dtype.element_ty)
     rule = Rule(qk_scale, softcap, window_left, window_right, mask)
+    new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, 1.0, 1.0)
+    if flags.KV.is_fp8():
+        # An fp8 cache holds value / scale (one scale, or one a KV head): K's scale folds into
+        # the scores' scale, V's into the output (below); the new keys and values are taken
+        # as the cache stores them, so the chunking cannot change a result.
+        k_head_scale = tl.load(k_scale + i_kvh * K_SCALE_STRIDE)
+        v_head_scale = tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
+        rule = Rule(qk_scale * k_head_scale, softcap, window_left, window_right, mask)
+        new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v,
+                      k_head_scale, v_head_scale)
     lanes = ExtendLanes(o_n, o_d, o_dv, m_d, m_dv, col_k, col_v)
     seq = Seq(i_seq, i_kvh, seq_start, prefix_len, extend_len, mask_row)
     cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                        stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
                        desc_kc, desc_vc)
-    new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v)
 
     if UNIFIED:
         # deterministic=True: one pass over the prefix and the new keys together, in tiles
@@ -480,6 +522,8 @@ def _extend_kernel(
             m_i, l_i, acc = _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new,
                                        rule, lanes, flags, part != 1)
 
+    if flags.KV.is_fp8():
+        acc = acc * v_head_scale
     sink_log2 = 0.0
     if HAS_SINKS:
         sink_log2 = tl.load(sinks + head) * 1.4426950408889634
@@ -523,6 +567,10 @@ class ExtendSpec:
     has_sinks: bool = False
     tma_new: bool = False
     tma_cache: bool = False
+    # The cache's dtype, and the stride between KV heads of an fp8 cache's k_scale and v_scale
+    # (1: one a head, 0: one value; from the run).
+    kv_dtype: object = None
+    scale_strides: tuple = (0, 0)
 
     @property
     def group(self):
@@ -530,7 +578,8 @@ class ExtendSpec:
 
 
 _TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens", "sinks",
-            "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc")
+            "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc", "k_scale",
+            "v_scale")
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
          "stride_ot", "stride_oh", "stride_lt", "num_pages")
@@ -554,7 +603,8 @@ def _launcher(spec: ExtendSpec, dtypes):
         DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         SPLIT_FULL=cfg.split_full, UNIFIED=spec.deterministic, TMA_NEW=spec.tma_new,
-        TMA_CACHE=spec.tma_cache)
+        TMA_CACHE=spec.tma_cache, K_SCALE_STRIDE=spec.scale_strides[0],
+        V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -582,14 +632,18 @@ def descriptors(cfg, k, v, k_cache, v_cache, masked):
         dv = _row_descriptor(vt, cfg.block_n)
         return (dk, dv) if dk is not None and dv is not None else none
 
-    cached = pair(k_cache, v_cache, "nan") if k_cache.shape[1] % cfg.block_n == 0 else none
+    # (an fp8 cache's tiles load through pointers: the copy engine's NaN padding is for
+    # 16- and 32-bit floats)
+    whole = k_cache.shape[1] % cfg.block_n == 0 and k_cache.element_size() > 1
+    cached = pair(k_cache, v_cache, "nan") if whole else none
     return pair(k, v, "zero") + cached
 
 
 class ExtendLaunch:
     """The kernel's launch for one spec, what every run shares bound once; a call
     launches on checked arguments: no host sync, no allocation; it returns what
-    ``ops._launch.relaunch`` takes, or None. The grid is an upper bound
+    ``ops._launch.relaunch`` takes, or None. ``scales``: an fp8 cache's (k_scale, v_scale).
+    The grid is an upper bound
     of the blocks (each program finds its sequence from ``cu_seqlens`` itself), from the
     rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors; ``dtypes``: the
     tensors' (the queries' and the cache's, the mask offsets')."""
@@ -602,7 +656,7 @@ class ExtendLaunch:
         self.num_seqs = spec.num_seqs
 
     def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
-                 mask, mask_indptr, out, lse, descs):
+                 mask, mask_indptr, out, lse, descs, scales=(None, None)):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
@@ -612,6 +666,6 @@ class ExtendLaunch:
         return self.launch((-(-num_tokens // self.tokens) + self.num_seqs, self.heads, 1), (
             q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
             q if sinks is None else sinks, q if mask is None else mask.view(torch.uint8),
-            cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs), (
+            cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs, *scales), (
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
             vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0]))

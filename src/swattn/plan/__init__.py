@@ -38,20 +38,22 @@ def _tiling(config, **fields):
 
 
 def run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *, sinks=None,
-               mask=None, out=None, lse=None, block_m=None, block_n=None, pack_gqa=None,
-               config=None, **options):
+               mask=None, out=None, lse=None, k_scale=None, v_scale=None, block_m=None,
+               block_n=None, pack_gqa=None, config=None, **options):
     """:func:`extend_plan_for` and its run on these tensors. ``block_m``, ``block_n``,
     ``pack_gqa`` change those fields of the config (the Triton kernel's tiling)."""
     plan = extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
                            config=_tiling(config, block_m=block_m, block_n=block_n,
                                           pack_gqa=pack_gqa), **options)
-    return plan.run(q, k, v, k_cache, v_cache, block_table, sinks=sinks, mask=mask, out=out, lse=lse)
+    return plan.run(q, k, v, k_cache, v_cache, block_table, sinks=sinks, mask=mask, k_scale=k_scale,
+                    v_scale=v_scale, out=out, lse=lse)
 
 
 def run_decode(q, k_cache, v_cache, block_table, seq_lens, *, sinks=None, sparse=None, out=None,
-               lse=None, block_n=None, config=None, **options):
+               lse=None, k_scale=None, v_scale=None, block_n=None, config=None, **options):
     """:func:`decode_plan_for` and its run on these tensors. ``block_n`` changes the
     config's key tile."""
     plan = decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, sparse=sparse,
                            config=_tiling(config, block_n=block_n), **options)
-    return plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=sparse, out=out, lse=lse)
+    return plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=sparse, k_scale=k_scale,
+                    v_scale=v_scale, out=out, lse=lse)

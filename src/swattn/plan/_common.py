@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 from ..ops import config as _config
-from ..ops._validate import FLOAT_DTYPES, check_device, check_int, check_scalars
+from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars
 
 
 class Plan:
@@ -22,6 +22,10 @@ class Plan:
         self.config = spec.config
         self.device = device
         self.dtype = dtype
+        # The cache's dtype, and for an fp8 cache the 1.0 a run without scales takes.
+        self.kv_dtype = spec.kv_dtype
+        self._unit = (torch.ones(1, dtype=torch.float32, device=device)
+                      if spec.kv_dtype in FP8_DTYPES else None)
         self._index = device.index if device.type == "cuda" else -1
         self._launches = {} if launches is None else launches
         self._ready = {} if ready is None else ready
@@ -66,18 +70,40 @@ def check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, sof
     check_scalars(softcap, scale)
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
-    if kv_dtype is not None and kv_dtype != dtype:
-        raise ValueError(f"kv_dtype {kv_dtype}: a cache dtype other than the query's ({dtype}) is "
-                         "not supported yet")
+    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in FP8_DTYPES:
+        raise ValueError(f"kv_dtype must be None, the queries' dtype ({dtype}) or one of "
+                         f"{FP8_DTYPES}, got {kv_dtype}")
     if hopper is not None and not isinstance(hopper, bool):
         raise TypeError(f"hopper must be None or a bool, got {hopper!r}")
     if bounds not in _config.BOUNDS:
         raise ValueError(f"bounds must be one of {_config.BOUNDS}, got {bounds!r}")
 
 
-def no_fp8(k_scale, v_scale):
-    if k_scale is not None or v_scale is not None:
-        raise ValueError("k_scale/v_scale apply to fp8 caches, which are not supported yet")
+def check_scales(k_scale, v_scale, kv_dtype, num_kv_heads, device_index):
+    """An fp8 cache's scales: None (1) or float32 tensors of one value ([] or [1]) or one a
+    KV head ([Hkv]) on the plan's device; none for a cache of the queries' dtype."""
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if scale is None:
+            continue
+        if kv_dtype not in FP8_DTYPES:
+            raise ValueError(f"{name} applies to fp8 caches; this plan's cache is {kv_dtype}")
+        if not isinstance(scale, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(scale).__name__}")
+        if scale.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {scale.dtype}")
+        if scale.dim() > 1 or scale.numel() not in (1, num_kv_heads):
+            raise ValueError(f"{name} must be [] or [1] (per tensor) or [{num_kv_heads}] (per KV "
+                             f"head), got shape {tuple(scale.shape)}")
+        if scale.get_device() != device_index:
+            raise ValueError(f"{name} must be on the plan's device")
+
+
+def scale_args(k_scale, v_scale, unit):
+    """``((k_scale, v_scale), (k stride, v stride))`` a launch takes: a missing scale is the
+    plan's ``unit`` (a device 1.0); the stride between KV heads is 0 for one value."""
+    k = unit if k_scale is None else k_scale
+    v = unit if v_scale is None else v_scale
+    return (k, v), (int(k.numel() > 1), int(v.numel() > 1))
 
 
 def to_device(values, device):

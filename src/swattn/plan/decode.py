@@ -10,8 +10,8 @@ from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
-from ._common import (ONE_SHOT, Plan, check_common, check_rank, expect_first, no_fp8, remember,
-                      replace_spec, resolve_device, to_device)
+from ._common import (ONE_SHOT, Plan, check_common, check_rank, check_scales, expect_first,
+                      remember, replace_spec, resolve_device, scale_args, to_device)
 
 
 class DecodePlan(Plan):
@@ -55,8 +55,7 @@ class DecodePlan(Plan):
         :func:`swattn.decode_attention`'s. No host sync; no allocation when ``out`` (and
         ``lse``) are given."""
         key = None
-        if (out is not None and (lse is not None or not self.spec.return_lse) and sparse is None
-                and k_scale is None and v_scale is None):
+        if out is not None and (lse is not None or not self.spec.return_lse) and sparse is None:
             # As ExtendPlan.run: the tensors of an earlier run, its launches.
             try:
                 key = (q.data_ptr(), q.shape, q.stride(), q.dtype, k_cache.data_ptr(),
@@ -66,6 +65,10 @@ class DecodePlan(Plan):
                        out.data_ptr(), out.shape, out.stride(), out.dtype,
                        None if sinks is None else (sinks.data_ptr(), sinks.shape, sinks.dtype),
                        None if lse is None else (lse.data_ptr(), lse.shape, lse.dtype),
+                       None if k_scale is None else (k_scale.data_ptr(), k_scale.shape,
+                                                     k_scale.dtype),
+                       None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
+                                                     v_scale.dtype),
                        self.seq_lens.data_ptr())
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
@@ -74,6 +77,7 @@ class DecodePlan(Plan):
                 return (out, lse) if self.spec.return_lse else out
         if sparse is not None or k_scale is not None or v_scale is not None \
                 or not self._fits(q, k_cache, v_cache, block_table, sinks, out, lse):
+            # (scales are checked here every run that has them; a relaunch skips it all)
             self._check(q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse)
         s, batch = self.spec, self.batch
         if out is None:
@@ -81,14 +85,17 @@ class DecodePlan(Plan):
         if s.return_lse and lse is None:
             lse = torch.empty(batch, self._hq, dtype=torch.float32, device=q.device)
         if batch:
-            launch, merge = self._launch(sinks is not None, sparse is not None)
+            scales, strides = (None, None), (0, 0)
+            if self._unit is not None:
+                scales, strides = scale_args(k_scale, v_scale, self._unit)
+            launch, merge = self._launch(sinks is not None, sparse is not None, strides)
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
                                self._parts,
                                self._hopper.lazy_descriptors(self.spec.config, q, k_cache, v_cache))
             else:
                 ready = launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks,
-                               sparse, out, lse, self._parts)
+                               sparse, out, lse, self._parts, scales)
             ready = (ready,)
             if merge is not None:
                 ready += (merge(*self._merged, sinks, out, lse),)
@@ -98,10 +105,10 @@ class DecodePlan(Plan):
 
     def _fits(self, q, k_cache, v_cache, block_table, sinks, out, lse):
         """Whether the run's tensors are what the plan takes (see ExtendPlan._fits)."""
-        dt, dev, (qt, kct, vct) = self.dtype, self._index, self._shapes
+        dt, kvt, dev, (qt, kct, vct) = self.dtype, self.kv_dtype, self._index, self._shapes
         try:
             kcs, vcs, bts = k_cache.shape, v_cache.shape, block_table.shape
-            ok = (q.dtype is dt and k_cache.dtype is dt and v_cache.dtype is dt
+            ok = (q.dtype is dt and k_cache.dtype is kvt and v_cache.dtype is kvt
                   and block_table.dtype is torch.int32 and q.shape == qt and kcs[1:] == kct
                   and vcs[0] == kcs[0] and vcs[1:] == vct and len(bts) == 2
                   and bts[0] == self.batch and bts[1] >= self._pages_needed
@@ -126,9 +133,10 @@ class DecodePlan(Plan):
         """The run's arguments one by one, raising the error that names what is wrong."""
         s, dev, dtype, batch = self.spec, self._index, self.dtype, self.batch
         expect("q", q, dtype, dev, (batch, self._hq, s.head_dim))
-        expect("k_cache", k_cache, dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim), 1)
-        expect("v_cache", v_cache, dtype, dev, (k_cache.shape[0], s.page_size, s.num_kv_heads,
-                                                s.head_dim_v))
+        expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
+               1)
+        expect("v_cache", v_cache, self.kv_dtype, dev, (k_cache.shape[0], s.page_size,
+                                                        s.num_kv_heads, s.head_dim_v))
         expect("block_table", block_table, torch.int32, dev, (), 2)
         if block_table.shape[0] != batch or block_table.shape[1] < self._pages_needed:
             raise ValueError(f"block_table must be [{batch}, >= {self._pages_needed}] (sequences, "
@@ -137,7 +145,7 @@ class DecodePlan(Plan):
             expect("sinks", sinks, torch.float32, dev, (self._hq,))
         if sparse is not None:
             self._check_sparse(sparse)
-        no_fp8(k_scale, v_scale)
+        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, dev)
         if out is not None:
             expect("out", out, dtype, dev, (batch, self._hq, s.head_dim_v))
         if s.return_lse and lse is not None:
@@ -152,22 +160,23 @@ class DecodePlan(Plan):
         if self.sparse_keys == 0:
             raise ValueError("sparse keys given, but the plan was made with sparse_keys=0")
         k_pool, v_pool, idx = sparse
-        expect("sparse k_pool", k_pool, self.dtype, dev, (s.num_kv_heads, s.head_dim), 1)
-        expect("sparse v_pool", v_pool, self.dtype, dev, (k_pool.shape[0], s.num_kv_heads,
-                                                         s.head_dim_v))
+        expect("sparse k_pool", k_pool, self.kv_dtype, dev, (s.num_kv_heads, s.head_dim), 1)
+        expect("sparse v_pool", v_pool, self.kv_dtype, dev, (k_pool.shape[0], s.num_kv_heads,
+                                                            s.head_dim_v))
         expect("sparse idx", idx, torch.int32, dev, (self.batch, self.sparse_keys))
 
-    def _launch(self, has_sinks, has_sparse):
+    def _launch(self, has_sinks, has_sparse, scale_strides):
         """``(kernel launch, split merge or None)`` of a run with or without sinks and
-        sparse keys (bound once each)."""
-        key = (has_sinks, has_sparse)
+        sparse keys, and an fp8 cache's scales per tensor or per KV head (bound once each)."""
+        key = (has_sinks, has_sparse, scale_strides)
         bound = self._launches.get(key)
         if bound is None:
-            spec = replace_spec(self.spec, has_sinks=has_sinks, has_sparse=has_sparse)
+            spec = replace_spec(self.spec, has_sinks=has_sinks, has_sparse=has_sparse,
+                                scale_strides=scale_strides)
             if self.path == "hopper":
                 launch = self._hopper.HopperDecodeLaunch(spec, self.dtype)
             else:
-                launch = _decode.DecodeLaunch(spec, self.dtype)
+                launch = _decode.DecodeLaunch(spec, (self.dtype, self.kv_dtype))
             merge = None
             if spec.num_splits > 1:
                 merge = MergeLaunch(spec.num_splits, spec.head_dim_v, has_sinks, spec.return_lse,
@@ -216,11 +225,14 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         want = (cfg.hopper and config is None
                 and max_keys >= _config.hopper_decode_config(head_dim, dtype).min_keys)
     path = "triton"
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
     if want:
         from ..ops import decode_hopper
         reason = decode_hopper.unsupported(device, dtype, head_dim, head_dim_v, group, page_size)
         if reason is None and sparse_keys:
             reason = "it takes no sparse keys"
+        if reason is None and kv_dtype != dtype:
+            reason = "an fp8 cache runs on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
@@ -238,7 +250,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         head_dim=head_dim, head_dim_v=head_dim_v, group=group, num_kv_heads=num_kv_heads,
         page_size=page_size, config=cfg, window_left=window_left, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
-        num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds)
+        num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds, kv_dtype=kv_dtype)
     return DecodePlan(spec, path, device, dtype, batch, seq_lens_t, sparse_keys, lens)
 
 
@@ -257,7 +269,8 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
             the keys the window (or, without one, the longest sequence) holds, and the GPU's
             SM count. ``replan`` keeps it.
         sparse_keys: K of the ``sparse`` index list each run will pass (0: none).
-        kv_dtype: the cache's dtype where it differs from the queries' (not supported yet).
+        kv_dtype: the cache's dtype where it differs from the queries': ``torch.float8_e4m3fn``
+            or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once.
         dtype, device: the queries' dtype and device.
@@ -296,7 +309,8 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     if not isinstance(config, dict) and (sparse is None or type(sparse) is tuple):
         # As extend_plan_for's; the block table's width sets the keys of a full window.
         try:
-            key = ("decode", q.shape, q.dtype, q.get_device() if q.is_cuda else -1, k_cache.shape[1:],
+            key = ("decode", q.shape, q.dtype, q.get_device() if q.is_cuda else -1, k_cache.dtype,
+                   k_cache.shape[1:],
                    v_cache.shape[1:], block_table.shape[1],
                    0 if sparse is None else sparse[2].shape[1], options,
                    tuple(map(type, options)), config, q.stride(), k_cache.stride(),
@@ -330,7 +344,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim=q.shape[2],
                   head_dim_v=v_cache.shape[3], page_size=k_cache.shape[1], window_left=window_left,
                   softcap=softcap, scale=scale, num_splits=num_splits, return_lse=return_lse,
-                  kv_dtype=None, sparse_keys=sparse_keys, max_keys=max_keys, dtype=q.dtype,
+                  kv_dtype=k_cache.dtype, sparse_keys=sparse_keys, max_keys=max_keys, dtype=q.dtype,
                   device=q.device, bounds=bounds, config=config)
     if num_kv_heads < 1:
         raise ValueError(f"k_cache must have at least one head, got shape {tuple(k_cache.shape)}")

@@ -9,7 +9,8 @@ from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
 from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
                              expect, host_ints)
-from ._common import (ONE_SHOT, Plan, check_common, check_rank, expect_first, no_fp8, remember,
+from ._common import (ONE_SHOT, Plan, check_common, check_rank, check_scales, expect_first,
+                      remember, scale_args,
                       replace_spec, resolve_device, to_device)
 
 
@@ -59,8 +60,7 @@ class ExtendPlan(Plan):
         captured size: rows past ``cu_seqlens[-1]`` are left alone). No host sync; no
         allocation when ``out`` (and ``lse``) are given."""
         key = None
-        if (out is not None and (lse is not None or not self.spec.return_lse) and mask is None
-                and k_scale is None and v_scale is None):
+        if out is not None and (lse is not None or not self.spec.return_lse) and mask is None:
             # A run on the addresses, shapes, strides and dtypes of an earlier one (an
             # engine's buffers, layer after layer; a one-shot call's lengths too) launches
             # what that one assembled.
@@ -73,6 +73,10 @@ class ExtendPlan(Plan):
                        block_table.dtype, out.data_ptr(), out.shape, out.stride(), out.dtype,
                        None if sinks is None else (sinks.data_ptr(), sinks.shape, sinks.dtype),
                        None if lse is None else (lse.data_ptr(), lse.shape, lse.dtype),
+                       None if k_scale is None else (k_scale.data_ptr(), k_scale.shape,
+                                                     k_scale.dtype),
+                       None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
+                                                     v_scale.dtype),
                        self.cu_seqlens.data_ptr(), self.prefix_lens.data_ptr())
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
@@ -97,9 +101,13 @@ class ExtendPlan(Plan):
                 self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
-            ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None)(
+            scales, strides = (None, None), (0, 0)
+            if self._unit is not None:
+                scales, strides = scale_args(k_scale, v_scale, self._unit)
+            ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
+                                 strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
-                mask, self.mask_indptr, out, lse, descs)
+                mask, self.mask_indptr, out, lse, descs, scales)
         if key is not None and ready is not None:
             self._remember(key, (ready,))
         return (out, lse) if s.return_lse else out
@@ -107,13 +115,13 @@ class ExtendPlan(Plan):
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
         """Whether the run's tensors are what the plan takes: one expression over what each
         tensor carries on the host (a failing run gets :meth:`_check`'s error)."""
-        dt, dev, (qt, kt, vt, kct, vct, ot) = self.dtype, self._index, self._tails
+        dt, kvt, dev, (qt, kt, vt, kct, vct, ot) = self.dtype, self.kv_dtype, self._index, self._tails
         try:
             qs, ks, vs, kcs, vcs, bts = (q.shape, k.shape, v.shape, k_cache.shape, v_cache.shape,
                                          block_table.shape)
             rows = qs[0]
-            ok = (q.dtype is dt and k.dtype is dt and v.dtype is dt and k_cache.dtype is dt
-                  and v_cache.dtype is dt and block_table.dtype is torch.int32
+            ok = (q.dtype is dt and k.dtype is dt and v.dtype is dt and k_cache.dtype is kvt
+                  and v_cache.dtype is kvt and block_table.dtype is torch.int32
                   and qs[1:] == qt and ks[0] == rows and ks[1:] == kt and vs[0] == rows
                   and vs[1:] == vt and kcs[1:] == kct and vcs[0] == kcs[0] and vcs[1:] == vct
                   and len(bts) == 2 and bts[0] >= self.num_seqs and bts[1] >= self._pages_needed
@@ -153,9 +161,10 @@ class ExtendPlan(Plan):
             raise ValueError(f"q has {rows} rows, the planned batch has {self.num_tokens} tokens")
         expect("k", k, dtype, dev, (rows, s.num_kv_heads, s.head_dim))
         expect("v", v, dtype, dev, (rows, s.num_kv_heads, s.head_dim_v))
-        expect("k_cache", k_cache, dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim), 1)
-        expect("v_cache", v_cache, dtype, dev, (k_cache.shape[0], s.page_size, s.num_kv_heads,
-                                                s.head_dim_v))
+        expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
+               1)
+        expect("v_cache", v_cache, self.kv_dtype, dev, (k_cache.shape[0], s.page_size,
+                                                        s.num_kv_heads, s.head_dim_v))
         expect("block_table", block_table, torch.int32, dev, (), 2)
         if block_table.shape[0] < s.num_seqs or block_table.shape[1] < self._pages_needed:
             raise ValueError(f"block_table must be at least [{s.num_seqs}, {self._pages_needed}] "
@@ -171,7 +180,7 @@ class ExtendPlan(Plan):
                 raise ValueError(f"mask has {mask.shape[0]} entries, mask_indptr needs {self._mask_entries}")
         elif mask is not None:
             raise ValueError("mask given, but the plan was made without mask_indptr")
-        no_fp8(k_scale, v_scale)
+        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, dev)
         if out is not None:
             expect("out", out, dtype, dev, (rows, s.num_q_heads, s.head_dim_v))
         if s.return_lse and lse is not None:
@@ -193,15 +202,17 @@ class ExtendPlan(Plan):
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "tokens_per_block": cfg.block_m,
                 "heads": s.num_q_heads}
 
-    def _launch(self, has_sinks, tma_new, tma_cache):
-        """The kernel's launch for a run with or without sinks and the TMA loads (bound
-        once each)."""
-        key = (has_sinks, tma_new, tma_cache)
+    def _launch(self, has_sinks, tma_new, tma_cache, scale_strides=(0, 0)):
+        """The kernel's launch for a run with or without sinks and the TMA loads, and an fp8
+        cache's scales per tensor or per KV head (bound once each)."""
+        key = (has_sinks, tma_new, tma_cache, scale_strides)
         launch = self._launches.get(key)
         if launch is None:
-            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache)
+            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache,
+                                scale_strides=scale_strides)
             bind = self._hopper.HopperExtendLaunch if self.path == "hopper" else _extend.ExtendLaunch
-            dtypes = (self.dtype, None if self.mask_indptr is None else self.mask_indptr.dtype)
+            dtypes = (self.dtype, self.kv_dtype,
+                      None if self.mask_indptr is None else self.mask_indptr.dtype)
             launch = self._launches[key] = bind(spec, dtypes)
         return launch
 
@@ -236,8 +247,8 @@ class ExtendPlan(Plan):
 
 
 
-def _extend_path(device, dtype, head_dim, head_dim_v, page_size, group, window_left, masked,
-                 deterministic, hopper, config):
+def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group, window_left,
+                 masked, deterministic, hopper, config):
     """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
     the Hopper path where the config asks for it (or ``hopper=True``) and the plan can take
     it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
@@ -258,6 +269,8 @@ def _extend_path(device, dtype, head_dim, head_dim_v, page_size, group, window_l
         from ..ops import extend_hopper
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic)
+        if reason is None and kv_dtype != dtype:
+            reason = "an fp8 cache runs on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
@@ -280,8 +293,9 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     for name, flag in (("return_lse", return_lse), ("deterministic", deterministic)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
     masked = indptr_t is not None
-    path, cfg = _extend_path(device, dtype, head_dim, head_dim_v, page_size,
+    path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config)
     spec = _extend.ExtendSpec(
@@ -290,7 +304,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
         window_right=window_right, causal=causal, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         keys=keys, return_lse=return_lse, masked=masked, deterministic=deterministic,
-        bounds=bounds)
+        bounds=bounds, kv_dtype=kv_dtype)
     host = (cu, prefix, indptr) if cu is not None else None
     return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens)
 
@@ -312,7 +326,8 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
             as :func:`swattn.extend_attention`'s.
         mask_indptr: [B + 1] offsets of each sequence's custom-mask entries (host); the mask
             itself comes with each run.
-        kv_dtype: the cache's dtype where it differs from the queries' (not supported yet).
+        kv_dtype: the cache's dtype where it differs from the queries': ``torch.float8_e4m3fn``
+            or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
@@ -368,7 +383,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         # A call with the key of an earlier one skips the checks its run repeats.
         try:
             key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1, k.shape[1:], v.shape[1:],
-                   k_cache.shape[1:], prefix_lens.shape[0],
+                   k_cache.shape[1:], k_cache.dtype, prefix_lens.shape[0],
                    None if mask_indptr is None else mask_indptr.dtype, options,
                    tuple(map(type, options)), config, q.stride(), k.stride(), v.stride(),
                    k_cache.stride(), v_cache.stride())
@@ -397,7 +412,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim=q.shape[2],
                   head_dim_v=v.shape[2], page_size=k_cache.shape[1], window_left=window_left,
                   window_right=window_right, causal=causal, softcap=softcap, scale=scale,
-                  keys=keys, return_lse=return_lse, deterministic=deterministic, kv_dtype=None,
+                  keys=keys, return_lse=return_lse, deterministic=deterministic,
+                  kv_dtype=k_cache.dtype,
                   dtype=q.dtype, device=device, bounds=bounds, config=config, max_tokens=None)
     if k.shape[1] < 1:
         raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")

@@ -78,7 +78,8 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         IS_CAUSAL=shape.causal, HAS_SINKS=shape.sinks, USE_SOFTCAP=False, USE_MASK=False,
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
-        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None)
+        TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
+        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
     constexprs.update(flags)
     if constexprs["USE_MASK"]:
         constexprs["TMA_NEW"] = False  # a masked launch has no mask-free tiles to copy
@@ -127,7 +128,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       BLOCK_N=64, USE_WINDOW=window, HAS_SINKS=sinks, USE_SOFTCAP=False,
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
-                      HEADS_FIRST=False, PDL=False)
+                      HEADS_FIRST=False, PDL=False, k_scale=None, v_scale=None, K_SCALE_STRIDE=0,
+                      V_SCALE_STRIDE=0)
     constexprs.update(flags)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",

@@ -1,0 +1,190 @@
+"""fp8 KV caches: write_kv's quantization against the reference's, decode over an fp8 cache
+(window, sparse pool, splits, sinks, per-tensor and per-KV-head scales) against the float64
+reference on the dequantized cache, its bounds variants bit for bit, and the arguments a
+plan refuses. Runs under the interpreter on the CPU (fp16 queries) and on the GPU (bf16 too:
+tests/test_gpu.py)."""
+
+import pytest
+import torch
+
+import swattn
+from swattn import reference
+from swattn.plan import run_decode, run_extend
+from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, build_sparse
+
+from checks import assert_bounds_identical, assert_matches_reference
+from conftest import DEVICE
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+IDS = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e5m2: "e5m2"}
+
+
+def _scales(per_head, heads, seed):
+    """Random positive scales, one or one a KV head, so the stored values span the format."""
+    g = torch.Generator().manual_seed(seed)
+    n = heads if per_head else 1
+    return ((torch.rand(n, generator=g) * 0.05 + 0.01).to(DEVICE),
+            (torch.rand(n, generator=g) * 0.05 + 0.01).to(DEVICE))
+
+
+def _fp8_decode_inputs(case, fp8, per_head):
+    """build_decode's tensors with the cache quantized (NaN rows stay NaN; -1 pages stay -1),
+    and the scales."""
+    q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
+    k_scale, v_scale = _scales(per_head, case.num_kv_heads, case.seed)
+    k8 = reference.quantize(k_cache, k_scale, fp8)
+    v8 = reference.quantize(v_cache, v_scale, fp8)
+    return (q, k8, v8, block_table, seq_lens), k_scale, v_scale
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+def test_write_kv_stores_what_the_reference_quantizes(fp8, per_head):
+    g = torch.Generator().manual_seed(3)
+    tokens, heads, d, dv = 11, 3, 24, 20
+    # Large values too: they saturate to the format's largest finite value.
+    k = (torch.randn(tokens, heads, d, generator=g) * 30).to(torch.float16).to(DEVICE)
+    k[0, 0, :4] = torch.tensor([60000.0, -60000.0, 1e-7, -1e-7])
+    v = torch.randn(tokens, heads, dv, generator=g).to(torch.float16).to(DEVICE)
+    k_scale, v_scale = _scales(per_head, heads, 5)
+    k_cache = torch.full((4, 8, heads, d), float("nan"), device=DEVICE).to(fp8)
+    v_cache = torch.full((4, 8, heads, dv), float("nan"), device=DEVICE).to(fp8)
+    slots = torch.tensor([0, 5, 9, -1, 31, 32, 12, 13, 14, 40, 1], device=DEVICE)
+    swattn.write_kv(k, v, k_cache, v_cache, slots, k_scale=k_scale, v_scale=v_scale)
+    written = set()
+    for t, slot in enumerate(slots.tolist()):
+        if not 0 <= slot < 32:
+            continue
+        written.add(slot)
+        page, row = divmod(slot, 8)
+        # Values, not bits: under the interpreter a negative value that rounds to zero is
+        # stored as +0 (the GPU stores -0, as torch does).
+        assert torch.equal(k_cache[page, row].float(), reference.quantize(k[t], k_scale, fp8).float())
+        assert torch.equal(v_cache[page, row].float(), reference.quantize(v[t], v_scale, fp8).float())
+    limit = torch.finfo(fp8).max  # saturated, not inf or NaN
+    assert k_cache[0, 0, 0, :2].float().tolist() == [limit, -limit]
+    untouched = [s for s in range(32) if s not in written]
+    for slot in untouched:  # -1, 32 and 40 wrote nothing
+        assert torch.isnan(k_cache.view(32, heads, d)[slot].float()).all()
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+@pytest.mark.parametrize("case, kwargs", [
+    (DecodeCase([37, 1, 70], num_q_heads=4, num_kv_heads=2, head_dim=32, head_dim_v=32,
+                page_size=16, window_left=20, seed=1), {"num_splits": 1}),
+    (DecodeCase([65, 17], num_q_heads=6, num_kv_heads=2, head_dim=24, head_dim_v=16,
+                page_size=4, window_left=None, seed=2), {"num_splits": 3, "return_lse": True}),
+    (DecodeCase([33, 15, 1], num_q_heads=8, num_kv_heads=1, head_dim=40, head_dim_v=16,
+                page_size=16, window_left=14, sparse_keys=17, seed=3), {"num_splits": 2}),
+], ids=["window", "full-lse-splits", "sparse"])
+def test_decode_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_head, case, kwargs):
+    tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
+    kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale,
+              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(9)).to(DEVICE))
+    if case.sparse_keys:
+        k_pool, v_pool, idx = build_sparse(case, DEVICE)
+        kw["sparse"] = (reference.quantize(k_pool, k_scale, fp8),
+                        reference.quantize(v_pool, v_scale, fp8), idx)
+    got = assert_bounds_identical([run_decode(*tensors, bounds=b, **kw)
+                                   for b in ("tight", "skip", "none")])
+    want = reference.decode_attention(*tensors, **kw)
+    assert_matches_reference(got, want)
+
+
+def test_an_fp8_decode_plan_checks_its_scales_and_cache():
+    case = DecodeCase([9, 20], num_q_heads=4, num_kv_heads=2, head_dim=16, head_dim_v=16,
+                      page_size=4, window_left=7, seed=4)
+    (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
+    plan = swattn.plan_decode([9, 20], num_q_heads=4, num_kv_heads=2, head_dim=16, page_size=4,
+                              window_left=7, kv_dtype=torch.float8_e4m3fn, dtype=q.dtype,
+                              device=DEVICE)
+    assert plan.path == "triton"
+    out = plan.run(q, k8, v8, table, k_scale=k_scale, v_scale=v_scale)
+    assert not torch.isnan(out).any()
+    with pytest.raises(ValueError, match="k_scale must be"):
+        plan.run(q, k8, v8, table, k_scale=torch.ones(3, device=DEVICE), v_scale=v_scale)
+    with pytest.raises(TypeError, match="v_scale must be float32"):
+        plan.run(q, k8, v8, table, k_scale=k_scale, v_scale=v_scale.double())
+    with pytest.raises(TypeError, match="k_cache must be"):
+        plan.run(q, k8.to(q.dtype), v8, table)
+    # A cache of the queries' dtype takes no scales.
+    plain = swattn.plan_decode([9, 20], num_q_heads=4, num_kv_heads=2, head_dim=16, page_size=4,
+                               dtype=q.dtype, device=DEVICE)
+    with pytest.raises(ValueError, match="k_scale applies to fp8 caches"):
+        plain.run(q, k8.to(q.dtype), v8.to(q.dtype), table, k_scale=k_scale)
+    with pytest.raises(ValueError, match="kv_dtype must be"):
+        swattn.plan_decode([9], num_q_heads=4, num_kv_heads=2, head_dim=16, page_size=4,
+                           kv_dtype=torch.int8, dtype=q.dtype, device=DEVICE)
+    with pytest.raises(ValueError, match="k_scale applies to fp8 caches"):
+        swattn.write_kv(q[:, :2], q[:, :2], k8.to(q.dtype), v8.to(q.dtype),
+                        torch.zeros(2, dtype=torch.int64, device=DEVICE), k_scale=k_scale)
+
+
+def test_fp8_scales_default_to_one():
+    case = DecodeCase([30], num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=16,
+                      page_size=8, window_left=None, seed=6)
+    q, k_cache, v_cache, table, lens = build_decode(case, DEVICE)
+    k8, v8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+    got = swattn.decode_attention(q, k8, v8, table, lens)
+    assert_matches_reference(got, reference.decode_attention(q, k8, v8, table, lens))
+
+
+def _fp8_extend_inputs(case, fp8, per_head):
+    """build_extend's tensors with the cache quantized (NaN rows stay NaN), and the scales."""
+    q, k, v, k_cache, v_cache, *rest = build_extend(case, DEVICE)
+    k_scale, v_scale = _scales(per_head, case.num_kv_heads, case.seed)
+    return ((q, k, v, reference.quantize(k_cache, k_scale, fp8),
+             reference.quantize(v_cache, v_scale, fp8), *rest), k_scale, v_scale)
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["two-stage", "deterministic"])
+@pytest.mark.parametrize("case", [
+    ExtendCase([0, 37, 5], [9, 21, 1], num_q_heads=4, num_kv_heads=2, head_dim=32, head_dim_v=32,
+               page_size=16, window_left=20, seed=11),
+    ExtendCase([19, 0], [14, 30], num_q_heads=6, num_kv_heads=2, head_dim=24, head_dim_v=16,
+               page_size=4, window_left=None, seed=12),
+], ids=["window", "full-odd-dims"])
+def test_extend_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_head, deterministic,
+                                                                      case):
+    tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
+    kw = dict(window_left=case.window_left, k_scale=k_scale, v_scale=v_scale,
+              deterministic=deterministic,
+              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(8)).to(DEVICE))
+    got = assert_bounds_identical([run_extend(*tensors, bounds=b, **kw)
+                                   for b in ("tight", "skip", "none")])
+    want = reference.extend_attention(*tensors, **kw)
+    assert_matches_reference(got, want)
+
+
+def test_fp8_deterministic_extend_does_not_depend_on_the_chunking():
+    """A request prefilled in one chunk and in three (each chunk's keys written to the fp8
+    cache by write_kv before the next) gives the same bits: the new keys are taken as the
+    cache stores them."""
+    fp8, heads, d, page = torch.float8_e4m3fn, (4, 2), 16, 8
+    g = torch.Generator().manual_seed(21)
+    total = 29
+    q = torch.randn(total, heads[0], d, generator=g).to(torch.float16).to(DEVICE)
+    k = torch.randn(total, heads[1], d, generator=g).to(torch.float16).to(DEVICE)
+    v = torch.randn(total, heads[1], d, generator=g).to(torch.float16).to(DEVICE)
+    k_scale, v_scale = _scales(True, heads[1], 22)
+    pages = -(-total // page)
+    table = torch.arange(pages, dtype=torch.int32, device=DEVICE)[None]
+
+    def prefill(cuts):
+        k_cache = torch.full((pages, page, heads[1], d), float("nan"), device=DEVICE).to(fp8)
+        v_cache = torch.full((pages, page, heads[1], d), float("nan"), device=DEVICE).to(fp8)
+        outs = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            lens = (torch.tensor([0, hi - lo], dtype=torch.int32, device=DEVICE),
+                    torch.tensor([lo], dtype=torch.int32, device=DEVICE))
+            outs.append(swattn.extend_attention(q[lo:hi], k[lo:hi], v[lo:hi], k_cache, v_cache,
+                                                table, *lens, window_left=11, deterministic=True,
+                                                k_scale=k_scale, v_scale=v_scale))
+            swattn.write_kv(k[lo:hi], v[lo:hi], k_cache, v_cache,
+                            torch.arange(lo, hi, device=DEVICE), k_scale=k_scale, v_scale=v_scale)
+        return torch.cat(outs)
+
+    assert torch.equal(prefill([0, total]), prefill([0, 7, 20, total]))
