@@ -270,6 +270,21 @@ def test_our_decode_adapters_match_the_reference(name):
 
 
 @interpreter
+@pytest.mark.parametrize("name", ["window", "sparse"])
+def test_our_fp8_decode_variant_matches_its_reference(name):
+    """The fp8 row computes over an fp8 copy of the cache: checked against the reference over
+    that copy, which stays within fp8's rounding of the case's own reference."""
+    inp = dbench.build_inputs(ADAPTER_CASES[name], "cpu", seed=7, dtype=torch.float32)
+    prepared = dbench.ours_fp8(inp)
+    prepared.poison()
+    prepared.fn()
+    out = prepared.result()
+    n = min(dbench.CHECK_SEQS, inp.case.batch)
+    assert harness.relative_error(out[:n], prepared.reference()) < 1e-5
+    assert harness.relative_error(out[:n], dbench.reference_first(inp)) < 0.1
+
+
+@interpreter
 def test_run_case_over_the_decode_variants(with_peers, monkeypatch):
     """The whole per-case flow (check, capture, interleave) with the GPU parts replaced."""
     monkeypatch.setattr(harness, "capture", lambda fn, warmup=2: (fn, True, ""))
@@ -336,7 +351,7 @@ def test_decode_variant_keys():
     assert {v.role for v in dbench.VARIANTS} == {"tight", "control", "ours", "peer"}
     known = {v.key for v in ebench.VARIANTS} | set(keys)
     assert [v.key for v in peers.select(dbench.VARIANTS, ["split1", "flex"], known)] == \
-        ["tight", "control", "skip", "triton", "sglang", "vllm", "flashinfer"]
+        ["tight", "control", "skip", "triton", "fp8", "sglang", "vllm", "flashinfer"]
     assert "split1" not in {v.key for v in ebench.VARIANTS}
     assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)  # a decode-only key
     with pytest.raises(ValueError, match="unknown variant"):

@@ -188,3 +188,98 @@ def test_fp8_deterministic_extend_does_not_depend_on_the_chunking():
         return torch.cat(outs)
 
     assert torch.equal(prefill([0, total]), prefill([0, 7, 20, total]))
+
+
+# ---- on the GPU: bf16 queries, real sizes, the engine path --------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+def test_gpu_bf16_queries_over_fp8_caches(fp8, per_head):
+    """Decode (window, full attention with splits, sparse) and extend (two-stage and
+    deterministic) at the workloads' head shapes, bf16 queries, against the float64
+    reference over the same fp8 cache; every bounds variant bit-identical."""
+    if DEVICE != "cuda":
+        pytest.skip("bf16 products under the interpreter are broken (tests/test_gpu.py)")
+    sinks = torch.randn(64, generator=torch.Generator().manual_seed(31)).cuda()
+    dcases = [
+        (DecodeCase([5000, 129, 40], num_q_heads=64, num_kv_heads=8, head_dim=64, head_dim_v=64,
+                    page_size=16, window_left=127, dtype=torch.bfloat16, seed=31), {}),
+        (DecodeCase([9000, 4100], num_q_heads=32, num_kv_heads=8, head_dim=128, head_dim_v=128,
+                    page_size=16, window_left=None, dtype=torch.bfloat16, seed=32),
+         {"num_splits": 4, "return_lse": True}),
+        (DecodeCase([700, 300], num_q_heads=64, num_kv_heads=1, head_dim=576, head_dim_v=512,
+                    page_size=64, window_left=127, sparse_keys=480, pool_rows=900,
+                    dtype=torch.bfloat16, seed=33), {"num_splits": 2}),
+    ]
+    for case, kwargs in dcases:
+        tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
+        kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale,
+                  sinks=sinks[:case.num_q_heads])
+        if case.sparse_keys:
+            k_pool, v_pool, idx = build_sparse(case, "cuda")
+            kw["sparse"] = (reference.quantize(k_pool, k_scale, fp8),
+                            reference.quantize(v_pool, v_scale, fp8), idx)
+        got = assert_bounds_identical([run_decode(*tensors, bounds=b, **kw)
+                                       for b in ("tight", "skip", "none")])
+        assert_matches_reference(got, reference.decode_attention(*tensors, **kw), tol=1e-2)
+    ecase = ExtendCase([4100, 0, 700], [700, 1025, 129], num_q_heads=64, num_kv_heads=8,
+                       head_dim=64, head_dim_v=64, page_size=16, window_left=127,
+                       dtype=torch.bfloat16, seed=34)
+    tensors, k_scale, v_scale = _fp8_extend_inputs(ecase, fp8, per_head)
+    for deterministic in (False, True):
+        kw = dict(window_left=127, k_scale=k_scale, v_scale=v_scale, sinks=sinks,
+                  deterministic=deterministic)
+        got = assert_bounds_identical([run_extend(*tensors, bounds=b, **kw)
+                                       for b in ("tight", "skip", "none")])
+        assert_matches_reference(got, reference.extend_attention(*tensors, **kw), tol=1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
+    """A plan over an fp8 cache: its repeated runs (scales included in what the run's key
+    fixes) relaunch without a host sync and with the first run's bits; a CUDA graph of a
+    run replays them; a scale of another shape is checked, not relaunched."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    fp8 = torch.float8_e4m3fn
+    case = DecodeCase([5000, 100, 2100, 1], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                      head_dim_v=128, page_size=16, window_left=4095, dtype=torch.bfloat16,
+                      seed=35)
+    (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, fp8, True)
+    dplan = swattn.plan_decode(lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128,
+                               page_size=16, window_left=4095, kv_dtype=fp8)
+    assert dplan.path == "triton"
+    out = torch.empty(4, 32, 128, dtype=torch.bfloat16, device="cuda")
+    ecase = ExtendCase([4100, 300], [700, 129], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                       head_dim_v=128, page_size=16, window_left=1023, dtype=torch.bfloat16,
+                       seed=36)
+    etensors, ek, ev = _fp8_extend_inputs(ecase, fp8, False)
+    eplan = swattn.plan_extend([0, 700, 829], [4100, 300], num_q_heads=32, num_kv_heads=8,
+                               head_dim=128, page_size=16, window_left=1023, kv_dtype=fp8)
+    eout = torch.empty(829, 32, 128, dtype=torch.bfloat16, device="cuda")
+    for plan, run, o in (
+            (dplan, lambda: dplan.run(q, k8, v8, table, k_scale=k_scale, v_scale=v_scale, out=out),
+             out),
+            (eplan, lambda: eplan.run(*etensors[:6], k_scale=ek, v_scale=ev, out=eout), eout)):
+        first = run().clone()
+        results = []
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                o.fill_(float("nan"))
+                results.append(run().clone())
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert all(torch.equal(r, first) for r in results)
+        assert len(plan._ready) == 1
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o, first)
+    with pytest.raises(ValueError, match="k_scale must be"):
+        dplan.run(q, k8, v8, table, k_scale=torch.ones(3, device="cuda"), v_scale=v_scale, out=out)

@@ -30,6 +30,13 @@ def test_decode_matrix_covers_the_issue():
     assert len(identity.extend_matrix(gpu=True)) >= 139 and len(identity.unified_matrix(gpu=True)) >= 68
 
 
+def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
+    for family in ("extend-fp8", "unified-fp8", "decode-fp8"):
+        rows = identity.FAMILIES[family][0](gpu=True)
+        assert {kw["kv"] for _, _, kw, _ in rows} == set(identity.FP8_KINDS)
+        assert len(rows) >= 24
+
+
 def test_hopper_decode_matrix_covers_the_path():
     rows = identity.hopper_decode_matrix(gpu=True)
     assert {int(name.split()[0][1:]) for name, *_ in rows} == set(identity.GPU_WINDOWS)

@@ -12,6 +12,8 @@ table of variants and :func:`run_case`, and names the others' public functions.
 
 from __future__ import annotations
 
+import torch
+
 from . import harness
 from .decode_inputs import (CHECK_SEQS, DecodeInputs, build_inputs, footprint,  # noqa: F401
                             need_device, reference_first)
@@ -19,7 +21,7 @@ from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLIT
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
-from .peers import Prepared, Skip, Variant, empty_out, poisoner
+from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, poisoner
 
 
 # --------------------------------------------------------------------------------------
@@ -71,6 +73,46 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host)
 
 
+def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
+    """swattn's decode over an fp8 copy of the case's cache (and sparse pool), one scale a KV
+    head calibrated from the data (:func:`.peers.fp8_cache`), through ``plan.run``; checked
+    against the float64 reference over the same fp8 cache (what it computes). The copy is
+    made outside the timed region."""
+    need_device(inputs)
+    import swattn
+    from .. import reference
+    case = inputs.case
+    k8, v8, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8)
+    sparse = None
+    if inputs.sparse is not None:
+        k_pool, v_pool, idx = inputs.sparse
+        sparse = (reference.quantize(k_pool, k_scale, fp8), reference.quantize(v_pool, v_scale, fp8),
+                  idx)
+    table = inputs.block_table_window
+    plan = swattn.plan_decode(
+        case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
+        head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
+        window_left=case.window_left, sparse_keys=sparse[2].shape[1] if sparse else 0,
+        kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device)
+    out = empty_out(inputs)
+
+    def run():
+        plan.run(inputs.q, k8, v8, table, sinks=inputs.sinks, sparse=sparse, k_scale=k_scale,
+                 v_scale=v_scale, out=out)
+
+    def want():
+        n = min(CHECK_SEQS, case.batch)
+        part = None if sparse is None else (sparse[0], sparse[1], sparse[2][:n])
+        return reference.decode_attention(
+            inputs.q[:n], k8, v8, table[:n], inputs.seq_lens[:n], window_left=case.window_left,
+            sinks=inputs.sinks, sparse=part, k_scale=k_scale, v_scale=v_scale)
+
+    note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan.path} kernel, "
+            f"{plan.num_splits} split(s); checked against the reference over the same fp8 cache")
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8, sparse],
+                    host={"plan.run": run}, reference=want)
+
+
 # --------------------------------------------------------------------------------------
 # The variants a decode run times, in the order of the table, and one case.
 # --------------------------------------------------------------------------------------
@@ -81,6 +123,7 @@ VARIANTS = (
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
     Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
+    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
     Variant("SGLang decode", "sglang", "peer", sglang_decode),
     Variant("vLLM unified", "vllm", "peer", vllm_decode),
     Variant("FlexAttention", "flex", "peer", flex_decode),

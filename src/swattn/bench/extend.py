@@ -15,7 +15,7 @@ import torch
 from . import harness
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
-from .peers import Prepared, Skip, Variant, empty_out, need_cuda, poisoner
+from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
 
 
 # --------------------------------------------------------------------------------------
@@ -88,6 +88,44 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
                     tiling=plan.tiling())
 
 
+def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
+    """swattn's extend over an fp8 copy of the case's paged pool, one scale a KV head
+    calibrated from the data (:func:`.peers.fp8_cache`), through ``plan.run`` (the new
+    tokens' k/v in bf16, taken as the cache stores them); checked against the float64
+    reference over the same fp8 pool. The copy is made outside the timed region."""
+    need_cuda(inputs)
+    import swattn
+    from .. import reference
+    case = inputs.case
+    k8, v8, k_scale, v_scale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8)
+    table = inputs.block_table_window
+    cu = [0]
+    for _, e in case.seqs:
+        cu.append(cu[-1] + e)
+    plan = swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
+                              num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
+                              head_dim_v=case.head_dim_v, page_size=case.page_size,
+                              window_left=case.window_left, kv_dtype=fp8, dtype=inputs.q.dtype,
+                              device=inputs.q.device)
+    out = empty_out(inputs)
+    tensors = (inputs.q, inputs.k, inputs.v, k8, v8, table)
+
+    def run():
+        plan.run(*tensors, sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale, out=out)
+
+    def want():
+        new = case.seqs[0][1]
+        return reference.extend_attention(
+            inputs.q[:new], inputs.k[:new], inputs.v[:new], k8, v8, table[:1],
+            inputs.cu_seqlens[:2], inputs.prefix_lens[:1], window_left=case.window_left,
+            sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale)
+
+    note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan_note(plan)}; checked against "
+            "the reference over the same fp8 cache")
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8],
+                    host={"plan.run": run}, tiling=plan.tiling(), reference=want)
+
+
 # --------------------------------------------------------------------------------------
 # The variants an extend run times, in the order of the table, and one case.
 # --------------------------------------------------------------------------------------
@@ -100,6 +138,7 @@ VARIANTS = (
             lambda i: ours(i, bounds="tight", layout="window", hopper=False)),
     Variant("swattn tight, Hopper path", "hopper", "ours",
             lambda i: ours(i, bounds="tight", layout="window", hopper=True)),
+    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
     Variant("swattn tight, full layout", "tight-full", "ours",
             lambda i: ours(i, bounds="tight", layout="full")),
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),

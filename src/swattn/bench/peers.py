@@ -47,6 +47,25 @@ class Prepared:
     # the plan's kernel walks (ExtendPlan.tiling) for the tile model's prediction.
     host: dict = field(default_factory=dict)
     tiling: dict | None = None
+    # The float64 reference of what the variant computes, where its inputs are not the
+    # case's (an fp8 copy of the cache); None: the case's reference.
+    reference: Callable[[], torch.Tensor] | None = None
+
+
+def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn):
+    """An fp8 copy of a paged cache ``[pages, page_size, Hkv, D]`` under one scale a KV head,
+    calibrated as engines do (the head's largest finite magnitude maps to the format's
+    largest value): ``(k8, v8, k_scale, v_scale)``; NaN rows stay NaN."""
+    from .. import reference
+    limit = torch.finfo(dtype).max
+
+    def one(x):
+        amax = x.float().nan_to_num(0.0).abs().amax(dim=(0, 1, 3)).clamp_min(1e-6)
+        scale = (amax / limit).to(torch.float32)
+        return reference.quantize(x, scale, dtype), scale
+
+    (k8, k_scale), (v8, v_scale) = one(k_cache), one(v_cache)
+    return k8, v8, k_scale, v_scale
 
 
 def peers_dir(path=None):

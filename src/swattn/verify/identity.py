@@ -235,6 +235,42 @@ def hopper_decode_matrix(gpu=True):
     return rows
 
 
+# fp8 rows: every third configuration of a family over an fp8 cache, e4m3fn with one scale
+# and e5m2 with one a KV head in turn (the Triton kernels; the Hopper paths are 16-bit).
+FP8_KINDS = ((torch.float8_e4m3fn, False), (torch.float8_e5m2, True))
+
+
+def _fp8_rows(matrix):
+    def rows(gpu=True):
+        out = []
+        for n, (name, case, kwargs, tiling) in enumerate(matrix(gpu)[::3]):
+            fp8, per_head = FP8_KINDS[n % 2]
+            label = f"{str(fp8)[6:]} {'per-head' if per_head else 'per-tensor'}"
+            out.append((f"{name} {label}", case, dict(kwargs, kv=(fp8, per_head)), tiling))
+        return out
+    return rows
+
+
+def _fp8_cache(tensors, cache_at, case, kv, kwargs, device):
+    """``tensors`` with the cache (at positions ``cache_at``) quantized to ``kv = (dtype,
+    per_head)`` under random scales (NaN rows stay NaN), and the scales in ``kwargs``; also
+    a sparse pool."""
+    fp8, per_head = kv
+    g = torch.Generator().manual_seed(case.seed + 3)
+    n = case.num_kv_heads if per_head else 1
+    k_scale = (torch.rand(n, generator=g) * 0.05 + 0.01).to(device)
+    v_scale = (torch.rand(n, generator=g) * 0.05 + 0.01).to(device)
+    tensors = list(tensors)
+    for i, scale in zip(cache_at, (k_scale, v_scale)):
+        tensors[i] = reference.quantize(tensors[i], scale, fp8)
+    if "sparse" in kwargs:
+        k_pool, v_pool, idx = kwargs["sparse"]
+        kwargs["sparse"] = (reference.quantize(k_pool, k_scale, fp8),
+                            reference.quantize(v_pool, v_scale, fp8), idx)
+    kwargs.update(k_scale=k_scale, v_scale=v_scale)
+    return tuple(tensors)
+
+
 def _on_device(kwargs, device):
     """The row's keyword arguments with its tensors (sinks, masks) moved to ``device``."""
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
@@ -244,6 +280,9 @@ def _run_extend_row(row, device, deterministic):
     _name, case, kwargs, tiling = row
     tensors = build_extend(case, device)
     kwargs = _on_device(kwargs, device)
+    kv = kwargs.pop("kv", None)
+    if kv is not None:
+        tensors = _fp8_cache(tensors, (3, 4), case, kv, kwargs, device)
     # The full-attention row keeps the window off in the kernel too.
     if tiling is None:
         # The Hopper path: its own fixed tiles.
@@ -262,8 +301,11 @@ def _run_decode_row(row, device):
     _name, case, kwargs, block_n = row
     tensors = build_decode(case, device)
     kwargs = _on_device(kwargs, device)
+    kv = kwargs.pop("kv", None)
     if case.sparse_keys:
         kwargs["sparse"] = build_sparse(case, device)
+    if kv is not None:
+        tensors = _fp8_cache(tensors, (1, 2), case, kv, kwargs, device)
     results = {b: run_decode(*tensors, window_left=case.window_left, bounds=b,
                                               block_n=block_n, **kwargs)
                for b in ops_decode.BOUNDS}
@@ -277,11 +319,17 @@ FAMILIES = {
     "decode": (decode_matrix, _run_decode_row),
     "hopper": (hopper_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "decode-hopper": (hopper_decode_matrix, _run_decode_row),
+    "extend-fp8": (_fp8_rows(extend_matrix), lambda row, device: _run_extend_row(row, device, False)),
+    "unified-fp8": (_fp8_rows(unified_matrix), lambda row, device: _run_extend_row(row, device, True)),
+    "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
 }
 TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path (Gluon)",
           "unified": "deterministic single-pass extend",
           "decode": "decode (split-KV, sparse)",
-          "decode-hopper": "decode, Hopper path (Gluon)"}
+          "decode-hopper": "decode, Hopper path (Gluon)",
+          "extend-fp8": "two-stage extend over an fp8 cache",
+          "unified-fp8": "deterministic single-pass extend over an fp8 cache",
+          "decode-fp8": "decode over an fp8 cache"}
 
 
 def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):

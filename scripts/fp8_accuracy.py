@@ -1,0 +1,96 @@
+"""How far an fp8 KV cache moves attention's output (GPU; CPU under the interpreter with fp16
+queries). For each kernel (decode, two-stage extend, deterministic extend), fp8 format and
+scale granularity, on random keys and on keys with outlier channels (a few channels 20x the
+others, as LLM keys have), the relative error (||out - ref|| / ||ref||) of:
+
+  * the kernel over the fp8 cache against the float64 reference over the same fp8 cache
+    (the kernel's own error: the products in the queries' precision), and
+  * the kernel over the fp8 cache against swattn over the unquantized cache (what the
+    quantization costs).
+
+Scales are calibrated as engines do: the largest finite magnitude (of the tensor, or of each
+KV head) maps to the format's largest value.
+
+    PYTHONPATH=src python3 scripts/fp8_accuracy.py
+"""
+
+import torch
+
+import swattn
+from swattn import reference
+from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, rel_err
+
+GPU = torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+DTYPE = torch.bfloat16 if GPU else torch.float16
+
+
+def calibrated(x, fp8, per_head):
+    amax = x.float().nan_to_num(0.0).abs()
+    amax = amax.amax(dim=(0, 1, 3)) if per_head else amax.amax().reshape(1)
+    return (amax.clamp_min(1e-6) / torch.finfo(fp8).max).to(torch.float32)
+
+
+def with_outliers(x, seed):
+    """``x`` with 4 channels of every head scaled by 20 (the same channels in every row)."""
+    g = torch.Generator().manual_seed(seed)
+    channels = torch.randperm(x.shape[-1], generator=g)[:4].to(x.device)
+    x = x.clone()
+    x[..., channels] = x[..., channels] * 20
+    return x
+
+
+def cases():
+    if GPU:
+        decode = DecodeCase([5000, 4097, 900, 64], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                            head_dim_v=128, page_size=16, window_left=4095, dtype=DTYPE, seed=51)
+        extend = ExtendCase([4100, 300], [700, 129], num_q_heads=64, num_kv_heads=8, head_dim=64,
+                            head_dim_v=64, page_size=16, window_left=127, dtype=DTYPE, seed=52)
+    else:
+        decode = DecodeCase([70, 33], num_q_heads=4, num_kv_heads=2, head_dim=32, head_dim_v=32,
+                            page_size=16, window_left=40, dtype=DTYPE, seed=51)
+        extend = ExtendCase([40, 3], [21, 9], num_q_heads=4, num_kv_heads=2, head_dim=32,
+                            head_dim_v=32, page_size=16, window_left=20, dtype=DTYPE, seed=52)
+    return decode, extend
+
+
+def main():
+    decode, extend = cases()
+    print(f"fp8 KV cache accuracy, {torch.cuda.get_device_name() if GPU else 'CPU interpreter'}, "
+          f"{str(DTYPE)[6:]} queries; relative error of the output")
+    print("| kernel | keys | format | scales | vs reference over the fp8 cache | "
+          "vs the unquantized cache |")
+    print("|---|---|---|---|---|---|")
+    for data in ("random", "outlier channels"):
+        dt = list(build_decode(decode, DEVICE))
+        et = list(build_extend(extend, DEVICE))
+        if data != "random":
+            dt[1] = with_outliers(dt[1], 1)
+            et[3], et[1] = with_outliers(et[3], 2), with_outliers(et[1], 2)
+        sinks = torch.randn(64, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+        kw_d = dict(window_left=decode.window_left, sinks=sinks[:decode.num_q_heads])
+        kw_e = dict(window_left=extend.window_left, sinks=sinks[:extend.num_q_heads])
+        exact = {"decode": swattn.decode_attention(*dt, **kw_d),
+                 "extend, two-stage": swattn.extend_attention(*et, **kw_e),
+                 "extend, deterministic": swattn.extend_attention(*et, deterministic=True, **kw_e)}
+        for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+            for per_head in (False, True):
+                ks, vs = calibrated(dt[1], fp8, per_head), calibrated(dt[2], fp8, per_head)
+                d8 = dt[:1] + [reference.quantize(dt[1], ks, fp8), reference.quantize(dt[2], vs, fp8)] + dt[3:]
+                got = swattn.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
+                want = reference.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
+                rows = [("decode", got, want)]
+                ks, vs = calibrated(et[3], fp8, per_head), calibrated(et[4], fp8, per_head)
+                e8 = et[:3] + [reference.quantize(et[3], ks, fp8), reference.quantize(et[4], vs, fp8)] + et[5:]
+                for name, det in (("extend, two-stage", False), ("extend, deterministic", True)):
+                    got = swattn.extend_attention(*e8, k_scale=ks, v_scale=vs, deterministic=det, **kw_e)
+                    want = reference.extend_attention(*e8, k_scale=ks, v_scale=vs, **kw_e)
+                    rows.append((name, got, want))
+                for name, got, want in rows:
+                    print(f"| {name} | {data} | {str(fp8)[6:]} | "
+                          f"{'per KV head' if per_head else 'per tensor'} | "
+                          f"{rel_err(got, want):.2e} | {rel_err(got, exact[name]):.2e} |")
+
+
+if __name__ == "__main__":
+    main()
