@@ -121,6 +121,23 @@ def test_an_fp8_decode_plan_checks_its_scales_and_cache():
                         torch.zeros(2, dtype=torch.int64, device=DEVICE), k_scale=k_scale)
 
 
+def test_the_custom_ops_take_fp8_caches_and_scales():
+    """The fake (meta) implementations of the decode and write_kv ops (the torch.compile
+    path) with an fp8 cache and its scales (torch's schema check multiplies inputs, which
+    fp8 on the CPU cannot)."""
+    from swattn import api
+    case = DecodeCase([9, 4], window_left=4, seed=7)
+    (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
+    out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
+    torch.library.opcheck(api._decode_op, (q, k8, v8, table, lens, None, None, None, None, out,
+                                           None, k_scale, v_scale, 4, 0.0, 0.0, 1),
+                          test_utils=("test_faketensor",))
+    k = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(1)).to(torch.float16).to(DEVICE)
+    slots = torch.tensor([0, 5, -1], device=DEVICE)
+    torch.library.opcheck(api._write_kv_op, (k, k, k8.clone(), v8.clone(), slots, k_scale, v_scale),
+                          test_utils=("test_faketensor",))
+
+
 def test_fp8_scales_default_to_one():
     case = DecodeCase([30], num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=16,
                       page_size=8, window_left=None, seed=6)

@@ -79,6 +79,13 @@ def check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, sof
         raise ValueError(f"bounds must be one of {_config.BOUNDS}, got {bounds!r}")
 
 
+def check_cache_dtype(k_cache, q_dtype):
+    """A one-shot call's cache: the queries' dtype or fp8 (a TypeError naming k_cache)."""
+    if k_cache.dtype != q_dtype and k_cache.dtype not in FP8_DTYPES:
+        raise TypeError(f"k_cache must be {q_dtype} (the queries' dtype) or one of {FP8_DTYPES}, "
+                        f"got {k_cache.dtype}")
+
+
 def check_scales(k_scale, v_scale, kv_dtype, num_kv_heads, device_index):
     """An fp8 cache's scales: None (1) or float32 tensors of one value ([] or [1]) or one a
     KV head ([Hkv]) on the plan's device; none for a cache of the queries' dtype."""

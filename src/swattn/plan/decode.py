@@ -10,7 +10,8 @@ from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
-from ._common import (ONE_SHOT, Plan, check_common, check_rank, check_scales, expect_first,
+from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
+                      expect_first,
                       remember, replace_spec, resolve_device, scale_args, to_device)
 
 
@@ -337,6 +338,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
         spec, path, launches, _ = hit
         return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,
                           launches=launches)
+    check_cache_dtype(k_cache, q.dtype)
     capacity = block_table.shape[1] * k_cache.shape[1]
     max_keys = capacity if window_left is None or not isinstance(window_left, int) \
         else min(window_left + 1, capacity)

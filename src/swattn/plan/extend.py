@@ -9,7 +9,8 @@ from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
 from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
                              expect, host_ints)
-from ._common import (ONE_SHOT, Plan, check_common, check_rank, check_scales, expect_first,
+from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
+                      expect_first,
                       remember, scale_args,
                       replace_spec, resolve_device, to_device)
 
@@ -409,6 +410,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         spec, path, launches, ready = hit
         return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
                           launches=launches, ready=ready)
+    check_cache_dtype(k_cache, q.dtype)
     kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim=q.shape[2],
                   head_dim_v=v.shape[2], page_size=k_cache.shape[1], window_left=window_left,
                   window_right=window_right, causal=causal, softcap=softcap, scale=scale,
