@@ -73,11 +73,12 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host)
 
 
-def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
+def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, config=None):
     """swattn's decode over an fp8 copy of the case's cache (and sparse pool), one scale a KV
     head calibrated from the data (:func:`.peers.fp8_cache`), through ``plan.run``; checked
     against the float64 reference over the same fp8 cache (what it computes). The copy is
-    made outside the timed region."""
+    made outside the timed region. ``config``: fields of the plan's config to change (an fp8
+    tile is half the bytes of a 16-bit one)."""
     need_device(inputs)
     import swattn
     from .. import reference
@@ -93,7 +94,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
         case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
         head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
         window_left=case.window_left, sparse_keys=sparse[2].shape[1] if sparse else 0,
-        kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device)
+        kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device, config=config)
     out = empty_out(inputs)
 
     def run():
@@ -107,8 +108,9 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
             inputs.q[:n], k8, v8, table[:n], inputs.seq_lens[:n], window_left=case.window_left,
             sinks=inputs.sinks, sparse=part, k_scale=k_scale, v_scale=v_scale)
 
-    note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan.path} kernel, "
-            f"{plan.num_splits} split(s); checked against the reference over the same fp8 cache")
+    note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan.path} kernel "
+            f"BN{plan.config.block_n}, {plan.num_splits} split(s); checked against the reference "
+            "over the same fp8 cache")
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8, sparse],
                     host={"plan.run": run}, reference=want)
 
@@ -124,6 +126,8 @@ VARIANTS = (
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
     Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+    Variant("swattn tight, fp8 e4m3 cache, 128-key tiles", "fp8-bn128", "ours",
+            lambda i: ours_fp8(i, config={"block_n": 128})),
     Variant("SGLang decode", "sglang", "peer", sglang_decode),
     Variant("vLLM unified", "vllm", "peer", vllm_decode),
     Variant("FlexAttention", "flex", "peer", flex_decode),
