@@ -257,6 +257,18 @@ def test_vllm_decode_adapter_matches_the_reference(with_peers, name):
 
 
 @interpreter
+def test_vllm_fp8_decode_adapter_matches_its_reference(with_peers):
+    """vLLM's FP8_PER_TENSOR mode over an fp8 copy of the cache, against the reference over
+    that copy."""
+    inp = dbench.build_inputs(ADAPTER_CASES["window"], "cpu", seed=5, dtype=torch.float32)
+    prepared = dbench.vllm_decode(inp, fp8=torch.float8_e4m3fn)
+    assert "FP8_PER_TENSOR" in prepared.note
+    prepared.poison()
+    prepared.fn()
+    assert harness.relative_error(prepared.result()[:4], prepared.reference()) < 1e-5
+
+
+@interpreter
 @pytest.mark.parametrize("name", list(ADAPTER_CASES))
 def test_our_decode_adapters_match_the_reference(name):
     inp = dbench.build_inputs(ADAPTER_CASES[name], "cpu", seed=6, dtype=torch.float32)
@@ -351,7 +363,7 @@ def test_decode_variant_keys():
     assert {v.role for v in dbench.VARIANTS} == {"tight", "control", "ours", "peer"}
     known = {v.key for v in ebench.VARIANTS} | set(keys)
     assert [v.key for v in peers.select(dbench.VARIANTS, ["split1", "flex"], known)] == \
-        ["tight", "control", "skip", "triton", "fp8", "fp8-bn128", "sglang", "vllm", "flashinfer"]
+        ["tight", "control", "skip", "triton", "fp8", "fp8-bn128", "sglang", "vllm", "vllm-fp8", "flashinfer"]
     assert "split1" not in {v.key for v in ebench.VARIANTS}
     assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)  # a decode-only key
     with pytest.raises(ValueError, match="unknown variant"):

@@ -130,6 +130,8 @@ VARIANTS = (
             lambda i: ours_fp8(i, config={"block_n": 128})),
     Variant("SGLang decode", "sglang", "peer", sglang_decode),
     Variant("vLLM unified", "vllm", "peer", vllm_decode),
+    Variant("vLLM unified, fp8 e4m3 cache", "vllm-fp8", "peer",
+            lambda i: vllm_decode(i, fp8=torch.float8_e4m3fn)),
     Variant("FlexAttention", "flex", "peer", flex_decode),
     Variant("FlashInfer", "flashinfer", "peer", flashinfer_decode),
 )

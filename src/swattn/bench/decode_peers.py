@@ -11,8 +11,8 @@ import torch
 
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import need_device
-from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists, import_peer,
-                    need_cuda, poisoner, softmax_scale)
+from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists, fp8_cache,
+                    import_peer, need_cuda, poisoner, softmax_scale)
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py
@@ -118,7 +118,7 @@ def vllm_threshold_3d(num_kv_heads):
     return min(vllm_capture_sizes(), key=lambda x: abs(x - target))
 
 
-def vllm_decode(inputs):
+def vllm_decode(inputs, *, fp8=None):
     """vLLM ``unified_attention`` on single-token queries over ``[pages, 16, Hkv, D]``,
     ``window_size=(W-1, 0)``, sinks, with the split-KV scratch its ``triton_attn.py``
     allocates: ``seq_threshold_3D`` rows (128 / Hkv at the nearest capture size) of 16 softmax
@@ -129,6 +129,10 @@ def vllm_decode(inputs):
     block): its first tile may start a page below the window. Two spare -1 columns keep its
     last tile's table read inside the table. It has one head size for K and V and no sparse
     rows: S is skipped.
+
+    ``fp8`` (a torch fp8 dtype): over an fp8 copy of the cache with one scale for the tensor,
+    its ``FP8_PER_TENSOR`` mode (``k_descale``/``v_descale``), checked against the reference
+    over the same fp8 cache.
     """
     need_device(inputs)
     case = inputs.case
@@ -158,20 +162,37 @@ def vllm_decode(inputs):
     left, _ = to_flash_attn(case.window_left)
     window = (left, 0) if case.window_left is not None else (-1, -1)
     out = empty_out(inputs)
+    k_cache, v_cache, k_descale, v_descale, mode, want = inputs.k_cache, inputs.v_cache, ones, ones, {}, None
+    if fp8 is not None:
+        from .. import reference
+        k_cache, v_cache, k_descale, v_descale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8,
+                                                           per_head=False)
+        mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
+
+        def want():
+            n = min(4, case.batch)
+            return reference.decode_attention(
+                inputs.q[:n], k_cache, v_cache, inputs.block_table_window[:n],
+                inputs.seq_lens[:n], window_left=case.window_left, sinks=inputs.sinks,
+                k_scale=k_descale, v_scale=v_descale)
 
     def fn():
         mod.unified_attention(
-            q=inputs.q, k=inputs.k_cache, v=inputs.v_cache, out=out, cu_seqlens_q=cu_seqlens_q,
+            q=inputs.q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_seqlens_q,
             max_seqlen_q=1, seqused_k=inputs.seq_lens, max_seqlen_k=max(case.seq_lens),
             softmax_scale=softmax_scale(case), causal=True, window_size=window, block_table=table,
-            softcap=0, q_descale=None, k_descale=ones, v_descale=ones,
+            softcap=0, q_descale=None, k_descale=k_descale, v_descale=v_descale,
             seq_threshold_3D=threshold, num_par_softmax_segments=VLLM_SEGMENTS,
             softmax_segm_output=segm_out, softmax_segm_max=segm_max, softmax_segm_expsum=segm_sum,
-            sinks=inputs.sinks)
+            sinks=inputs.sinks, **mode)
 
     note = f"paged 16, pages below the window -> null page; {path} (threshold {threshold})"
+    if fp8 is not None:
+        note += (f"; {str(fp8)[6:]} cache, one scale for the tensor (FP8_PER_TENSOR); checked "
+                 "against the reference over the same fp8 cache")
     return Prepared(fn, lambda: out, note, True, poisoner(out),
-                    [table, cu_seqlens_q, ones, segm_out, segm_max, segm_sum])
+                    [table, cu_seqlens_q, ones, segm_out, segm_max, segm_sum, k_cache, v_cache],
+                    reference=want)
 
 
 # FlexAttention: compiled, dense -------------------------------------------------------

@@ -52,15 +52,16 @@ class Prepared:
     reference: Callable[[], torch.Tensor] | None = None
 
 
-def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn):
-    """An fp8 copy of a paged cache ``[pages, page_size, Hkv, D]`` under one scale a KV head,
-    calibrated as engines do (the head's largest finite magnitude maps to the format's
-    largest value): ``(k8, v8, k_scale, v_scale)``; NaN rows stay NaN."""
+def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True):
+    """An fp8 copy of a paged cache ``[pages, page_size, Hkv, D]`` under one scale a KV head
+    (or one for the tensor), calibrated as engines do (the largest finite magnitude maps to
+    the format's largest value): ``(k8, v8, k_scale, v_scale)``; NaN rows stay NaN."""
     from .. import reference
     limit = torch.finfo(dtype).max
 
     def one(x):
-        amax = x.float().nan_to_num(0.0).abs().amax(dim=(0, 1, 3)).clamp_min(1e-6)
+        amax = x.float().nan_to_num(0.0).abs()
+        amax = (amax.amax(dim=(0, 1, 3)) if per_head else amax.amax().reshape(1)).clamp_min(1e-6)
         scale = (amax / limit).to(torch.float32)
         return reference.quantize(x, scale, dtype), scale
 
