@@ -1,0 +1,75 @@
+"""Context-parallel decode (swattn.parallel) on the CPU: 2 and 3 gloo processes spawned by
+the test, each holding a shard of the cache, against the single-process decode over the
+whole cache; window and full attention, sinks, a ragged batch, both shard layouts, and
+ranks that see no key (they launch nothing and contribute a neutral state)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swattn import parallel
+
+WORKER = os.path.join(os.path.dirname(__file__), "parallel_worker.py")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(case, world, timeout=240):
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, WORKER, "--rank", str(r), "--world", str(world),
+                               "--port", str(port), "--case", case],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err[-2000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return results
+
+
+@pytest.mark.parametrize("case, world", [
+    ("window-interleaved", 2), ("window-interleaved", 3), ("window-interleaved-4", 3),
+    ("full-contiguous", 3), ("window-contiguous-idle", 2),
+])
+def test_parallel_decode_equals_the_single_process_decode(case, world):
+    results = _run(case, world)
+    assert len(results) == world
+    for r in results:
+        assert not r["nan"] and r["err"] < 5e-3, r
+    if case == "window-contiguous-idle":
+        # Both windows lie in rank 0's chunk: rank 1 launched nothing.
+        assert [r["launched"] for r in sorted(results, key=lambda r: r["rank"])] == [True, False]
+
+
+@pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
+                                           (parallel.Contiguous(5), 3)])
+def test_the_window_is_one_run_of_local_positions_on_every_rank(layout, world):
+    """The layouts' arithmetic against a brute-force deal of positions: how many of [0, n)
+    a rank holds, for every n, and that those are the rank's first local positions."""
+    for n in range(0, 3 * world * 5 + 1):
+        owners = [layout.owner(p, world) for p in range(n)]
+        for rank in range(world):
+            assert layout.local_len(n, rank, world) == owners.count(rank)
+            assert layout.local_len(torch.tensor([n]), rank, world).item() == owners.count(rank)
+
+
+def test_bad_layouts_are_refused():
+    with pytest.raises(ValueError, match="Interleaved size"):
+        parallel._check_layout(parallel.Interleaved(0))
+    with pytest.raises(TypeError, match="layout must be"):
+        parallel._check_layout("cyclic")
