@@ -300,3 +300,13 @@ def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
         assert torch.equal(o, first)
     with pytest.raises(ValueError, match="k_scale must be"):
         dplan.run(q, k8, v8, table, k_scale=torch.ones(3, device="cuda"), v_scale=v_scale, out=out)
+
+
+def test_an_fp8_cache_takes_128_key_tiles_at_d128():
+    """A tile of an fp8 cache is half the bytes: at d128 the decode config doubles its key
+    tile (C-B: 338 us against 430 with 64-key tiles, benchmarks/results/2026-12-02-h200-fp8)."""
+    from swattn.ops.config import decode_config
+    bf16, e4m3 = torch.bfloat16, torch.float8_e4m3fn
+    assert decode_config(128, 128, 4, bf16, "cuda", e4m3).block_n == 128
+    assert decode_config(128, 128, 4, bf16, "cuda").block_n == 64
+    assert decode_config(576, 512, 64, bf16, "cuda", e4m3).block_n == 32  # 128 spilled there

@@ -214,7 +214,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     group = num_q_heads // num_kv_heads
-    cfg = _config.decode_config(head_dim, head_dim_v, group, dtype, device)
+    cfg = _config.decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype)
     if isinstance(config, dict):
         cfg = replace_spec(cfg, **config)
     elif config is not None:
