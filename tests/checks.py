@@ -57,3 +57,19 @@ def replay_after(launch, change, out):
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
+
+
+def runs_without_sync(run, out, times=3):
+    """``run()``'s results, ``times`` times over ``out`` poisoned with NaN first, under
+    torch.cuda.set_sync_debug_mode("error") (a host sync raises); compared by the caller
+    outside it (a comparison syncs)."""
+    results = []
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(times):
+            out.fill_(float("nan"))
+            results.append(run().clone())
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return results

@@ -12,7 +12,8 @@ from swattn import reference
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, build_sparse
 
-from checks import assert_bounds_identical, assert_matches_reference
+from checks import (assert_bounds_identical, assert_matches_reference, replay_after,
+                    runs_without_sync)
 from conftest import DEVICE
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -280,23 +281,9 @@ def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
              out),
             (eplan, lambda: eplan.run(*etensors[:6], k_scale=ek, v_scale=ev, out=eout), eout)):
         first = run().clone()
-        results = []
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(3):
-                o.fill_(float("nan"))
-                results.append(run().clone())
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-        assert all(torch.equal(r, first) for r in results)
+        assert all(torch.equal(r, first) for r in runs_without_sync(run, o))
         assert len(plan._ready) == 1
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run()
-        o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        replay_after(run, lambda: None, o)
         assert torch.equal(o, first)
     with pytest.raises(ValueError, match="k_scale must be"):
         dplan.run(q, k8, v8, table, k_scale=torch.ones(3, device="cuda"), v_scale=v_scale, out=out)

@@ -13,7 +13,7 @@ from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
                                  rel_err)
 
-from checks import assert_matches_reference
+from checks import assert_matches_reference, runs_without_sync
 from conftest import DEVICE
 
 
@@ -547,21 +547,6 @@ def test_gpu_fast_launch_gives_the_jit_launch_bits():
             assert torch.equal(a, b), name
 
 
-def _runs_without_sync(run, out, times=3):
-    """``run()``'s results, ``times`` times over ``out`` poisoned with NaN first, under
-    torch.cuda.set_sync_debug_mode("error") (a host sync raises); compared by the caller
-    outside it (a comparison syncs)."""
-    results = []
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(times):
-            out.fill_(float("nan"))
-            results.append(run().clone())
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    return results
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["triton", "hopper", "single-pass"])
@@ -579,7 +564,7 @@ def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
     sinks = _sinks(64, 43)
     out = torch.empty(16, 64, 64, dtype=torch.bfloat16, device="cuda")
     first = plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out).clone()
-    again = _runs_without_sync(lambda: plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks,
+    again = runs_without_sync(lambda: plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks,
                                                 out=out), out)
     assert all(torch.equal(a, first) for a in again)
     assert len(plan._ready) == 1
@@ -628,7 +613,7 @@ def test_gpu_repeated_decode_runs_relaunch_only_what_was_checked(hopper, splits)
     sinks = _sinks(32, 44)
     out = torch.empty(4, 32, 128, dtype=torch.bfloat16, device="cuda")
     first = plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out).clone()
-    again = _runs_without_sync(lambda: plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out),
+    again = runs_without_sync(lambda: plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out),
                                out)
     assert all(torch.equal(a, first) for a in again)
     assert len(plan._ready) == 1
