@@ -8,8 +8,8 @@ others, as LLM keys have), the relative error (||out - ref|| / ||ref||) of:
   * the kernel over the fp8 cache against swattn over the unquantized cache (what the
     quantization costs).
 
-Scales are calibrated as engines do: the largest finite magnitude (of the tensor, or of each
-KV head) maps to the format's largest value.
+Scales are calibrated as engines do (swattn.bench.peers.fp8_cache): the largest finite
+magnitude (of the tensor, or of each KV head) maps to the format's largest value.
 
     PYTHONPATH=src python3 scripts/fp8_accuracy.py
 """
@@ -18,17 +18,12 @@ import torch
 
 import swattn
 from swattn import reference
+from swattn.bench.peers import fp8_cache
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, rel_err
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 DTYPE = torch.bfloat16 if GPU else torch.float16
-
-
-def calibrated(x, fp8, per_head):
-    amax = x.float().nan_to_num(0.0).abs()
-    amax = amax.amax(dim=(0, 1, 3)) if per_head else amax.amax().reshape(1)
-    return (amax.clamp_min(1e-6) / torch.finfo(fp8).max).to(torch.float32)
 
 
 def with_outliers(x, seed):
@@ -75,13 +70,13 @@ def main():
                  "extend, deterministic": swattn.extend_attention(*et, deterministic=True, **kw_e)}
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
             for per_head in (False, True):
-                ks, vs = calibrated(dt[1], fp8, per_head), calibrated(dt[2], fp8, per_head)
-                d8 = dt[:1] + [reference.quantize(dt[1], ks, fp8), reference.quantize(dt[2], vs, fp8)] + dt[3:]
+                k8, v8, ks, vs = fp8_cache(dt[1], dt[2], fp8, per_head)
+                d8 = dt[:1] + [k8, v8] + dt[3:]
                 got = swattn.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
                 want = reference.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
                 rows = [("decode", got, want)]
-                ks, vs = calibrated(et[3], fp8, per_head), calibrated(et[4], fp8, per_head)
-                e8 = et[:3] + [reference.quantize(et[3], ks, fp8), reference.quantize(et[4], vs, fp8)] + et[5:]
+                k8, v8, ks, vs = fp8_cache(et[3], et[4], fp8, per_head)
+                e8 = et[:3] + [k8, v8] + et[5:]
                 for name, det in (("extend, two-stage", False), ("extend, deterministic", True)):
                     got = swattn.extend_attention(*e8, k_scale=ks, v_scale=vs, deterministic=det, **kw_e)
                     want = reference.extend_attention(*e8, k_scale=ks, v_scale=vs, **kw_e)

@@ -107,7 +107,10 @@ def check_scales(k_scale, v_scale, kv_dtype, num_kv_heads, device_index):
 
 def scale_args(k_scale, v_scale, unit):
     """``((k_scale, v_scale), (k stride, v stride))`` a launch takes: a missing scale is the
-    plan's ``unit`` (a device 1.0); the stride between KV heads is 0 for one value."""
+    plan's ``unit`` (a device 1.0); the stride between KV heads is 0 for one value. A plan
+    of a 16-bit cache (``unit`` None) takes none."""
+    if unit is None:
+        return (None, None), (0, 0)
     k = unit if k_scale is None else k_scale
     v = unit if v_scale is None else v_scale
     return (k, v), (int(k.numel() > 1), int(v.numel() > 1))

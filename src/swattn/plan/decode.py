@@ -85,9 +85,7 @@ class DecodePlan(Plan):
         if s.return_lse and lse is None:
             lse = torch.empty(batch, self._hq, dtype=torch.float32, device=q.device)
         if batch:
-            scales, strides = (None, None), (0, 0)
-            if self._unit is not None:
-                scales, strides = scale_args(k_scale, v_scale, self._unit)
+            scales, strides = scale_args(k_scale, v_scale, self._unit)
             launch, merge = self._launch(sinks is not None, sparse is not None, strides)
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,

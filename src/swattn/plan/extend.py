@@ -101,9 +101,7 @@ class ExtendPlan(Plan):
                 self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
-            scales, strides = (None, None), (0, 0)
-            if self._unit is not None:
-                scales, strides = scale_args(k_scale, v_scale, self._unit)
+            scales, strides = scale_args(k_scale, v_scale, self._unit)
             ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
                                  strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
