@@ -19,6 +19,17 @@ import triton.language as tl
 from ._common import fp8_cached
 from ._validate import FP8_DTYPES, check_tensor
 
+_UNITS = {}  # device -> a float32 1.0 there: the scale of an fp8 cache given none
+
+
+def unit_scale(device):
+    """A float32 tensor [1] holding 1.0 on ``device``, made once a device: what an fp8
+    cache given no scale takes (write_kv, and every plan, one-shot ones too)."""
+    unit = _UNITS.get(device)
+    if unit is None:
+        unit = _UNITS[device] = torch.ones(1, dtype=torch.float32, device=device)
+    return unit
+
 
 @triton.jit
 def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
@@ -84,9 +95,9 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
     if k.shape[0] == 0:
         return
     fp8 = k_cache.dtype in FP8_DTYPES
-    unit = torch.ones(1, dtype=torch.float32, device=k.device) if fp8 else None
-    k_scale = unit if fp8 and k_scale is None else k_scale
-    v_scale = unit if fp8 and v_scale is None else v_scale
+    if fp8:
+        k_scale = unit_scale(k.device) if k_scale is None else k_scale
+        v_scale = unit_scale(k.device) if v_scale is None else v_scale
     _write_kv_kernel[(k.shape[0],)](
         K=k, V=v, K_cache=k_cache, V_cache=v_cache, slot_mapping=slot_mapping, k_scale=k_scale,
         v_scale=v_scale, K_SCALE_STRIDE=int(fp8 and k_scale.numel() > 1),

@@ -8,6 +8,7 @@ import torch
 
 from ..ops import config as _config
 from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars
+from ..ops.cache import unit_scale
 
 
 class Plan:
@@ -24,8 +25,7 @@ class Plan:
         self.dtype = dtype
         # The cache's dtype, and for an fp8 cache the 1.0 a run without scales takes.
         self.kv_dtype = spec.kv_dtype
-        self._unit = (torch.ones(1, dtype=torch.float32, device=device)
-                      if spec.kv_dtype in FP8_DTYPES else None)
+        self._unit = unit_scale(device) if spec.kv_dtype in FP8_DTYPES else None
         self._index = device.index if device.type == "cuda" else -1
         self._launches = {} if launches is None else launches
         self._ready = {} if ready is None else ready

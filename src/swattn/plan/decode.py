@@ -11,8 +11,7 @@ from ..ops._validate import (check_int, check_lengths, check_num_splits, check_p
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
 from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
-                      expect_first,
-                      remember, replace_spec, resolve_device, scale_args, to_device)
+                      expect_first, remember, replace_spec, resolve_device, scale_args, to_device)
 
 
 class DecodePlan(Plan):

@@ -10,9 +10,8 @@ from ..ops._launch import relaunch
 from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
                              expect, host_ints)
 from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
-                      expect_first,
-                      remember, scale_args,
-                      replace_spec, resolve_device, to_device)
+                      expect_first, remember, replace_spec, resolve_device, scale_args,
+                      to_device)
 
 
 class ExtendPlan(Plan):
