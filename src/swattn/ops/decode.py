@@ -240,6 +240,12 @@ def _decode_kernel(
     b_q2 = b_q
     if SPLIT_D:
         b_q2 = load_rows(p_q + o_d2[None, :], m_h, m_d2, EVEN_D2)  # [BH, BD2]
+    if FP8 and b_q.dtype == tl.bfloat16:
+        # Over an fp8 cache the products run in fp16: an fp8 tile converts to fp16 in one
+        # packed instruction a pair (to bf16 it goes through fp32), and a bf16 query within
+        # fp16's range is an fp16 value.
+        b_q = b_q.to(tl.float16)
+        b_q2 = b_q2.to(tl.float16)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)

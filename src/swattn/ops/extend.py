@@ -427,6 +427,10 @@ def _extend_kernel(
 
     b_q = load_rows(Q + tok_q[:, None] * stride_qt + head[:, None] * stride_qh + o_d[None, :],
                      m_rows, m_d, EVEN_D)  # [BM, BD]
+    if K_cache.dtype.element_ty.is_fp8() and b_q.dtype == tl.bfloat16:
+        # Over an fp8 cache the products run in fp16 (as ops.decode's): an fp8 tile converts
+        # to fp16 in one packed instruction a pair.
+        b_q = b_q.to(tl.float16)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
