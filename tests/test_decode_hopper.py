@@ -17,15 +17,28 @@ from checks import assert_bounds_identical, assert_matches_reference, replay_aft
 from conftest import DEVICE
 
 SCRIPT = """
+import torch
 from swattn.verify import asm
 variants = [dict(), dict(bounds="skip"), dict(bounds="none"), dict(head_dim=64, dtype="fp16"),
             dict(page_size=64, group=1), dict(page_size=128, group=64, USE_WINDOW=False),
             dict(page_size=32, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
-            dict(WRITE_PARTIAL=True, bounds="skip"), dict(WRITE_PARTIAL=True, PDL=True)]
+            dict(WRITE_PARTIAL=True, bounds="skip"), dict(WRITE_PARTIAL=True, PDL=True),
+            dict(kv_dtype=torch.float8_e4m3fn), dict(kv_dtype=torch.float8_e4m3fn, bounds="none"),
+            dict(kv_dtype=torch.float8_e5m2, head_dim=64, dtype="fp16", WRITE_PARTIAL=True,
+                 bounds="skip"),
+            dict(kv_dtype=torch.float8_e4m3fn, page_size=128, group=64, HAS_SINKS=True,
+                 USE_SOFTCAP=True, RETURN_LSE=True)]
 for flags in variants:
     c, ptx = asm.compile_hopper_decode(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c)
     assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
+    # An fp8 cache's tiles widen to fp16 by the packed conversion, none through fp32 in
+    # the tile loop.
+    fp8 = flags.get("kv_dtype")
+    if fp8 is not None:
+        name = "e4m3" if fp8 == torch.float8_e4m3fn else "e5m2"
+        assert f"cvt.rn.f16x2.{name}x2" in ptx, flags
+        assert not [i for i in sum(asm.mma_loops(c.sass), []) if i.startswith("F2F.")], flags
     # The split merge's PDL trigger exactly where asked for.
     assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
     # The tile loop's branches warp-uniform to ptxas: no divergence handling around its
@@ -35,7 +48,8 @@ for flags in variants:
     assert loops, flags
     assert not [i for i in sum(loops, []) if "WARPSYNC" in i or "ENDCOLLECTIVE" in i], flags
     # Two programs an SM at d128: the registers (setmaxnreg moves them between the
-    # partitions) and the shared memory (three stages and the query tile).
+    # partitions) and the shared memory (the ring, the query tile and, over an fp8 cache,
+    # the two widened tiles).
     assert c.registers <= 128 and "setmaxnreg" in ptx, (flags, c.registers)
     if flags.get("head_dim", 128) == 128:
         assert 2 * (c.shared + 1024) <= 233472, (flags, c.shared)

@@ -253,6 +253,54 @@ def test_gpu_bf16_queries_over_fp8_caches(fp8, per_head):
         assert_matches_reference(got, reference.extend_attention(*tensors, **kw), tol=1e-2)
 
 
+# The Hopper decode path over fp8 caches: windows starting mid-page and mid-tile, a key of
+# one, pages below, at and above the 64-key tile, groups of 1 to 64, splits, sinks,
+# soft-cap, lse, fp16 and bf16 queries, d64 and d128.
+HOPPER_FP8_CASES = [
+    (DecodeCase([1, 63, 64, 65, 200, 4133], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                head_dim_v=128, page_size=16, window_left=127, dtype=torch.bfloat16, seed=81),
+     {"num_splits": 1}),
+    (DecodeCase([9000, 31, 4096], num_q_heads=16, num_kv_heads=4, head_dim=128, head_dim_v=128,
+                page_size=16, window_left=None, dtype=torch.bfloat16, seed=82),
+     {"num_splits": 3, "return_lse": True, "sinks": True}),
+    (DecodeCase([4097, 5000, 17], num_q_heads=8, num_kv_heads=1, head_dim=64, head_dim_v=64,
+                page_size=32, window_left=4095, dtype=torch.float16, seed=83),
+     {"num_splits": 2, "sinks": True, "softcap": 20.0}),
+    (DecodeCase([300, 1, 129], num_q_heads=64, num_kv_heads=1, head_dim=128, head_dim_v=128,
+                page_size=128, window_left=100, dtype=torch.bfloat16, seed=84),
+     {"return_lse": True}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
+    """The Gluon decode path over an fp8 cache (TMA'd fp8 pages widened to fp16 in shared
+    memory): its bounds variants bit-identical, within rounding of the float64 reference
+    over the same cache, and a bad page's rows NaN (the poison rows read in its place)
+    with every other row the good run's bits."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    for case, kwargs in HOPPER_FP8_CASES:
+        tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
+        kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
+        if kw.pop("sinks", False):
+            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
+                case.seed)).cuda()
+        got = assert_bounds_identical([run_decode(*tensors, bounds=b, hopper=True, **kw)
+                                       for b in ("tight", "skip", "none")])
+        assert_matches_reference(got, reference.decode_attention(*tensors, **kw), tol=1e-2)
+        out = got[0] if isinstance(got, tuple) else got
+        # Sequence 0's last page holds its last key: visible to it under every window.
+        table = tensors[3].clone()
+        table[0, (case.seq_lens[0] - 1) // case.page_size] = -1
+        bad = run_decode(*tensors[:3], table, tensors[4], hopper=True, **kw)
+        bad = bad[0] if isinstance(bad, tuple) else bad
+        assert torch.isnan(bad[0]).all()
+        assert torch.equal(bad[1:], out[1:])
+
+
 @pytest.mark.gpu
 def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
     """A plan over an fp8 cache: its repeated runs (scales included in what the run's key
@@ -267,7 +315,7 @@ def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
     (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, fp8, True)
     dplan = swattn.plan_decode(lens.tolist(), num_q_heads=32, num_kv_heads=8, head_dim=128,
                                page_size=16, window_left=4095, kv_dtype=fp8)
-    assert dplan.path == "triton"
+    assert dplan.path == "hopper"
     out = torch.empty(4, 32, 128, dtype=torch.bfloat16, device="cuda")
     ecase = ExtendCase([4100, 300], [700, 129], num_q_heads=32, num_kv_heads=8, head_dim=128,
                        head_dim_v=128, page_size=16, window_left=1023, dtype=torch.bfloat16,

@@ -73,12 +73,12 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host)
 
 
-def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, config=None):
+def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
     """swattn's decode over an fp8 copy of the case's cache (and sparse pool), one scale a KV
     head calibrated from the data (:func:`.peers.fp8_cache`), through ``plan.run``; checked
     against the float64 reference over the same fp8 cache (what it computes). The copy is
-    made outside the timed region. ``config``: fields of the plan's config to change (an fp8
-    tile is half the bytes of a 16-bit one)."""
+    made outside the timed region. ``hopper``, ``config``: as :func:`swattn.plan_decode`'s
+    (with ``hopper=True`` the dict changes the Hopper path's config)."""
     need_device(inputs)
     import swattn
     from .. import reference
@@ -90,11 +90,15 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, config=None):
         sparse = (reference.quantize(k_pool, k_scale, fp8), reference.quantize(v_pool, v_scale, fp8),
                   idx)
     table = inputs.block_table_window
-    plan = swattn.plan_decode(
-        case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
-        head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
-        window_left=case.window_left, sparse_keys=sparse[2].shape[1] if sparse else 0,
-        kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device, config=config)
+    try:
+        plan = swattn.plan_decode(
+            case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
+            head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
+            window_left=case.window_left, sparse_keys=sparse[2].shape[1] if sparse else 0,
+            kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device, hopper=hopper,
+            config=config)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
     out = empty_out(inputs)
 
     def run():
@@ -108,9 +112,10 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, config=None):
             inputs.q[:n], k8, v8, table[:n], inputs.seq_lens[:n], window_left=case.window_left,
             sinks=inputs.sinks, sparse=part, k_scale=k_scale, v_scale=v_scale)
 
+    stages = f", {plan.config.num_stages} stages" if plan.path == "hopper" else ""
     note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan.path} kernel "
-            f"BN{plan.config.block_n}, {plan.num_splits} split(s); checked against the reference "
-            "over the same fp8 cache")
+            f"BN{plan.config.block_n}{stages}, {plan.num_splits} split(s); checked against the "
+            "reference over the same fp8 cache")
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8, sparse],
                     host={"plan.run": run}, reference=want)
 
@@ -126,8 +131,12 @@ VARIANTS = (
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
     Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
-    Variant("swattn tight, fp8 e4m3 cache, 128-key tiles", "fp8-bn128", "ours",
-            lambda i: ours_fp8(i, config={"block_n": 128})),
+    Variant("swattn tight, fp8 e4m3 cache, Triton kernel", "fp8-triton", "ours",
+            lambda i: ours_fp8(i, hopper=False)),
+    Variant("swattn tight, fp8 e4m3 cache, Hopper path, 2 stages", "fp8-s2", "ours",
+            lambda i: ours_fp8(i, hopper=True, config={"num_stages": 2})),
+    Variant("swattn tight, fp8 e4m3 cache, Hopper path, 4 stages", "fp8-s4", "ours",
+            lambda i: ours_fp8(i, hopper=True, config={"num_stages": 4})),
     Variant("SGLang decode", "sglang", "peer", sglang_decode),
     Variant("vLLM unified", "vllm", "peer", vllm_decode),
     Variant("vLLM unified, fp8 e4m3 cache", "vllm-fp8", "peer",

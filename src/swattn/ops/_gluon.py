@@ -101,20 +101,29 @@ def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, 
 @gluon.jit
 def issue(new_desc, cache_desc, bar, dest, ok, is_new, start, row0, col, pages, valid, oob_row,
            PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-           D: gl.constexpr):
+           D: gl.constexpr, poison=None):
     """The copies of one K or V tile into ``dest``, completing on ``bar`` (nothing when
     not ``ok``): BN rows of the new tokens from row ``row0 + start``, or a cache tile's
     page copies (:func:`tile_pages`); a copy not issued for its page reads row
     ``oob_row`` (past the cache's last) instead, which the copy engine fills with zeros
-    without touching memory, so every tile completes the same bytes."""
-    mbarrier.expect(bar, BN * D * 2, pred=ok)
+    (or NaN, as the descriptor pads) without touching memory, so every tile completes the
+    same bytes. ``poison``: a descriptor of PR rows of NaN read in the place of a page not
+    issued (an fp8 cache, whose descriptor cannot pad with NaN)."""
+    mbarrier.expect(bar, BN * D * (dest.dtype.primitive_bitwidth // 8), pred=ok)
     if is_new:
         tma.async_copy_global_to_shared(new_desc, [row0 + start, col], bar, dest, pred=ok)
     else:
         for i in gl.static_range(NP):
-            row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
-            tma.async_copy_global_to_shared(cache_desc, [row, col], bar, dest.slice(i * PR, PR),
-                                            pred=ok)
+            if poison is None:
+                row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
+                tma.async_copy_global_to_shared(cache_desc, [row, col], bar,
+                                                dest.slice(i * PR, PR), pred=ok)
+            else:
+                row = pages[i] * PAGE + (start + i * PR) % PAGE
+                tma.async_copy_global_to_shared(cache_desc, [row, col], bar,
+                                                dest.slice(i * PR, PR), pred=ok & valid[i])
+                tma.async_copy_global_to_shared(poison, [0, 0], bar, dest.slice(i * PR, PR),
+                                                pred=ok & (valid[i] == 0))
 
 
 def descriptor(t, box_rows, layout, padding="zero"):

@@ -212,11 +212,13 @@ class HopperDecodeConfig:
         return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
 
-def hopper_decode_config(head_dim, dtype):
+def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
     stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
-    memory with the query tile)."""
-    del dtype
+    memory with the query tile). An fp8 cache's stage is half the bytes, and the two fp16
+    tiles it widens into take 16 / 32 KB: 8 stages at d64, 3 at d128 (88 KB / 96 KB)."""
+    if kv_dtype is not None and kv_dtype != dtype:
+        return HopperDecodeConfig(num_stages=8 if head_dim <= 64 else 3)
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
 
 

@@ -64,13 +64,16 @@ split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 # fields); the scores rule travels as _gluon.Rule. IS_CAUSAL and USE_RIGHT are False (a
 # decode query sees every key up to its own), named for _gluon.weights.
 DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
-                         "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP")  # constexprs
+                         "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
+                         "V_SCALE_STRIDE")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
-# barriers on which the warpgroup releases a stage to the producer.
-DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
-# Where the output goes: out and lse, or with split-KV the split's partial state.
+# barriers on which the warpgroup releases a stage to the producer; over an fp8 cache,
+# the fp16 tiles the warpgroup widens a stage's K and V into (None over a 16-bit one).
+DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty k_wide v_wide")
+# Where the output goes: out and lse, or with split-KV the split's partial state; an fp8
+# cache's V scale (None over a 16-bit one).
 DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
-                         "stride_lb stride_pb stride_ph stride_ps stride_plb stride_plh")
+                         "stride_lb stride_pb stride_ph stride_ps stride_plb stride_plh v_scale")
 # The program's sequence, KV head and split, the sequence's length and first visible key,
 # the split's tiles [t_start, t_stop).
 Split = namedtuple("Split", "i_seq i_kvh i_split seq_len lo t_start t_stop")
@@ -119,6 +122,20 @@ def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
+def _widen(src, dst, key0, lo, key_end, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
+    """An fp8 tile of the ring (``src``, [BN, D]) converted to fp16 into ``dst`` for the
+    products (exactly: every fp8 value is an fp16 value; one packed conversion a pair).
+    MASKED (a V tile at the window's edges): rows outside ``[lo, key_end)`` are written as
+    0, as :func:`_zero_outside` does for a 16-bit tile."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (D // 16), D // 16], [4, 1], [1, 0])
+    b = src.load(layout).to(gl.float16)  # [BN, D]
+    if MASKED:
+        keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+        b = gl.where(((keys >= lo) & (keys < key_end))[:, None], b, gl.zeros_like(b))
+    dst.store(b)
+
+
+@gluon.jit
 def _consume(q_smem, ring, store, split, rule, flags):
     """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed,
     then its stage released to the producer; the output (or the split's partial) stored."""
@@ -138,7 +155,7 @@ def _consume(q_smem, ring, store, split, rule, flags):
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
-    dtype: gl.constexpr = k_smem.dtype
+    dtype: gl.constexpr = q_smem.dtype
 
     # Every row is the query at seq_len - 1: window.visible's predicate with the key end.
     q_pos = gl.full([BM], seq_len - 1, gl.int32, layout=row_s)
@@ -154,9 +171,26 @@ def _consume(q_smem, ring, store, split, rule, flags):
             st = i % STAGES
             phase = (i // STAGES) & 1
             mbarrier.wait(ring.bar_k.index(st), phase)
-            mbarrier.wait(ring.bar_v.index(st), phase)
-            s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
-                                  use_acc=False, is_async=True)
+            if flags.FP8:
+                # The stage's K widened to fp16, its product started, V widened meanwhile
+                # (its rows outside the keys zeroed in an edge tile), the stage released.
+                _widen(k_smem.index(st), ring.k_wide, key0, lo, seq_len, False, BN, D)
+                fence_async_shared()
+                gl.thread_barrier()
+                s_tok = warpgroup_mma(q_smem, ring.k_wide.permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
+                mbarrier.wait(ring.bar_v.index(st), phase)
+                if (key0 >= lo) & (key0 + BN <= seq_len):
+                    _widen(v_smem.index(st), ring.v_wide, key0, lo, seq_len, False, BN, D)
+                else:
+                    _widen(v_smem.index(st), ring.v_wide, key0, lo, seq_len, True, BN, D)
+                fence_async_shared()
+                gl.thread_barrier()
+                mbarrier.arrive(ring.empty.index(st))
+            else:
+                mbarrier.wait(ring.bar_v.index(st), phase)
+                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                                      use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             if (key0 >= lo) & (key0 + BN <= seq_len):
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
@@ -164,12 +198,17 @@ def _consume(q_smem, ring, store, split, rule, flags):
             else:
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
                                              True)
-                _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
+                if not flags.FP8:
+                    _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-            acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+            if flags.FP8:
+                acc_tok = warpgroup_mma(p_op, ring.v_wide, acc, is_async=True)
+            else:
+                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            mbarrier.arrive(ring.empty.index(st))
+            if not flags.FP8:
+                mbarrier.arrive(ring.empty.index(st))
             i += 1
 
     # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible,
@@ -179,6 +218,9 @@ def _consume(q_smem, ring, store, split, rule, flags):
     m_row = rows < flags.GROUP
     m_safe = gl.convert_layout(gl.where(m_i == float("-inf"), 0.0, m_i), row_o)
     l_o = gl.convert_layout(l_i, row_o)
+    if flags.FP8:
+        # The cache holds value / scale: V's scale multiplies the output (K's is in qk_scale).
+        acc = acc * gl.load(store.v_scale + split.i_kvh * flags.V_SCALE_STRIDE)
     denom = l_o
     if flags.HAS_SINKS and not flags.WRITE_PARTIAL:
         sink = gl.load(store.sinks + head, mask=m_row, other=0.0)
@@ -201,13 +243,15 @@ def _consume(q_smem, ring, store, split, rule, flags):
 
 
 @gluon.jit
-def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
-             t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
+def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len,
+             lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
              NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
              SKIP: gl.constexpr):
     """The producer warp: for the i-th tile with work (:func:`_has_work`), its block-table
     entries, then its K and V page copies into stage i % STAGES once the warpgroup has
-    released that stage's previous tile (the first round passes at once)."""
+    released that stage's previous tile (the first round passes at once). ``poison``: an
+    fp8 cache's NaN rows, read for K in the place of a page not copied (None: K's
+    descriptor pads with NaN)."""
     seq_len, lo = uniform(seq_len), uniform(lo)
     t_start, t_stop = uniform(t_start), uniform(t_stop)
     i = 0  # tiles put in the ring so far
@@ -219,7 +263,7 @@ def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_
             pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
             mbarrier.wait(empty.index(st), free)
             issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
-                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D, poison)
             issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             i += 1
@@ -227,15 +271,16 @@ def _produce(kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_
 
 @gluon.jit
 def _hopper_decode_kernel(
-    kc_desc, vc_desc, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
-    stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph,
+    kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
+    k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph,
     stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row, qk_scale, softcap,
     window_left,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, WIDE_LAYOUT: gl.constexpr,
+    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -256,15 +301,25 @@ def _hopper_decode_kernel(
     bt_row = block_table + i_seq * stride_bt
 
     # The group's query rows, zero past the group, into shared memory for the products.
-    dtype: gl.constexpr = kc_desc.dtype
+    # Over an fp8 cache (value / scale in the ring) the products run in fp16: the tiles
+    # widen to fp16 in one packed conversion a pair (to bf16 they would go through fp32),
+    # and a bf16 query within fp16's range is an fp16 value; K's scale joins qk_scale.
+    FP8: gl.constexpr = kc_desc.dtype.is_fp8()
     q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
     cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
     p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
     b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
-    q_smem = gl.allocate_shared_memory(dtype, [BM, D], Q_LAYOUT, b_q)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], kc_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], vc_desc.layout)
+    k_wide = None
+    v_wide = None
+    if FP8:
+        b_q = b_q.to(gl.float16)
+        qk_scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
+        k_wide = gl.allocate_shared_memory(gl.float16, [BN, D], WIDE_LAYOUT)
+        v_wide = gl.allocate_shared_memory(gl.float16, [BN, D], WIDE_LAYOUT)
+    q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
+    k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
+    v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
     bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -278,15 +333,17 @@ def _hopper_decode_kernel(
     # its values into run-time ones), and the rule is built in the call, keeping its 0 a
     # constexpr (see extend_hopper).
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
-                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP)
-    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
+                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
+                                      FP8, V_SCALE_STRIDE)
+    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty, k_wide, v_wide)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
-                        stride_pb, stride_ph, stride_ps, stride_plb, stride_plh)
+                        stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
     split = Split(i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop)
     gl.warp_specialize([
         (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0), flags)),
-        (_produce, (kc_desc, vc_desc, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len, lo,
-                    t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP)),
+        (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                    seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
+                    STAGES, SKIP)),
     ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
@@ -309,15 +366,21 @@ def takes_shape(head_dim, head_dim_v, group, page_size):
     return page_size % block_n == 0
 
 
-def unsupported(device, dtype, head_dim, head_dim_v, group, page_size):
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=None):
     """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
-    tensors' strides are checked at run time (:func:`descriptors`)."""
+    tensors' strides are checked at run time (:func:`descriptors`). ``kv_dtype``: the
+    cache's, where it is fp8."""
     if device.type != "cuda":
         return "it runs on CUDA devices only (not under the interpreter)"
     if torch.cuda.get_device_capability(device) != (9, 0):
         return "it needs an sm_90 GPU (Hopper)"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"it takes fp16 or bf16, got {dtype}"
+    if kv_dtype not in (None, dtype) + FP8_DTYPES:
+        return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
     if not takes_shape(head_dim, head_dim_v, group, page_size):
         return (f"it needs D = Dv in {HEAD_DIMS}, at most {HopperDecodeConfig.block_h} query "
                 f"heads a KV head and page_size a multiple of 16 that divides or is divided by "
@@ -325,38 +388,62 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size):
     return None
 
 
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+              torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+
 @functools.lru_cache(maxsize=64)
-def shared_layouts(dtype, head_dim, page_size, block_h, block_n):
-    """(cache tile layout, query tile layout) of one shape."""
-    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
+def shared_layouts(dtype, head_dim, page_size, block_h, block_n, kv_dtype=None):
+    """(cache tile layout, query tile layout, widened tile layout or None) of one shape:
+    over an fp8 cache (``kv_dtype``) the query tile and the widened K/V tiles are fp16."""
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
     page_rows = min(page_size, block_n)
-    return (gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], gl_dtype),
-            gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl_dtype))
+    cache = gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], _GL_DTYPES[kv_dtype])
+    if kv_dtype == dtype:
+        return cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], _GL_DTYPES[dtype]), None
+    return (cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl.float16),
+            gl.NVMMASharedLayout.get_default_for([block_n, head_dim], gl.float16))
+
+
+@functools.lru_cache(maxsize=16)
+def _poison(device, kv_dtype, rows, head_dim, layout):
+    """The descriptor of ``rows`` rows of fp8 NaN (the byte 0x7f in both formats) that an fp8
+    cache's K copies read for a page not copied (a copy engine cannot pad fp8 with NaN)."""
+    nan = torch.full((rows, 1, head_dim), 0x7F, dtype=torch.uint8, device=device).view(kv_dtype)
+    return descriptor(nan, rows, layout)
 
 
 def descriptors(cfg, q, k_cache, v_cache):
-    """(k_cache, v_cache) descriptors of one launch (K's pads with NaN: see the module
-    docstring), or a sentence saying why the copy engine cannot take the tensors."""
+    """(k_cache, v_cache, poison or None) descriptors of one launch (K's pads with NaN, or
+    over an fp8 cache reads the poison rows: see the module docstring), or a sentence
+    saying why the copy engine cannot take the tensors."""
     if q.stride(-1) != 1:
         return "the query's head dim must be contiguous"
-    kc, vc = (d.attempt() for d in lazy_descriptors(cfg, q, k_cache, v_cache))
+    kc, vc, poison = lazy_descriptors(cfg, q, k_cache, v_cache)
+    kc, vc = kc.attempt(), vc.attempt()
     if kc is None or vc is None:
         return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
-    return kc, vc
+    return kc, vc, poison
 
 
 def lazy_descriptors(cfg, q, k_cache, v_cache):
     """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor)."""
     if q.stride(-1) != 1:
         raise ValueError("the query's head dim must be contiguous")
-    cache_layout, _ = shared_layouts(q.dtype, q.shape[-1], k_cache.shape[1], cfg.block_h, cfg.block_n)
+    kv_dtype = k_cache.dtype
+    cache_layout = shared_layouts(q.dtype, q.shape[-1], k_cache.shape[1], cfg.block_h,
+                                  cfg.block_n, kv_dtype)[0]
     rows = min(k_cache.shape[1], cfg.block_n)
+    if kv_dtype in FP8_DTYPES:
+        return (Descriptor(k_cache, descriptor, rows, cache_layout),
+                Descriptor(v_cache, descriptor, rows, cache_layout),
+                _poison(k_cache.device, kv_dtype, rows, q.shape[-1], cache_layout))
     return (Descriptor(k_cache, descriptor, rows, cache_layout, "nan"),
-            Descriptor(v_cache, descriptor, rows, cache_layout))
+            Descriptor(v_cache, descriptor, rows, cache_layout), None)
 
 
-_TENSORS = ("kc_desc", "vc_desc", "Q", "block_table", "seq_lens", "sinks", "Out", "Lse", "Part_o",
-            "Part_lse")
+_TENSORS = ("kc_desc", "vc_desc", "poison", "Q", "block_table", "seq_lens", "sinks", "Out", "Lse",
+            "Part_o", "Part_lse", "k_scale", "v_scale")
 _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb", "stride_pb",
          "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row")
 
@@ -364,7 +451,9 @@ _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "strid
 @functools.lru_cache(maxsize=64)
 def _launcher(spec, dtype):
     cfg = spec.config  # a config.HopperDecodeConfig
-    _, q_layout = shared_layouts(dtype, spec.head_dim, spec.page_size, cfg.block_h, cfg.block_n)
+    kv_dtype = spec.kv_dtype or dtype
+    _, q_layout, wide = shared_layouts(dtype, spec.head_dim, spec.page_size, cfg.block_h,
+                                       cfg.block_n, kv_dtype)
     fixed = dict(
         num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits, qk_scale=spec.qk_scale,
         softcap=float(spec.softcap), window_left=spec.window_left or 0,
@@ -373,9 +462,10 @@ def _launcher(spec, dtype):
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl)
+        PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, WIDE_LAYOUT=wide,
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
-                  _TENSORS, _INTS, (dtype,))
+                  _TENSORS, _INTS, (dtype, kv_dtype))
 
 
 class HopperDecodeLaunch:
@@ -389,13 +479,14 @@ class HopperDecodeLaunch:
         self.num_kv_heads = spec.num_kv_heads
         self.num_splits = spec.num_splits
 
-    def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs):
+    def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs,
+                 scales=(None, None)):
         part_o, part_lse, ps = split_scratch(parts, out)
         lse_t = out if lse is None else lse
         qs, os_ = q.stride(), out.stride()
         return self.launch(
             (batch * self.num_kv_heads, self.num_splits, 1),
-            (descs[0], descs[1], q, block_table, seq_lens, lse_t if sinks is None else sinks, out,
-             lse_t, part_o, part_lse),
+            (descs[0], descs[1], descs[2], q, block_table, seq_lens,
+             lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
             (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
              *ps, k_cache.shape[0] * k_cache.shape[1]))

@@ -90,7 +90,8 @@ class DecodePlan(Plan):
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
                                self._parts,
-                               self._hopper.lazy_descriptors(self.spec.config, q, k_cache, v_cache))
+                               self._hopper.lazy_descriptors(self.spec.config, q, k_cache, v_cache),
+                               scales)
             else:
                 ready = launch(batch, q, k_cache, v_cache, block_table, self.seq_lens, sinks,
                                sparse, out, lse, self._parts, scales)
@@ -213,9 +214,9 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     group = num_q_heads // num_kv_heads
     cfg = _config.decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype)
-    if isinstance(config, dict):
+    if isinstance(config, dict) and not hopper:
         cfg = replace_spec(cfg, **config)
-    elif config is not None:
+    elif config is not None and not isinstance(config, dict):
         cfg = config
     want = hopper
     if hopper is None:
@@ -226,16 +227,17 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     if want:
         from ..ops import decode_hopper
-        reason = decode_hopper.unsupported(device, dtype, head_dim, head_dim_v, group, page_size)
+        reason = decode_hopper.unsupported(device, dtype, head_dim, head_dim_v, group, page_size,
+                                           kv_dtype)
         if reason is None and sparse_keys:
             reason = "it takes no sparse keys"
-        if reason is None and kv_dtype != dtype:
-            reason = "an fp8 cache runs on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
             path = "hopper"
-            cfg = _config.hopper_decode_config(head_dim, dtype)
+            cfg = _config.hopper_decode_config(head_dim, dtype, kv_dtype)
+            if hopper and isinstance(config, dict):
+                cfg = replace_spec(cfg, **config)  # (hopper=True: the dict is this path's)
     if num_splits is None:
         sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if device.type == "cuda" else _config.DECODE_CPU_SMS)

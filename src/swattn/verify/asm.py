@@ -225,10 +225,11 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
 
 
 def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bounds="tight",
-                          **flags):
+                          kv_dtype=None, **flags):
     """The Gluon fast path of the decode kernel (ops.decode_hopper) compiled for sm_90
-    with Triton's ptxas, no GPU needed; ``flags`` override its feature constexprs
-    (USE_WINDOW, HAS_SINKS, WRITE_PARTIAL, STAGES, ...). Returns (Compiled, the PTX)."""
+    with Triton's ptxas, no GPU needed; ``kv_dtype``: an fp8 cache's torch dtype (None:
+    the queries'); ``flags`` override its feature constexprs (USE_WINDOW, HAS_SINKS,
+    WRITE_PARTIAL, STAGES, ...). Returns (Compiled, the PTX)."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -236,21 +237,27 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     from ..ops import decode_hopper as hopper
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    q = torch.empty(2, 2 * group, head_dim, dtype=torch_dtype)
-    cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
-    cfg = hopper_decode_config(head_dim, torch_dtype)
-    kc, vc = hopper.descriptors(cfg, q, cache, cache)
-    q_layout = hopper.shared_layouts(torch_dtype, head_dim, page_size, cfg.block_h,
-                                     cfg.block_n)[1]
+    cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
+    cfg = hopper_decode_config(head_dim, torch_dtype, kv_dtype)
+    layouts = hopper.shared_layouts(torch_dtype, head_dim, page_size, cfg.block_h, cfg.block_n,
+                                    kv_dtype)
+    rows = min(page_size, cfg.block_n)
+    kc, vc = (hopper.descriptor(cache, rows, layouts[0]) for _ in range(2))
     constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=cfg.block_h,
-                      BN=cfg.block_n, STAGES=cfg.num_stages, Q_LAYOUT=q_layout,
+                      BN=cfg.block_n, STAGES=cfg.num_stages, Q_LAYOUT=layouts[1],
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-                      PRODUCER_REGS=cfg.producer_regs, PDL=False)
-    constexprs.update(flags)
+                      PRODUCER_REGS=cfg.producer_regs, PDL=False, WIDE_LAYOUT=layouts[2],
+                      K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
     descs = {"kc_desc": kc, "vc_desc": vc}
+    if kv_dtype is None:
+        constexprs.update(poison=None, k_scale=None, v_scale=None)
+    else:
+        descs["poison"] = kc
+        pointers.update(k_scale="*fp32", v_scale="*fp32")
+    constexprs.update(flags)
     compiled, kernel = _compile(
         GluonASTSource, hopper._hopper_decode_kernel, constexprs,
         lambda name: mangle_type(descs[name]) if name in descs else
