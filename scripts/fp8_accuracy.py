@@ -1,5 +1,6 @@
 """How far an fp8 KV cache moves attention's output (GPU; CPU under the interpreter with fp16
-queries). For each kernel (decode, two-stage extend, deterministic extend), fp8 format and
+queries). For each kernel (decode: its default path, the Hopper one on sm_90, and the Triton
+kernel; two-stage extend, deterministic extend), fp8 format and
 scale granularity, on random keys and on keys with outlier channels (a few channels 20x the
 others, as LLM keys have), the relative error (||out - ref|| / ||ref||) of:
 
@@ -19,6 +20,7 @@ import torch
 import swattn
 from swattn import reference
 from swattn.bench.peers import fp8_cache
+from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, rel_err
 
 GPU = torch.cuda.is_available()
@@ -66,6 +68,7 @@ def main():
         kw_d = dict(window_left=decode.window_left, sinks=sinks[:decode.num_q_heads])
         kw_e = dict(window_left=extend.window_left, sinks=sinks[:extend.num_q_heads])
         exact = {"decode": swattn.decode_attention(*dt, **kw_d),
+                 "decode, Triton kernel": run_decode(*dt, hopper=False, **kw_d),
                  "extend, two-stage": swattn.extend_attention(*et, **kw_e),
                  "extend, deterministic": swattn.extend_attention(*et, deterministic=True, **kw_e)}
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -74,7 +77,10 @@ def main():
                 d8 = dt[:1] + [k8, v8] + dt[3:]
                 got = swattn.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
                 want = reference.decode_attention(*d8, k_scale=ks, v_scale=vs, **kw_d)
-                rows = [("decode", got, want)]
+                rows = [("decode", got, want),
+                        ("decode, Triton kernel",
+                         run_decode(*d8, k_scale=ks, v_scale=vs, hopper=False, **kw_d),
+                         want)]
                 k8, v8, ks, vs = fp8_cache(et[3], et[4], fp8, per_head)
                 e8 = et[:3] + [k8, v8] + et[5:]
                 for name, det in (("extend, two-stage", False), ("extend, deterministic", True)):

@@ -192,6 +192,10 @@ class HopperDecodeConfig:
     # producer producer_regs), so the registers hold two programs an SM.
     maxnreg: int = 128
     producer_regs: int = 24
+    # Over an fp8 cache: the warps that widen the ring's tiles to fp16 beside the
+    # warpgroup, and their registers.
+    convert_warps: int = 2
+    convert_regs: int = 80
     # The plan takes this path for windows of min_keys keys or more (and full attention):
     # ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it on C-A (129 keys).
     min_keys: int = 1024
@@ -215,10 +219,12 @@ class HopperDecodeConfig:
 def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
     stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
-    memory with the query tile). An fp8 cache's stage is half the bytes, and the two fp16
-    tiles it widens into take 16 / 32 KB: 8 stages at d64, 3 at d128 (88 KB / 96 KB)."""
+    memory with the query tile). Over an fp8 cache a stage is half the bytes and the
+    converter's two stages of widened fp16 K/V tiles take 32 / 64 KB: 4 stages at d64, 2 at
+    d128 (72 KB / 112 KB, still two programs an SM; a third stage at d128 leaves one, and ran
+    at 346 us against 211 on C-B: the fp8-decode results)."""
     if kv_dtype is not None and kv_dtype != dtype:
-        return HopperDecodeConfig(num_stages=8 if head_dim <= 64 else 3)
+        return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
 
 

@@ -67,9 +67,13 @@ DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUS
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
                          "V_SCALE_STRIDE")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
-# barriers on which the warpgroup releases a stage to the producer; over an fp8 cache,
-# the fp16 tiles the warpgroup widens a stage's K and V into (None over a 16-bit one).
-DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty k_wide v_wide")
+# barriers on which a stage is released to the producer; over an fp8 cache, the ring of
+# WIDE_STAGES fp16 K/V tiles the converter widens the stages into, and its barriers: full
+# (for the warpgroup) and empty (for the converter). None over a 16-bit cache.
+DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty k_wide v_wide wide_full "
+                        "wide_empty")
+# Shared memory stages of the widened ring (config.HopperDecodeConfig's fp8 budget).
+WIDE_STAGES = gl.constexpr(2)
 # Where the output goes: out and lse, or with split-KV the split's partial state; an fp8
 # cache's V scale (None over a 16-bit one).
 DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
@@ -122,17 +126,58 @@ def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _widen(src, dst, key0, lo, key_end, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
+def _widen(src, dst, key0, lo, key_end, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+           WARPS: gl.constexpr):
     """An fp8 tile of the ring (``src``, [BN, D]) converted to fp16 into ``dst`` for the
-    products (exactly: every fp8 value is an fp16 value; one packed conversion a pair).
-    MASKED (a V tile at the window's edges): rows outside ``[lo, key_end)`` are written as
-    0, as :func:`_zero_outside` does for a 16-bit tile."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (D // 16), D // 16], [4, 1], [1, 0])
-    b = src.load(layout).to(gl.float16)  # [BN, D]
-    if MASKED:
-        keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
-        b = gl.where(((keys >= lo) & (keys < key_end))[:, None], b, gl.zeros_like(b))
-    dst.store(b)
+    products (exactly: every fp8 value is an fp16 value; one packed conversion a pair), 16
+    rows at a time. MASKED (a V tile at the window's edges): rows outside
+    ``[lo, key_end)`` are written as 0, as :func:`_zero_outside` does for a 16-bit tile."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (D // 16), D // 16], [WARPS, 1],
+                                            [1, 0])
+    rows: gl.constexpr = (32 // (D // 16)) * WARPS
+    for r in gl.static_range(BN // rows):
+        b = src.slice(r * rows, rows).load(layout).to(gl.float16)  # [rows, D]
+        if MASKED:
+            keys = key0 + r * rows + gl.arange(0, rows, layout=gl.SliceLayout(1, layout))
+            b = gl.where(((keys >= lo) & (keys < key_end))[:, None], b, gl.zeros_like(b))
+        dst.slice(r * rows, rows).store(b)
+
+
+@gluon.jit
+def _convert(ring, split, flags):
+    """The converter warps (over an fp8 cache): for the i-th tile with work, once the
+    producer's copies have landed and the warpgroup has released widened stage i %
+    WIDE_STAGES, its K and V widened into that stage (V's rows outside the keys zeroed in
+    an edge tile), then the fp8 stage released to the producer and the widened one handed
+    to the warpgroup. Off the warpgroup's path, so the conversion runs beside the products."""
+    BN: gl.constexpr = flags.BN
+    D: gl.constexpr = flags.D
+    STAGES: gl.constexpr = flags.STAGES
+    WARPS: gl.constexpr = gl.num_warps()
+    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
+    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
+    i = 0  # tiles widened so far
+    for j in range(t_start, t_stop):
+        key0 = j * BN
+        if _has_work(key0, lo, seq_len, BN, flags.SKIP):
+            st = i % STAGES
+            w = i % WIDE_STAGES
+            mbarrier.wait(ring.wide_empty.index(w), ((i // WIDE_STAGES) & 1) ^ 1)
+            mbarrier.wait(ring.bar_k.index(st), (i // STAGES) & 1)
+            _widen(ring.k_smem.index(st), ring.k_wide.index(w), key0, lo, seq_len, False, BN, D,
+                   WARPS)
+            mbarrier.wait(ring.bar_v.index(st), (i // STAGES) & 1)
+            if (key0 >= lo) & (key0 + BN <= seq_len):
+                _widen(ring.v_smem.index(st), ring.v_wide.index(w), key0, lo, seq_len, False, BN,
+                       D, WARPS)
+            else:
+                _widen(ring.v_smem.index(st), ring.v_wide.index(w), key0, lo, seq_len, True, BN,
+                       D, WARPS)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(ring.empty.index(st))
+            mbarrier.arrive(ring.wide_full.index(w))
+            i += 1
 
 
 @gluon.jit
@@ -164,30 +209,24 @@ def _consume(q_smem, ring, store, split, rule, flags):
     l_i = gl.zeros([BM], gl.float32, layout=row_s)
     acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+    if flags.FP8:
+        # The query tile held in registers as the scores' A operand: the shared memory the
+        # widened tiles take is then not also read for it every tile.
+        q = q_smem.load(operand_layout(s_layout))
     i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
         key0 = j * BN
         if _has_work(key0, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
             phase = (i // STAGES) & 1
-            mbarrier.wait(ring.bar_k.index(st), phase)
             if flags.FP8:
-                # The stage's K widened to fp16, its product started, V widened meanwhile
-                # (its rows outside the keys zeroed in an edge tile), the stage released.
-                _widen(k_smem.index(st), ring.k_wide, key0, lo, seq_len, False, BN, D)
-                fence_async_shared()
-                gl.thread_barrier()
-                s_tok = warpgroup_mma(q_smem, ring.k_wide.permute((1, 0)), s_zero,
+                # The converter's widened stage (fp16 K and V, V's rows outside the keys 0).
+                w = i % WIDE_STAGES
+                mbarrier.wait(ring.wide_full.index(w), (i // WIDE_STAGES) & 1)
+                s_tok = warpgroup_mma(q, ring.k_wide.index(w).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
-                mbarrier.wait(ring.bar_v.index(st), phase)
-                if (key0 >= lo) & (key0 + BN <= seq_len):
-                    _widen(v_smem.index(st), ring.v_wide, key0, lo, seq_len, False, BN, D)
-                else:
-                    _widen(v_smem.index(st), ring.v_wide, key0, lo, seq_len, True, BN, D)
-                fence_async_shared()
-                gl.thread_barrier()
-                mbarrier.arrive(ring.empty.index(st))
             else:
+                mbarrier.wait(ring.bar_k.index(st), phase)
                 mbarrier.wait(ring.bar_v.index(st), phase)
                 s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
@@ -203,11 +242,12 @@ def _consume(q_smem, ring, store, split, rule, flags):
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             if flags.FP8:
-                acc_tok = warpgroup_mma(p_op, ring.v_wide, acc, is_async=True)
+                acc_tok = warpgroup_mma(p_op, ring.v_wide.index(w), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+                mbarrier.arrive(ring.wide_empty.index(w))
             else:
                 acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            if not flags.FP8:
+                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
                 mbarrier.arrive(ring.empty.index(st))
             i += 1
 
@@ -280,7 +320,8 @@ def _hopper_decode_kernel(
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, WIDE_LAYOUT: gl.constexpr,
-    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
+    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, CONVERT_WARPS: gl.constexpr,
+    CONVERT_REGS: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -312,11 +353,20 @@ def _hopper_decode_kernel(
     b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
     k_wide = None
     v_wide = None
+    wide_full = None
+    wide_empty = None
     if FP8:
         b_q = b_q.to(gl.float16)
         qk_scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
-        k_wide = gl.allocate_shared_memory(gl.float16, [BN, D], WIDE_LAYOUT)
-        v_wide = gl.allocate_shared_memory(gl.float16, [BN, D], WIDE_LAYOUT)
+        k_wide = gl.allocate_shared_memory(gl.float16, [WIDE_STAGES, BN, D], WIDE_LAYOUT)
+        v_wide = gl.allocate_shared_memory(gl.float16, [WIDE_STAGES, BN, D], WIDE_LAYOUT)
+        wide_full = gl.allocate_shared_memory(gl.int64, [WIDE_STAGES, 1],
+                                              mbarrier.MBarrierLayout())
+        wide_empty = gl.allocate_shared_memory(gl.int64, [WIDE_STAGES, 1],
+                                               mbarrier.MBarrierLayout())
+        for i in gl.static_range(WIDE_STAGES):
+            mbarrier.init(wide_full.index(i), count=1)
+            mbarrier.init(wide_empty.index(i), count=1)
     q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
     k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
     v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
@@ -335,16 +385,30 @@ def _hopper_decode_kernel(
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
                                       FP8, V_SCALE_STRIDE)
-    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty, k_wide, v_wide)
+    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty, k_wide, v_wide, wide_full, wide_empty)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
     split = Split(i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop)
-    gl.warp_specialize([
-        (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0), flags)),
-        (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
-                    seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
-                    STAGES, SKIP)),
-    ], [1], [PRODUCER_REGS])
+    if FP8:
+        gl.warp_specialize([
+            (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
+                        flags)),
+            (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                        seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
+                        STAGES, SKIP)),
+            (_convert, (ring, split, flags)),
+        ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
+        for i in gl.static_range(WIDE_STAGES):
+            mbarrier.invalidate(wide_full.index(i))
+            mbarrier.invalidate(wide_empty.index(i))
+    else:
+        gl.warp_specialize([
+            (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
+                        flags)),
+            (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                        seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
+                        STAGES, SKIP)),
+        ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bar_k.index(i))
@@ -463,7 +527,8 @@ def _launcher(spec, dtype):
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, WIDE_LAYOUT=wide,
-        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1])
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
+        CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 
