@@ -209,10 +209,6 @@ def _consume(q_smem, ring, store, split, rule, flags):
     l_i = gl.zeros([BM], gl.float32, layout=row_s)
     acc = gl.zeros([BM, D], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
-    if flags.FP8:
-        # The query tile held in registers as the scores' A operand: the shared memory the
-        # widened tiles take is then not also read for it every tile.
-        q = q_smem.load(operand_layout(s_layout))
     i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
         key0 = j * BN
@@ -223,7 +219,7 @@ def _consume(q_smem, ring, store, split, rule, flags):
                 # The converter's widened stage (fp16 K and V, V's rows outside the keys 0).
                 w = i % WIDE_STAGES
                 mbarrier.wait(ring.wide_full.index(w), (i // WIDE_STAGES) & 1)
-                s_tok = warpgroup_mma(q, ring.k_wide.index(w).permute((1, 0)), s_zero,
+                s_tok = warpgroup_mma(q_smem, ring.k_wide.index(w).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
             else:
                 mbarrier.wait(ring.bar_k.index(st), phase)
