@@ -81,7 +81,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             into the scores' scale), a value times v_scale (folded into the output). The new
             tokens' k and v are taken as the cache stores them (write_kv's rounding), so a
             chunk's result does not depend on where its keys came from. The products run on
-            the stored values in q's dtype; an fp8 cache runs on the Triton kernels.
+            the stored values converted to fp16 (q too, if bf16); an fp8 cache runs on the
+            Triton kernels.
         out: [T, Hq, Dv] output buffer.
 
     Returns:
@@ -207,8 +208,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
             (per KV head); None = 1. A key is its stored value times k_scale (folded into the
             scores' scale), a value times v_scale (folded into the output); the products
-            run on the stored values in q's dtype. The sparse pool shares the cache's dtype
-            and scales.
+            run on the stored values converted to fp16 (q too, if bf16). The sparse pool
+            shares the cache's dtype and scales.
         out: [B, Hq, Dv] output buffer.
 
     Returns:

@@ -194,8 +194,8 @@ def _decode_kernel(
     EVEN_D: tl.constexpr = BLOCK_D <= D
     EVEN_D2: tl.constexpr = BLOCK_D + BLOCK_D2 == D
     EVEN_DV: tl.constexpr = DV == BLOCK_DV
-    # An fp8 cache (and sparse pool): its tiles are converted to the queries' type for the
-    # products (exactly: every fp8 value is a bf16 and an fp16 value).
+    # An fp8 cache (and sparse pool): its tiles are converted to fp16 for the products
+    # (exactly: every fp8 value is an fp16 value), a bf16 query too (below).
     FP8: tl.constexpr = K_cache.dtype.element_ty.is_fp8()
     # HEADS_FIRST: axis 0 runs over (sequence, head block), the head block fastest, so a
     # sequence's programs start side by side and read its pages' rows (every KV head of a

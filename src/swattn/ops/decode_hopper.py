@@ -30,9 +30,15 @@ product), or computes under the mask, the tiles below the window (their copies a
 zeros); the tiles and their arithmetic are otherwise the same, so the three are
 bit-identical for every split count.
 
-Runs on sm_90 only, for fp16/bf16, D = Dv in (64, 128), groups of at most 64 query
-heads, page sizes that are multiples of 16 dividing or divided by 64, no sparse keys;
-:func:`unsupported` says why a launch cannot take it.
+An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the bytes a
+stage), and converter warps widen each stage's K and V to fp16 tiles in a second ring
+(V's rows outside the keys zeroed there) for the warpgroup, whose products then run in
+fp16 (a bf16 query converted once); K's scale joins qk_scale and V's multiplies the output.
+A page not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only).
+
+Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
+(64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
+divided by 64, no sparse keys; :func:`unsupported` says why a launch cannot take it.
 """
 
 import functools
@@ -182,8 +188,10 @@ def _convert(ring, split, flags):
 
 @gluon.jit
 def _consume(q_smem, ring, store, split, rule, flags):
-    """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed,
-    then its stage released to the producer; the output (or the split's partial) stored."""
+    """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed
+    (over an fp8 cache: once the converter has widened them), then its stage released to
+    the producer (or the widened one to the converter); the output (or the split's
+    partial) stored."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
@@ -385,6 +393,7 @@ def _hopper_decode_kernel(
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
     split = Split(i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop)
+    # (one call a case: Gluon takes a partition's function only inside the call)
     if FP8:
         gl.warp_specialize([
             (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
@@ -532,8 +541,9 @@ def _launcher(spec, dtype):
 class HopperDecodeLaunch:
     """The Gluon decode kernel's launch for one spec, bound once; a call launches on
     checked arguments (decode.DecodeLaunch's contract): no host sync, no allocation; it
-    returns what ``ops._launch.relaunch`` takes, or None. ``parts``: the split scratch (splits > 1), merged by the caller; ``descs``:
-    :func:`descriptors` of this run's cache."""
+    returns what ``ops._launch.relaunch`` takes, or None. ``parts``: the split scratch
+    (splits > 1), merged by the caller; ``descs``: :func:`lazy_descriptors` of this run's
+    cache; ``scales``: an fp8 cache's ``(k_scale, v_scale)``."""
 
     def __init__(self, spec, dtype):
         self.launch = _launcher(spec, dtype)

@@ -236,7 +236,8 @@ def hopper_decode_matrix(gpu=True):
 
 
 # fp8 rows: every third configuration of a family over an fp8 cache, e4m3fn with one scale
-# and e5m2 with one a KV head in turn (the Triton kernels; the Hopper paths are 16-bit).
+# and e5m2 with one a KV head in turn, on each row's default path (the Triton kernels, and
+# for decode rows of long windows on sm_90 the Hopper decode path).
 FP8_KINDS = ((torch.float8_e4m3fn, False), (torch.float8_e5m2, True))
 
 
