@@ -1,11 +1,13 @@
-"""One rank of a context-parallel decode check (tests/test_parallel.py runs 2 or 3 of these
-over gloo): builds the global batch from a seed, keeps this rank's shard of the cache, runs
+"""One rank of a context-parallel decode or extend check (tests/test_parallel.py runs 2 or 3
+of these over gloo): builds the global batch from a seed, keeps this rank's shard of the
+cache (for extend: the prefix and the chunk's new tokens, as their owners write them), runs
 swattn.parallel's plan and prints, as JSON, how far its output is from the single-process
-decode over the whole cache."""
+call over the whole cache."""
 
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -29,7 +31,27 @@ CASES = {
     # A window inside one rank's chunk: the other ranks see nothing and launch nothing.
     "window-contiguous-idle": ([30, 20], 5, parallel.Contiguous(40), (2, 1), True, 8),
 }
-lens, window, layout, (hq, hkv), with_sinks, page = CASES[args.case]
+# Extend: (prefix_lens, extend_lens, window_left, layout, heads, sinks, page_size).
+EXTEND_CASES = {
+    "extend-window-interleaved": ([40, 0, 25, 3], [13, 30, 1, 22], 20, parallel.Interleaved(1),
+                                  (4, 2), True, 16),
+    "extend-window-interleaved-4": ([50, 9], [20, 7], 13, parallel.Interleaved(4), (4, 1), True,
+                                    4),
+    "extend-full-interleaved": ([33, 0], [17, 40], None, parallel.Interleaved(2), (4, 2), True, 8),
+    "extend-full-contiguous": ([30, 0], [25, 40], None, parallel.Contiguous(24), (4, 2), False,
+                               16),
+    # The window crosses the chunks' edges: runs of every length on the middle rank.
+    "extend-window-contiguous": ([30, 4], [26, 20], 12, parallel.Contiguous(20), (4, 2), True, 8),
+    # Every window inside rank 0's chunk: the other ranks launch nothing.
+    "extend-window-contiguous-idle": ([10, 5], [8, 6], 5, parallel.Contiguous(40), (2, 1), True,
+                                      8),
+}
+EXTEND = args.case in EXTEND_CASES
+if EXTEND:
+    prefix, new, window, layout, (hq, hkv), with_sinks, page = EXTEND_CASES[args.case]
+    lens = [a + b for a, b in zip(prefix, new)]
+else:
+    lens, window, layout, (hq, hkv), with_sinks, page = CASES[args.case]
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
 dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
@@ -56,8 +78,22 @@ for b, s in enumerate(lens):
         ref_k[nxt, :rows.stop - rows.start] = full_k[b, rows]
         ref_v[nxt, :rows.stop - rows.start] = full_v[b, rows]
         nxt += 1
-want = swattn.decode_attention(q, ref_k, ref_v, ref_table, seq_lens, window_left=window,
-                               sinks=sinks)
+if EXTEND:
+    # The prefixes in the cache (the new tokens' rows left NaN), the new tokens as k and v.
+    for b, (a, n) in enumerate(zip(prefix, new)):
+        for j in range(a, a + n):
+            ref_k[ref_table[b, j // page], j % page] = float("nan")
+            ref_v[ref_table[b, j // page], j % page] = float("nan")
+    q = torch.randn(sum(new), hq, 16, generator=g).to(full_k.dtype)
+    k = torch.cat([full_k[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
+    v = torch.cat([full_v[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
+    cu = torch.tensor([0] + list(torch.tensor(new).cumsum(0)), dtype=torch.int32)
+    want = swattn.extend_attention(q, k, v, ref_k, ref_v, ref_table, cu,
+                                   torch.tensor(prefix, dtype=torch.int32), window_left=window,
+                                   sinks=sinks)
+else:
+    want = swattn.decode_attention(q, ref_k, ref_v, ref_table, seq_lens, window_left=window,
+                                   sinks=sinks)
 
 # This rank's shard: its tokens in order, in its own pages.
 mine = [[p for p in range(s) if layout.owner(p, args.world) == args.rank] for s in lens]
@@ -73,10 +109,20 @@ for b, m in enumerate(mine):
             nxt += 1
         loc_k[loc_table[b, j // page], j % page] = full_k[b, p]
         loc_v[loc_table[b, j // page], j % page] = full_v[b, p]
-plan = parallel.plan_decode(lens, group=dist.group.WORLD, layout=layout, num_q_heads=hq,
-                            num_kv_heads=hkv, head_dim=16, page_size=page, window_left=window,
-                            dtype=q.dtype, device="cpu")
+sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
+             head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device="cpu")
+if EXTEND:
+    plan = parallel.plan_extend(prefix, new, **sizes)
+    launched, sparse = plan.launched, plan.sparse_keys
+else:
+    plan = parallel.plan_decode(lens, **sizes)
+    launched, sparse = plan.width > 0, plan.width
 got = plan.run(q, loc_k, loc_v, loc_table, sinks=sinks)
 print(json.dumps({"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
-                  "launched": plan.width > 0}))
-dist.destroy_process_group()
+                  "launched": launched, "sparse": sparse}), flush=True)
+# Every rank done with the group before any leaves, and no teardown of gloo's threads at
+# exit: a rank whose peer closed the connections first could abort in it ("terminate called
+# without an active exception"), seen once in about twenty runs.
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)

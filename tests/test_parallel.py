@@ -1,6 +1,6 @@
-"""Context-parallel decode (swattn.parallel) on the CPU: 2 and 3 gloo processes spawned by
-the test, each holding a shard of the cache, against the single-process decode over the
-whole cache; window and full attention, sinks, a ragged batch, both shard layouts, and
+"""Context-parallel decode and extend (swattn.parallel) on the CPU: 2 and 3 gloo processes
+spawned by the test, each holding a shard of the cache, against the single-process call over
+the whole cache; window and full attention, sinks, ragged batches, both shard layouts, and
 ranks that see no key (they launch nothing and contribute a neutral state)."""
 
 import json
@@ -42,18 +42,32 @@ def _run(case, world, timeout=240):
     return results
 
 
-@pytest.mark.parametrize("case, world", [
+# (case, world): decode cases, then extend's (a chunk of new tokens after a prefix).
+CASES = [
     ("window-interleaved", 2), ("window-interleaved", 3), ("window-interleaved-4", 3),
     ("full-contiguous", 3), ("window-contiguous-idle", 2),
-])
-def test_parallel_decode_equals_the_single_process_decode(case, world):
+    ("extend-window-interleaved", 2), ("extend-window-interleaved", 3),
+    ("extend-window-interleaved-4", 3), ("extend-full-interleaved", 2),
+    ("extend-full-contiguous", 3), ("extend-window-contiguous", 3),
+    ("extend-window-contiguous-idle", 2),
+]
+
+
+@pytest.mark.parametrize("case, world", CASES)
+def test_parallel_equals_the_single_process_call(case, world):
     results = _run(case, world)
     assert len(results) == world
     for r in results:
         assert not r["nan"] and r["err"] < 5e-3, r
-    if case == "window-contiguous-idle":
-        # Both windows lie in rank 0's chunk: rank 1 launched nothing.
+    if case.endswith("window-contiguous-idle"):
+        # Every window lies in rank 0's chunk: rank 1 launched nothing.
         assert [r["launched"] for r in sorted(results, key=lambda r: r["rank"])] == [True, False]
+    if case.startswith("extend-"):
+        # Windows across the ranks' runs take sparse keys beside the kernel's window
+        # somewhere; without a window the kernel's window holds every run.
+        took_sparse = any(r["sparse"] for r in results)
+        assert took_sparse == (case in ("extend-window-interleaved", "extend-window-interleaved-4",
+                                        "extend-window-contiguous")), results
 
 
 @pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),

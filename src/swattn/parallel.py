@@ -1,5 +1,5 @@
-"""Context parallelism for decode: each rank of a torch.distributed process group holds a
-shard of every sequence's KV cache, attends only to the keys it holds that the query's
+"""Context parallelism for decode and extend: each rank of a torch.distributed process group
+holds a shard of every sequence's KV cache, attends only to the keys it holds that a query's
 window reaches, and the ranks merge their partial states with collectives.
 
 Shard layouts (a token's global position ``p``):
@@ -21,8 +21,13 @@ once, here), and an all-reduce sums the weighted outputs, so every rank ends wit
 result. The all-reduce moves ``2 (world - 1) / world`` outputs a rank against ``world - 1``
 for an all-gather of the outputs: fewer from three ranks on, the same at two.
 
+Extend (:func:`plan_extend`): every rank has the chunk's queries and holds the tokens it
+owns, prefix and new alike (each new token written by its owner), at local positions; a
+query's visible keys are again one run of local positions a rank, attended to by the decode
+kernel, one query a row (:class:`ParallelExtendPlan` says how), and merged as decode's.
+
 The plan carries the layout and the lengths: ``run`` builds the sparse index on the device
-(no host sync). Extend (prefill) across ranks is not here yet.
+(no host sync).
 """
 
 from __future__ import annotations
@@ -107,8 +112,6 @@ class ParallelDecodePlan:
         every rank returns the whole ``out [B, Hq, Dv]``. ``k_cache``/``v_cache``/
         ``block_table``: this rank's cache (its tokens at local positions, pages contiguous
         in memory). No host sync."""
-        import torch.distributed as dist
-
         from . import api
         b, hq = self.batch, self.num_q_heads
         if self.width:
@@ -127,16 +130,24 @@ class ParallelDecodePlan:
         else:  # no key of this rank is visible: no launch, a neutral state
             part = torch.zeros(b, hq, self.head_dim_v, dtype=q.dtype, device=q.device)
             lse = torch.full((b, hq), float("-inf"), dtype=torch.float32, device=q.device)
-        lses = [torch.empty_like(lse) for _ in range(self.world)]
-        dist.all_gather(lses, lse.contiguous(), group=self.group)
-        total = torch.logsumexp(torch.stack(lses), dim=0)  # [B, Hq]
-        denom = total if sinks is None else torch.logaddexp(total, sinks.float()[None, :])
-        weight = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - denom))
-        merged = part.float() * weight[..., None]
-        dist.all_reduce(merged, group=self.group)
-        if out is None:
-            return merged.to(q.dtype)
-        return out.copy_(merged)
+        return _merge(part, lse, sinks, out, self.group, self.world)
+
+
+def _merge(part, lse, sinks, out, group, world):
+    """Every rank's partial state ``(part [N, Hq, Dv], lse [N, Hq])`` merged, sinks joining
+    the denominator once: the lse all-gathered, each rank's output weighed by
+    ``e^{lse_r - lse}`` and all-reduced. Returns the whole output on every rank."""
+    import torch.distributed as dist
+    lses = [torch.empty_like(lse) for _ in range(world)]
+    dist.all_gather(lses, lse.contiguous(), group=group)
+    total = torch.logsumexp(torch.stack(lses), dim=0)  # [N, Hq]
+    denom = total if sinks is None else torch.logaddexp(total, sinks.float()[None, :])
+    weight = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - denom))
+    merged = part.float() * weight[..., None]
+    dist.all_reduce(merged, group=group)
+    if out is None:
+        return merged.to(part.dtype)
+    return out.copy_(merged)
 
 
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
@@ -146,18 +157,135 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
     ``layout``: :class:`Interleaved` or :class:`Contiguous`. The rest as
     :func:`swattn.plan_decode`'s."""
+    lens = _host_lens("seq_lens", seq_lens)
+    rank, world = _check(group, layout, lens, window_left)
+    return ParallelDecodePlan(lens, group=group, layout=layout, rank=rank, world=world,
+                              num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+                              head_dim=head_dim,
+                              head_dim_v=head_dim if head_dim_v is None else head_dim_v,
+                              page_size=page_size, window_left=window_left, softcap=softcap,
+                              scale=scale, dtype=dtype, device=torch.device(device))
+
+
+def _host_lens(name, values):
+    lens = [int(x) for x in (values.tolist() if isinstance(values, torch.Tensor) else values)]
+    if any(x < 0 for x in lens):
+        raise ValueError(f"{name} must be >= 0")
+    return lens
+
+
+def _check(group, layout, total_lens, window_left):
+    """``(rank, world)`` of ``group`` once the layout, the sequences' total lengths and the
+    window are checked."""
     import torch.distributed as dist
     _check_layout(layout)
-    lens = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
-    if any(x < 0 for x in lens):
-        raise ValueError("seq_lens must be >= 0")
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    if isinstance(layout, Contiguous) and lens and max(lens) > world * layout.chunk:
-        raise ValueError(f"a sequence of {max(lens)} tokens does not fit {world} ranks of "
+    if isinstance(layout, Contiguous) and total_lens and max(total_lens) > world * layout.chunk:
+        raise ValueError(f"a sequence of {max(total_lens)} tokens does not fit {world} ranks of "
                          f"{layout.chunk} (Contiguous chunk)")
     if window_left is not None and (not isinstance(window_left, int) or window_left < 0):
         raise ValueError(f"window_left must be an int >= 0 or None, got {window_left!r}")
-    return ParallelDecodePlan(lens, group=group, layout=layout, rank=rank, world=world,
+    return rank, world
+
+
+class ParallelExtendPlan:
+    """One chunk's extend (prefill) across the ranks of ``group``: made by
+    :func:`plan_extend`.
+
+    Query ``t`` (global position ``p``) sees the global keys ``[lo, p]`` (``lo = p -
+    window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank. The
+    run is attended to by the decode kernel, a query a row: its last ``m`` keys as the
+    kernel's window (``seq_len = end_t``, ``window_left = m - 1``, ``m`` the shortest
+    non-empty run of the chunk on this rank), the rest ``[first_t, end_t - m)`` as sparse
+    keys (at most twice the interleave size wide in an interleaved layout; without a
+    window every run starts at 0 and the window holds it whole). Queries with no key here
+    get ``seq_len`` 0 and no sparse key; a rank with none for any query launches nothing.
+
+    Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
+    pairs it attends to), ``sparse_keys`` (the sparse index's width)."""
+
+    def __init__(self, prefix_lens, extend_lens, *, group, layout, rank, world, num_q_heads,
+                 num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
+                 dtype, device):
+        import swattn
+        self.group, self.world = group, world
+        self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
+        seq, pos = [], []
+        for b, (prefix, new) in enumerate(zip(prefix_lens, extend_lens)):
+            seq += [b] * new
+            pos += range(prefix, prefix + new)
+        self.tokens = len(pos)
+        p = torch.tensor(pos, dtype=torch.int64)
+        lo = (p - window_left).clamp_min(0) if window_left is not None else torch.zeros_like(p)
+        first = layout.local_len(lo, rank, world)
+        end = layout.local_len(p + 1, rank, world)
+        run = (end - first).clamp_min(0)
+        has = run > 0
+        self.keys = int(run.sum())
+        self.launched = bool(has.any())
+        self.sparse_keys = 0
+        self.inner = None
+        if not self.launched:
+            return
+        if window_left is None:
+            inner_window, m = None, 0  # every run is [0, end_t): the window part holds it
+        else:
+            m = int(run[has].min())
+            inner_window = m - 1
+        rest = torch.where(has, run - m, 0) if window_left is not None else torch.zeros_like(run)
+        self.sparse_keys = int(rest.max())
+        lens = torch.where(has, end, 0).tolist()
+        self.inner = swattn.plan_decode(
+            lens, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            head_dim_v=head_dim_v, page_size=page_size, window_left=inner_window,
+            softcap=softcap, scale=scale, return_lse=True, sparse_keys=self.sparse_keys,
+            dtype=dtype, device=device)
+        self.seq = torch.tensor(seq, dtype=torch.int64).to(device)
+        self.first = first.to(torch.int32).to(device)
+        self.rest = rest.to(torch.int32).to(device)
+        self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
+
+    def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
+        """This rank's part of the chunk's attention merged with the other ranks': every rank
+        returns the whole ``out [T, Hq, Dv]``. ``q``: the chunk's queries (the same on every
+        rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
+        token of the sequences this rank owns (the prefix and the chunk's new tokens, written
+        by their owners) at local positions. No host sync."""
+        if self.launched:
+            rows = block_table.index_select(0, self.seq)  # each query's sequence's pages
+            sparse = None
+            if self.sparse_keys:
+                k = self.offsets[None, :self.sparse_keys]
+                local = self.first[:, None] + k  # [T, K]
+                page = torch.gather(rows, 1, (local // self.page_size).clamp_max(
+                    rows.shape[1] - 1).to(torch.int64))
+                idx = torch.where(k < self.rest[:, None], page * self.page_size
+                                  + local % self.page_size, -1).to(torch.int32)
+                sparse = (k_cache.view(-1, *k_cache.shape[2:]),
+                          v_cache.view(-1, *v_cache.shape[2:]), idx)
+            part, lse = self.inner.run(q, k_cache, v_cache, rows, sparse=sparse)
+        else:  # no key of this rank is visible to any query: no launch, a neutral state
+            part = torch.zeros(self.tokens, self.num_q_heads, self.head_dim_v, dtype=q.dtype,
+                               device=q.device)
+            lse = torch.full((self.tokens, self.num_q_heads), float("-inf"), dtype=torch.float32,
+                             device=q.device)
+        return _merge(part, lse, sinks, out, self.group, self.world)
+
+
+def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
+                head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
+                dtype=torch.bfloat16, device="cuda"):
+    """A context-parallel extend plan for this rank of ``group``: one chunk of
+    ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
+    the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
+    the prefix and the new tokens alike. The rest as :func:`swattn.plan_extend`'s (causal)."""
+    prefix = _host_lens("prefix_lens", prefix_lens)
+    new = _host_lens("extend_lens", extend_lens)
+    if len(prefix) != len(new):
+        raise ValueError(f"prefix_lens and extend_lens differ in length ({len(prefix)} and "
+                         f"{len(new)})")
+    rank, world = _check(group, layout, [a + b for a, b in zip(prefix, new)], window_left)
+    return ParallelExtendPlan(prefix, new, group=group, layout=layout, rank=rank, world=world,
                               num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
                               head_dim=head_dim,
                               head_dim_v=head_dim if head_dim_v is None else head_dim_v,
