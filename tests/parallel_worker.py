@@ -111,15 +111,10 @@ for b, m in enumerate(mine):
         loc_v[loc_table[b, j // page], j % page] = full_v[b, p]
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device="cpu")
-if EXTEND:
-    plan = parallel.plan_extend(prefix, new, **sizes)
-    launched, sparse = plan.launched, plan.sparse_keys
-else:
-    plan = parallel.plan_decode(lens, **sizes)
-    launched, sparse = plan.width > 0, plan.width
+plan = parallel.plan_extend(prefix, new, **sizes) if EXTEND else parallel.plan_decode(lens, **sizes)
 got = plan.run(q, loc_k, loc_v, loc_table, sinks=sinks)
 print(json.dumps({"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
-                  "launched": launched, "sparse": sparse}), flush=True)
+                  "launched": plan.launched, "sparse": plan.sparse_keys}), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at
 # exit: a rank whose peer closed the connections first could abort in it ("terminate called
 # without an active exception"), seen once in about twenty runs.

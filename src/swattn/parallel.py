@@ -9,22 +9,20 @@ Shard layouts (a token's global position ``p``):
 * :class:`Contiguous` ``(chunk)``: rank ``r`` holds positions ``[r * chunk, (r + 1) * chunk)``.
 
 A rank keeps its tokens in order in its own paged cache (local position ``j``, its own block
-table). In both layouts the keys a decode query's window reaches, global ``[lo, S)``, are one
-run of local positions on every rank, ``[local(lo), local(S))``: the window decides which
-ranks work. A rank attends to that run as the decode kernel's sparse keys (no window keys),
-with no sinks; a rank with no visible key for any sequence launches nothing and contributes
-a neutral state (output 0, lse -inf).
+table). In both layouts the keys a query's window reaches, global ``[lo, p]``, are one run of
+local positions on every rank, ``[local(lo), local(p + 1))``: the window decides which ranks
+work. A rank attends to each query's run with the decode kernel, one query a row, without
+sinks (:class:`ParallelPlan` says how the run is split between the kernel's window and its
+sparse keys); a rank with no visible key for any query launches nothing and contributes a
+neutral state (output 0, lse -inf). Decode is one query a sequence at its last position;
+extend (:func:`plan_extend`) has every rank hold the chunk's queries and the tokens it owns,
+prefix and new alike (each new token written by its owner).
 
-Merging: every rank all-gathers the ranks' lse (``[world, B, Hq]`` float32, small), weighs
+Merging: every rank all-gathers the ranks' lse (``[world, T, Hq]`` float32, small), weighs
 its own output by ``e^{lse_r - lse}`` where ``lse`` joins every rank's and the sinks (applied
 once, here), and an all-reduce sums the weighted outputs, so every rank ends with the whole
 result. The all-reduce moves ``2 (world - 1) / world`` outputs a rank against ``world - 1``
 for an all-gather of the outputs: fewer from three ranks on, the same at two.
-
-Extend (:func:`plan_extend`): every rank has the chunk's queries and holds the tokens it
-owns, prefix and new alike (each new token written by its owner), at local positions; a
-query's visible keys are again one run of local positions a rank, attended to by the decode
-kernel, one query a row (:class:`ParallelExtendPlan` says how), and merged as decode's.
 
 The plan carries the layout and the lengths: ``run`` builds the sparse index on the device
 (no host sync).
@@ -84,55 +82,6 @@ def _check_layout(layout):
         raise TypeError(f"layout must be Interleaved or Contiguous, got {type(layout).__name__}")
 
 
-class ParallelDecodePlan:
-    """One batch's decode across the ranks of ``group``: made by :func:`plan_decode`."""
-
-    def __init__(self, lens, *, group, layout, rank, world, num_q_heads, num_kv_heads, head_dim,
-                 head_dim_v, page_size, window_left, softcap, scale, dtype, device):
-        self.group, self.layout, self.rank, self.world = group, layout, rank, world
-        self.window_left = window_left
-        self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
-        self.dtype, self.device = dtype, device
-        self.kw = dict(softcap=softcap, scale=scale)
-        self.batch = len(lens)
-        seq = torch.tensor(lens, dtype=torch.int64)
-        lo = seq - 1 - window_left if window_left is not None else torch.zeros_like(seq)
-        lo = lo.clamp_min(0)
-        first = layout.local_len(lo, rank, world)
-        count = (layout.local_len(seq, rank, world) - first).clamp_min(0)
-        # The sparse index's width: the most keys this rank attends to for one sequence.
-        self.width = max(int(count.max()) if len(lens) else 0, 0)
-        self.first = first.to(torch.int32).to(device)
-        self.count = count.to(torch.int32).to(device)
-        self.zero_lens = torch.zeros(self.batch, dtype=torch.int32, device=device)
-        self.offsets = torch.arange(max(self.width, 1), dtype=torch.int32, device=device)
-
-    def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
-        """This rank's shard of the batch's decode attention merged with the other ranks':
-        every rank returns the whole ``out [B, Hq, Dv]``. ``k_cache``/``v_cache``/
-        ``block_table``: this rank's cache (its tokens at local positions, pages contiguous
-        in memory). No host sync."""
-        from . import api
-        b, hq = self.batch, self.num_q_heads
-        if self.width:
-            # Local position first[b] + i, for i < count[b]; -1 (no key) past it.
-            pos = self.first[:, None] + self.offsets[None, :self.width]  # [B, K]
-            valid = self.offsets[None, :self.width] < self.count[:, None]
-            page = torch.gather(block_table, 1, (pos // self.page_size).clamp_max(
-                block_table.shape[1] - 1).to(torch.int64))
-            idx = torch.where(valid, page * self.page_size + pos % self.page_size, -1)
-            flat_k = k_cache.view(-1, *k_cache.shape[2:])
-            flat_v = v_cache.view(-1, *v_cache.shape[2:])
-            part, lse = api.decode_attention(
-                q, k_cache, v_cache, block_table, self.zero_lens,
-                sparse=(flat_k, flat_v, idx.to(torch.int32)), return_lse=True, num_splits=1,
-                **self.kw)
-        else:  # no key of this rank is visible: no launch, a neutral state
-            part = torch.zeros(b, hq, self.head_dim_v, dtype=q.dtype, device=q.device)
-            lse = torch.full((b, hq), float("-inf"), dtype=torch.float32, device=q.device)
-        return _merge(part, lse, sinks, out, self.group, self.world)
-
-
 def _merge(part, lse, sinks, out, group, world):
     """Every rank's partial state ``(part [N, Hq, Dv], lse [N, Hq])`` merged, sinks joining
     the denominator once: the lse all-gathered, each rank's output weighed by
@@ -159,13 +108,13 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
     :func:`swattn.plan_decode`'s."""
     lens = _host_lens("seq_lens", seq_lens)
     rank, world = _check(group, layout, lens, window_left)
-    return ParallelDecodePlan(lens, group=group, layout=layout, rank=rank, world=world,
-                              num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
-                              head_dim=head_dim,
-                              head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                              page_size=page_size, window_left=window_left, softcap=softcap,
-                              scale=scale, dtype=dtype, device=torch.device(device))
-
+    # One query a sequence, at its last position (-1 for an empty sequence: no key).
+    return ParallelPlan(list(range(len(lens))), [n - 1 for n in lens], group=group,
+                        layout=layout, rank=rank, world=world, num_q_heads=num_q_heads,
+                        num_kv_heads=num_kv_heads, head_dim=head_dim,
+                        head_dim_v=head_dim if head_dim_v is None else head_dim_v,
+                        page_size=page_size, window_left=window_left, softcap=softcap,
+                        scale=scale, dtype=dtype, device=torch.device(device))
 
 def _host_lens(name, values):
     lens = [int(x) for x in (values.tolist() if isinstance(values, torch.Tensor) else values)]
@@ -188,9 +137,10 @@ def _check(group, layout, total_lens, window_left):
     return rank, world
 
 
-class ParallelExtendPlan:
-    """One chunk's extend (prefill) across the ranks of ``group``: made by
-    :func:`plan_extend`.
+class ParallelPlan:
+    """One batch's decode, or one chunk's extend (prefill), across the ranks of ``group``:
+    made by :func:`plan_decode` (a query a sequence, at its last position) or
+    :func:`plan_extend` (a query a new token).
 
     Query ``t`` (global position ``p``) sees the global keys ``[lo, p]`` (``lo = p -
     window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank. The
@@ -204,16 +154,12 @@ class ParallelExtendPlan:
     Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
     pairs it attends to), ``sparse_keys`` (the sparse index's width)."""
 
-    def __init__(self, prefix_lens, extend_lens, *, group, layout, rank, world, num_q_heads,
-                 num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
-                 dtype, device):
+    def __init__(self, seq, pos, *, group, layout, rank, world, num_q_heads, num_kv_heads,
+                 head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device):
+        """``seq``, ``pos``: each query's sequence and global position (host ints)."""
         import swattn
         self.group, self.world = group, world
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
-        seq, pos = [], []
-        for b, (prefix, new) in enumerate(zip(prefix_lens, extend_lens)):
-            seq += [b] * new
-            pos += range(prefix, prefix + new)
         self.tokens = len(pos)
         p = torch.tensor(pos, dtype=torch.int64)
         lo = (p - window_left).clamp_min(0) if window_left is not None else torch.zeros_like(p)
@@ -246,11 +192,11 @@ class ParallelExtendPlan:
         self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
 
     def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
-        """This rank's part of the chunk's attention merged with the other ranks': every rank
-        returns the whole ``out [T, Hq, Dv]``. ``q``: the chunk's queries (the same on every
+        """This rank's part of the attention merged with the other ranks': every rank returns
+        the whole ``out [T, Hq, Dv]`` (decode: T = B). ``q``: the queries (the same on every
         rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
-        token of the sequences this rank owns (the prefix and the chunk's new tokens, written
-        by their owners) at local positions. No host sync."""
+        token of the sequences this rank owns (decode's new one, and extend's prefix and new
+        tokens, written by their owners) at local positions. No host sync."""
         if self.launched:
             rows = block_table.index_select(0, self.seq)  # each query's sequence's pages
             sparse = None
@@ -285,9 +231,12 @@ def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_
         raise ValueError(f"prefix_lens and extend_lens differ in length ({len(prefix)} and "
                          f"{len(new)})")
     rank, world = _check(group, layout, [a + b for a, b in zip(prefix, new)], window_left)
-    return ParallelExtendPlan(prefix, new, group=group, layout=layout, rank=rank, world=world,
-                              num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
-                              head_dim=head_dim,
-                              head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                              page_size=page_size, window_left=window_left, softcap=softcap,
-                              scale=scale, dtype=dtype, device=torch.device(device))
+    seq, pos = [], []
+    for b, (a, n) in enumerate(zip(prefix, new)):
+        seq += [b] * n
+        pos += range(a, a + n)
+    return ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
+                        num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                        head_dim_v=head_dim if head_dim_v is None else head_dim_v,
+                        page_size=page_size, window_left=window_left, softcap=softcap,
+                        scale=scale, dtype=dtype, device=torch.device(device))
