@@ -21,7 +21,17 @@ parser.add_argument("--rank", type=int, required=True)
 parser.add_argument("--world", type=int, required=True)
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--case", required=True)
+parser.add_argument("--device", default="cpu")
 args = parser.parse_args()
+dev = torch.device(args.device)
+if dev.type == "cuda":
+    torch.cuda.set_device(0)  # every rank on the one GPU (gloo moves the partial states)
+
+
+def on(t):
+    """``t`` (the inputs are built on the CPU from the seeds) on the run's device."""
+    return None if t is None else t.to(dev)
+
 
 CASES = {
     # (seq_lens, window_left, layout, heads, sinks, page_size)
@@ -88,12 +98,12 @@ if EXTEND:
     k = torch.cat([full_k[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     v = torch.cat([full_v[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     cu = torch.tensor([0] + list(torch.tensor(new).cumsum(0)), dtype=torch.int32)
-    want = swattn.extend_attention(q, k, v, ref_k, ref_v, ref_table, cu,
-                                   torch.tensor(prefix, dtype=torch.int32), window_left=window,
-                                   sinks=sinks)
+    want = swattn.extend_attention(on(q), on(k), on(v), on(ref_k), on(ref_v), on(ref_table),
+                                   on(cu), on(torch.tensor(prefix, dtype=torch.int32)),
+                                   window_left=window, sinks=on(sinks))
 else:
-    want = swattn.decode_attention(q, ref_k, ref_v, ref_table, seq_lens, window_left=window,
-                                   sinks=sinks)
+    want = swattn.decode_attention(on(q), on(ref_k), on(ref_v), on(ref_table), on(seq_lens),
+                                   window_left=window, sinks=on(sinks))
 
 # This rank's shard: its tokens in order, in its own pages.
 mine = [[p for p in range(s) if layout.owner(p, args.world) == args.rank] for s in lens]
@@ -110,9 +120,9 @@ for b, m in enumerate(mine):
         loc_k[loc_table[b, j // page], j % page] = full_k[b, p]
         loc_v[loc_table[b, j // page], j % page] = full_v[b, p]
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
-             head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device="cpu")
+             head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device=dev)
 plan = parallel.plan_extend(prefix, new, **sizes) if EXTEND else parallel.plan_decode(lens, **sizes)
-got = plan.run(q, loc_k, loc_v, loc_table, sinks=sinks)
+got = plan.run(on(q), on(loc_k), on(loc_v), on(loc_table), sinks=on(sinks))
 print(json.dumps({"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
                   "launched": plan.launched, "sparse": plan.sparse_keys}), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at

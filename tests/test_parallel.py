@@ -14,6 +14,8 @@ import torch
 
 from swattn import parallel
 
+from conftest import DEVICE
+
 WORKER = os.path.join(os.path.dirname(__file__), "parallel_worker.py")
 
 
@@ -23,10 +25,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run(case, world, timeout=240):
+def _run(case, world, timeout=240, device="cpu"):
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, WORKER, "--rank", str(r), "--world", str(world),
-                               "--port", str(port), "--case", case],
+                               "--port", str(port), "--case", case, "--device", device],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(world)]
     results = []
@@ -79,6 +81,20 @@ def test_the_window_is_one_run_of_local_positions_on_every_rank(layout, world):
         for rank in range(world):
             assert layout.local_len(n, rank, world) == owners.count(rank)
             assert layout.local_len(torch.tensor([n]), rank, world).item() == owners.count(rank)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, world", [("window-interleaved", 2), ("full-contiguous", 3),
+                                         ("extend-window-interleaved-4", 3),
+                                         ("extend-window-contiguous", 3)])
+def test_gpu_parallel_on_one_gpu_over_gloo(case, world):
+    """The ranks' kernels on the GPU (every rank on the one device; gloo moves the partial
+    states): the plan's device tensors, the decode kernel's window and sparse keys on the
+    GPU, the merge, against the single-process call there."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    for r in _run(case, world, device="cuda"):
+        assert not r["nan"] and r["err"] < 5e-3, r
 
 
 def test_bad_layouts_are_refused():
