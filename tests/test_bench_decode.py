@@ -392,6 +392,25 @@ def _fake_decode_result(name="S"):
     return harness.CaseResult(case, variants, noise, 3.0)
 
 
+def test_an_fp8_variant_counts_its_own_bytes():
+    """A variant reading an fp8 copy of the cache (Prepared.kv_bytes = 1): its GB/s and its
+    floor count K and V at one byte an element, Q and O at two; the case's floor stays the
+    16-bit cache's."""
+    result = _fake_decode_result("C-B")
+    result.variants.append(harness.VariantResult("swattn tight, fp8 e4m3 cache", "fp8", "ours",
+                                                 rel_err=1e-3, graphed=True,
+                                                 rounds_us=[[4.0], [4.0]], kv_bytes=1))
+    summary, rows = report.case_report(result, ANCHOR_CEILINGS)
+    by = {r["key"]: r for r in rows}
+    case, = wl.decode_cases("C-B")
+    fp8_bytes = case.bytes_moved(kv_element_size=1)
+    q_o = case.batch * case.num_q_heads * (case.head_dim + case.head_dim_v) * 2
+    assert fp8_bytes - q_o == (case.bytes_moved() - q_o) // 2
+    assert by["fp8"]["gbps"] == pytest.approx(fp8_bytes / 4.0 / 1e3)
+    assert by["fp8"]["floor_us"] < by["tight"]["floor_us"] == summary["floor_us"]
+    assert by["fp8"]["roofline"] == pytest.approx(by["fp8"]["floor_us"] / 4.0)
+
+
 def test_decode_case_report():
     summary, rows = report.case_report(_fake_decode_result(), ANCHOR_CEILINGS)
     by = {r["key"]: r for r in rows}

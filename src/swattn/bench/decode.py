@@ -117,7 +117,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
             f"BN{plan.config.block_n}{stages}, {plan.num_splits} split(s); checked against the "
             "reference over the same fp8 cache")
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8, sparse],
-                    host={"plan.run": run}, reference=want)
+                    host={"plan.run": run}, reference=want, kv_bytes=1)
 
 
 # --------------------------------------------------------------------------------------

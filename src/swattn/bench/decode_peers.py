@@ -192,7 +192,7 @@ def vllm_decode(inputs, *, fp8=None):
                  "against the reference over the same fp8 cache")
     return Prepared(fn, lambda: out, note, True, poisoner(out),
                     [table, cu_seqlens_q, ones, segm_out, segm_max, segm_sum, k_cache, v_cache],
-                    reference=want)
+                    reference=want, kv_bytes=1 if fp8 is not None else 2)
 
 
 # FlexAttention: compiled, dense -------------------------------------------------------

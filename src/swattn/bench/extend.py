@@ -123,7 +123,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn):
     note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan_note(plan)}; checked against "
             "the reference over the same fp8 cache")
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8],
-                    host={"plan.run": run}, tiling=plan.tiling(), reference=want)
+                    host={"plan.run": run}, tiling=plan.tiling(), reference=want, kv_bytes=1)
 
 
 # --------------------------------------------------------------------------------------

@@ -296,6 +296,7 @@ class VariantResult:
     # variant's kernel walks (Prepared.tiling).
     host_us: dict = field(default_factory=dict)
     tiling: dict | None = None
+    kv_bytes: int = 2  # Prepared.kv_bytes
 
 
 @dataclass
@@ -385,6 +386,7 @@ def _prepare(variant, inputs, refs, label, reference):
         res.status, res.note = "error", "warm-up: " + _short(exc)
         return res, None, None
     res.tiling = getattr(prepared, "tiling", None)
+    res.kv_bytes = getattr(prepared, "kv_bytes", 2)
     try:
         # Host time means the GPU's launches (the interpreter's calls are the kernels).
         host_calls = getattr(prepared, "host", {}) if inputs.q.is_cuda else {}

@@ -50,6 +50,9 @@ class Prepared:
     # The float64 reference of what the variant computes, where its inputs are not the
     # case's (an fp8 copy of the cache); None: the case's reference.
     reference: Callable[[], torch.Tensor] | None = None
+    # Bytes an element of the K/V cache the variant reads (1: an fp8 copy): its GB/s and
+    # roofline count those bytes.
+    kv_bytes: int = 2
 
 
 def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True):

@@ -104,6 +104,10 @@ def _rows(case_result, ceilings):
         s = stats[r.name]
         median = s["median_us"]
         ratio = median / best_us if (median and best_us) else None
+        # A variant reading an fp8 copy of the cache moves fewer bytes: its own floor.
+        kv = getattr(r, "kv_bytes", 2)
+        r_bytes = nbytes if kv == 2 else case.bytes_moved(kv_element_size=kv)
+        r_floor = floor if kv == 2 else floor_us(flops, r_bytes, ceilings)
         rows.append({
             "case": case.name, "variant": r.name, "key": r.key, "role": r.role, "status": r.status,
             "median_us": median, "p20_us": s["p20_us"], "p80_us": s["p80_us"],
@@ -111,8 +115,8 @@ def _rows(case_result, ceilings):
             "graphed": r.graphed, "rel_err": r.rel_err, "same_function": _same_function(r, case),
             "other_fn": _dropped(r, case),
             "tflops": flops / median / 1e6 if median else None,
-            "gbps": nbytes / median / 1e3 if median else None,
-            "floor_us": floor, "roofline": roofline(floor, median), "ratio_best_peer": ratio,
+            "gbps": r_bytes / median / 1e3 if median else None,
+            "floor_us": r_floor, "roofline": roofline(r_floor, median), "ratio_best_peer": ratio,
             "verdict": "fastest peer" if (best is not None and r is best) else verdict(ratio, noise),
             "note": r.note, "host_us": dict(getattr(r, "host_us", {}) or {}),
         })

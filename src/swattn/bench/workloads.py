@@ -152,11 +152,12 @@ class Case(_Measured):
         """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each."""
         return sum(p + e - self.lowest_key(p) for p, e in self.seqs if e > 0)
 
-    def bytes_moved(self, element_size=2):
-        """Q and O of the new tokens and K, V within reach, each once."""
+    def bytes_moved(self, element_size=2, kv_element_size=None):
+        """Q and O of the new tokens and K, V within reach, each once (K and V at
+        ``kv_element_size`` bytes an element, by default ``element_size``)."""
         q_o = self.num_tokens * self.num_q_heads * (self.head_dim + self.head_dim_v)
         k_v = self.keys_in_reach() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
-        return (q_o + k_v) * element_size
+        return q_o * element_size + k_v * (kv_element_size or element_size)
 
 
 def visible_pairs(prefix_len, extend_len, window_left):
@@ -286,12 +287,13 @@ class DecodeCase(_Measured):
         """(query, key) pairs over all sequences (one head): one query each, so the keys."""
         return self.keys()
 
-    def bytes_moved(self, element_size=2):
+    def bytes_moved(self, element_size=2, kv_element_size=None):
         """Q and O of the new tokens and the K, V rows of the window (and the sparse rows),
-        each once."""
+        each once (K and V at ``kv_element_size`` bytes an element, by default
+        ``element_size``)."""
         q_o = self.batch * self.num_q_heads * (self.head_dim + self.head_dim_v)
         k_v = self.keys() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
-        return (q_o + k_v) * element_size
+        return q_o * element_size + k_v * (kv_element_size or element_size)
 
 
 def parse_contexts(text):
