@@ -12,7 +12,7 @@ from conftest import DEVICE
 
 @pytest.mark.parametrize("family", sorted(identity.FAMILIES))
 def test_family_rows_pass(family):
-    if family in ("hopper", "decode-hopper") and DEVICE != "cuda":
+    if family.startswith(("hopper", "decode-hopper")) and DEVICE != "cuda":
         pytest.skip("the Hopper path (Gluon) runs on an sm_90 GPU only")
     rows = identity.run(family, DEVICE, gpu=False, limit=6)
     assert len(rows) == 6
@@ -31,10 +31,12 @@ def test_decode_matrix_covers_the_issue():
 
 
 def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
-    for family in ("extend-fp8", "unified-fp8", "decode-fp8"):
+    for family in ("extend-fp8", "unified-fp8", "decode-fp8", "decode-hopper-fp8"):
         rows = identity.FAMILIES[family][0](gpu=True)
         assert {kw["kv"] for _, _, kw, _ in rows} == set(identity.FP8_KINDS)
-        assert len(rows) >= 24
+        assert len(rows) >= 24, (family, len(rows))
+    # The Hopper rows keep the path forced, so they check it and not the Triton kernel.
+    assert all(kw["hopper"] for _, _, kw, _ in identity.FAMILIES["decode-hopper-fp8"][0](gpu=True))
 
 
 def test_hopper_decode_matrix_covers_the_path():
