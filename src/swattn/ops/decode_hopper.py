@@ -316,9 +316,9 @@ def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_r
 @gluon.jit
 def _hopper_decode_kernel(
     kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
-    k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb, stride_pb, stride_ph,
-    stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row, qk_scale, softcap,
-    window_left,
+    k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb,
+    stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row,
+    qk_scale, softcap, window_left,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
@@ -469,7 +469,8 @@ def shared_layouts(dtype, head_dim, page_size, block_h, block_n, kv_dtype=None):
     page_rows = min(page_size, block_n)
     cache = gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], _GL_DTYPES[kv_dtype])
     if kv_dtype == dtype:
-        return cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], _GL_DTYPES[dtype]), None
+        query = gl.NVMMASharedLayout.get_default_for([block_h, head_dim], _GL_DTYPES[dtype])
+        return cache, query, None
     return (cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl.float16),
             gl.NVMMASharedLayout.get_default_for([block_n, head_dim], gl.float16))
 
