@@ -121,10 +121,34 @@ for b, m in enumerate(mine):
         loc_v[loc_table[b, j // page], j % page] = full_v[b, p]
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device=dev)
-plan = parallel.plan_extend(prefix, new, **sizes) if EXTEND else parallel.plan_decode(lens, **sizes)
-got = plan.run(on(q), on(loc_k), on(loc_v), on(loc_table), sinks=on(sinks))
+
+def make(**kw):
+    return (parallel.plan_extend(prefix, new, **sizes, **kw) if EXTEND
+            else parallel.plan_decode(lens, **sizes, **kw))
+
+
+plan = make()
+shard = (on(q), on(loc_k), on(loc_v), on(loc_table))
+got = plan.run(*shard, sinks=on(sinks))
+# The deterministic merge: the weighted parts added in rank order, which this rank redoes
+# from every rank's partial state (gathered here) and must match bit for bit.
+det = make(deterministic=True).run(*shard, sinks=on(sinks))
+part, lse = plan.partial(*shard)
+parts = [torch.empty_like(part) for _ in range(args.world)]
+lses = [torch.empty_like(lse) for _ in range(args.world)]
+dist.all_gather(parts, part)
+dist.all_gather(lses, lse)
+denom = torch.logsumexp(torch.stack(lses), dim=0)
+if sinks is not None:
+    denom = torch.logaddexp(denom, on(sinks).float()[None, :])
+ordered = None
+for p_r, l_r in zip(parts, lses):
+    term = p_r.float() * torch.where(l_r == float("-inf"), 0.0, torch.exp(l_r - denom))[..., None]
+    ordered = term if ordered is None else ordered + term
 print(json.dumps({"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
-                  "launched": plan.launched, "sparse": plan.sparse_keys}), flush=True)
+                  "launched": plan.launched, "sparse": plan.sparse_keys,
+                  "det_err": rel_err(det, want),
+                  "det_in_rank_order": bool(torch.equal(det, ordered.to(det.dtype)))}), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at
 # exit: a rank whose peer closed the connections first could abort in it ("terminate called
 # without an active exception"), seen once in about twenty runs.

@@ -82,10 +82,12 @@ def _check_layout(layout):
         raise TypeError(f"layout must be Interleaved or Contiguous, got {type(layout).__name__}")
 
 
-def _merge(part, lse, sinks, out, group, world):
+def _merge(part, lse, sinks, out, group, world, deterministic=False):
     """Every rank's partial state ``(part [N, Hq, Dv], lse [N, Hq])`` merged, sinks joining
     the denominator once: the lse all-gathered, each rank's output weighed by
-    ``e^{lse_r - lse}`` and all-reduced. Returns the whole output on every rank."""
+    ``e^{lse_r - lse}`` and all-reduced (``deterministic``: all-gathered and added in rank
+    order, the same bits whatever the collective's algorithm). Returns the whole output on
+    every rank."""
     import torch.distributed as dist
     lses = [torch.empty_like(lse) for _ in range(world)]
     dist.all_gather(lses, lse.contiguous(), group=group)
@@ -93,7 +95,14 @@ def _merge(part, lse, sinks, out, group, world):
     denom = total if sinks is None else torch.logaddexp(total, sinks.float()[None, :])
     weight = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - denom))
     merged = part.float() * weight[..., None]
-    dist.all_reduce(merged, group=group)
+    if deterministic:
+        parts = [torch.empty_like(merged) for _ in range(world)]
+        dist.all_gather(parts, merged, group=group)
+        merged = parts[0]
+        for other in parts[1:]:
+            merged = merged + other
+    else:
+        dist.all_reduce(merged, group=group)
     if out is None:
         return merged.to(part.dtype)
     return out.copy_(merged)
@@ -101,11 +110,11 @@ def _merge(part, lse, sinks, out, group, world):
 
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                dtype=torch.bfloat16, device="cuda"):
+                dtype=torch.bfloat16, device="cuda", deterministic=False):
     """A context-parallel decode plan for this rank of ``group`` (a torch.distributed process
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
-    ``layout``: :class:`Interleaved` or :class:`Contiguous`. The rest as
-    :func:`swattn.plan_decode`'s."""
+    ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``: see
+    :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s."""
     lens = _host_lens("seq_lens", seq_lens)
     rank, world = _check(group, layout, lens, window_left)
     # One query a sequence, at its last position (-1 for an empty sequence: no key).
@@ -114,7 +123,8 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                         num_kv_heads=num_kv_heads, head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
                         page_size=page_size, window_left=window_left, softcap=softcap,
-                        scale=scale, dtype=dtype, device=torch.device(device))
+                        scale=scale, dtype=dtype, device=torch.device(device),
+                        deterministic=deterministic)
 
 def _host_lens(name, values):
     lens = [int(x) for x in (values.tolist() if isinstance(values, torch.Tensor) else values)]
@@ -151,14 +161,19 @@ class ParallelPlan:
     window every run starts at 0 and the window holds it whole). Queries with no key here
     get ``seq_len`` 0 and no sparse key; a rank with none for any query launches nothing.
 
+    ``deterministic``: the outputs merged in rank order (all-gathered, ``world - 1`` outputs
+    a rank instead of the all-reduce's ``2 (world - 1) / world``), so a fixed group size
+    gives the same bits run after run whatever the collectives' algorithms.
+
     Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
     pairs it attends to), ``sparse_keys`` (the sparse index's width)."""
 
     def __init__(self, seq, pos, *, group, layout, rank, world, num_q_heads, num_kv_heads,
-                 head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device):
+                 head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device,
+                 deterministic=False):
         """``seq``, ``pos``: each query's sequence and global position (host ints)."""
         import swattn
-        self.group, self.world = group, world
+        self.group, self.world, self.deterministic = group, world, deterministic
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
         self.tokens = len(pos)
         p = torch.tensor(pos, dtype=torch.int64)
@@ -197,6 +212,13 @@ class ParallelPlan:
         rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
         token of the sequences this rank owns (decode's new one, and extend's prefix and new
         tokens, written by their owners) at local positions. No host sync."""
+        part, lse = self.partial(q, k_cache, v_cache, block_table)
+        return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic)
+
+    def partial(self, q, k_cache, v_cache, block_table):
+        """This rank's partial state alone, ``(out [T, Hq, Dv], lse [T, Hq])`` without sinks
+        (output 0 and lse -inf where it holds no visible key), for a caller's own merge
+        (``swattn.merge_states``' rule)."""
         if self.launched:
             rows = block_table.index_select(0, self.seq)  # each query's sequence's pages
             sparse = None
@@ -215,16 +237,17 @@ class ParallelPlan:
                                device=q.device)
             lse = torch.full((self.tokens, self.num_q_heads), float("-inf"), dtype=torch.float32,
                              device=q.device)
-        return _merge(part, lse, sinks, out, self.group, self.world)
+        return part, lse
 
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                dtype=torch.bfloat16, device="cuda"):
+                dtype=torch.bfloat16, device="cuda", deterministic=False):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
-    the prefix and the new tokens alike. The rest as :func:`swattn.plan_extend`'s (causal)."""
+    the prefix and the new tokens alike. ``deterministic``: see :class:`ParallelPlan`. The
+    rest as :func:`swattn.plan_extend`'s (causal)."""
     prefix = _host_lens("prefix_lens", prefix_lens)
     new = _host_lens("extend_lens", extend_lens)
     if len(prefix) != len(new):
@@ -239,4 +262,5 @@ def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_
                         num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
                         page_size=page_size, window_left=window_left, softcap=softcap,
-                        scale=scale, dtype=dtype, device=torch.device(device))
+                        scale=scale, dtype=dtype, device=torch.device(device),
+                        deterministic=deterministic)
