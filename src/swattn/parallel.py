@@ -115,16 +115,41 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
     ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``: see
     :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s."""
-    lens = _host_lens("seq_lens", seq_lens)
-    rank, world = _check(group, layout, lens, window_left)
-    # One query a sequence, at its last position (-1 for an empty sequence: no key).
-    return ParallelPlan(list(range(len(lens))), [n - 1 for n in lens], group=group,
-                        layout=layout, rank=rank, world=world, num_q_heads=num_q_heads,
-                        num_kv_heads=num_kv_heads, head_dim=head_dim,
+    return _plan("decode", (seq_lens,), group=group, layout=layout, num_q_heads=num_q_heads,
+                 num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
+                 page_size=page_size, window_left=window_left, softcap=softcap, scale=scale,
+                 dtype=dtype, device=device, deterministic=deterministic)
+
+
+def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device, **rest):
+    totals, seq, pos = _queries(*lengths)
+    rank, world = _check(group, layout, totals, window_left)
+    plan = ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
+                        head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                        page_size=page_size, window_left=window_left, softcap=softcap,
-                        scale=scale, dtype=dtype, device=torch.device(device),
-                        deterministic=deterministic)
+                        window_left=window_left, device=torch.device(device), **rest)
+    plan.kind = kind
+    return plan
+
+
+def _queries(*lengths):
+    """``(total lengths, seq, pos)``: every query's sequence and global position, from
+    ``(seq_lens,)`` (decode: one query a sequence at its last position, -1 for an empty
+    one) or ``(prefix_lens, extend_lens)`` (extend: one a new token)."""
+    if len(lengths) == 1:
+        lens = _host_lens("seq_lens", lengths[0])
+        return lens, list(range(len(lens))), [n - 1 for n in lens]
+    prefix = _host_lens("prefix_lens", lengths[0])
+    new = _host_lens("extend_lens", lengths[1])
+    if len(prefix) != len(new):
+        raise ValueError(f"prefix_lens and extend_lens differ in length ({len(prefix)} and "
+                         f"{len(new)})")
+    seq, pos = [], []
+    for b, (a, n) in enumerate(zip(prefix, new)):
+        seq += [b] * n
+        pos += range(a, a + n)
+    return [a + n for a, n in zip(prefix, new)], seq, pos
+
 
 def _host_lens(name, values):
     lens = [int(x) for x in (values.tolist() if isinstance(values, torch.Tensor) else values)]
@@ -147,6 +172,17 @@ def _check(group, layout, total_lens, window_left):
     return rank, world
 
 
+def run_bounds(layout, n, rank, world):
+    """``(fewest, most)`` positions rank ``rank`` holds among any ``n`` consecutive ones (a
+    full window of ``n`` keys): over one period of an interleaved layout; for contiguous
+    chunks ``(0, min(n, chunk))`` (a window can miss a chunk)."""
+    if isinstance(layout, Contiguous):
+        return 0, min(n, layout.chunk)
+    counts = [layout.local_len(a + n, rank, world) - layout.local_len(a, rank, world)
+              for a in range(layout.size * world)]
+    return min(counts), max(counts)
+
+
 class ParallelPlan:
     """One batch's decode, or one chunk's extend (prefill), across the ranks of ``group``:
     made by :func:`plan_decode` (a query a sequence, at its last position) or
@@ -155,56 +191,104 @@ class ParallelPlan:
     Query ``t`` (global position ``p``) sees the global keys ``[lo, p]`` (``lo = p -
     window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank. The
     run is attended to by the decode kernel, a query a row: its last ``m`` keys as the
-    kernel's window (``seq_len = end_t``, ``window_left = m - 1``, ``m`` the shortest
-    non-empty run of the chunk on this rank), the rest ``[first_t, end_t - m)`` as sparse
-    keys (at most twice the interleave size wide in an interleaved layout; without a
-    window every run starts at 0 and the window holds it whole). Queries with no key here
-    get ``seq_len`` 0 and no sparse key; a rank with none for any query launches nothing.
+    kernel's window (``seq_len = end_t``, ``window_left = m - 1``) and the rest
+    ``[first_t, end_t - m)`` as sparse keys. ``m`` is the fewest keys this rank holds in any
+    full window (:func:`run_bounds`), so every run is at least that long (a window reaching
+    position 0 is cut there by the kernel too), and the sparse width is bounded by the layout
+    alone: at most about twice the interleave size in an interleaved layout; contiguous
+    chunks (``m`` = 0) take the run whole as sparse keys. Without a window every run starts
+    at 0 and the kernel's window holds it whole. Queries with no key here get ``seq_len`` 0
+    and no sparse key; a rank with none for any query launches nothing.
+
+    The widths depend on the layout and the window only, so :meth:`replan` writes the next
+    batch's lengths into the plan's buffers in place and a CUDA graph of :meth:`run` (NCCL)
+    replays with them.
 
     ``deterministic``: the outputs merged in rank order (all-gathered, ``world - 1`` outputs
     a rank instead of the all-reduce's ``2 (world - 1) / world``), so a fixed group size
     gives the same bits run after run whatever the collectives' algorithms.
 
     Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
-    pairs it attends to), ``sparse_keys`` (the sparse index's width)."""
+    pairs it attends to), ``sparse_keys`` (the sparse index's width), ``capacity`` (the
+    query rows: sequences for decode, new tokens for extend)."""
 
     def __init__(self, seq, pos, *, group, layout, rank, world, num_q_heads, num_kv_heads,
                  head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device,
                  deterministic=False):
-        """``seq``, ``pos``: each query's sequence and global position (host ints)."""
+        """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
+        query with no key)."""
         import swattn
         self.group, self.world, self.deterministic = group, world, deterministic
+        self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
-        self.tokens = len(pos)
-        p = torch.tensor(pos, dtype=torch.int64)
-        lo = (p - window_left).clamp_min(0) if window_left is not None else torch.zeros_like(p)
-        first = layout.local_len(lo, rank, world)
-        end = layout.local_len(p + 1, rank, world)
-        run = (end - first).clamp_min(0)
-        has = run > 0
-        self.keys = int(run.sum())
+        self.capacity = self.tokens = len(pos)
+        if window_left is None:
+            self.m, self.sparse_keys = None, 0  # the kernel's window holds every run
+        else:
+            fewest, most = run_bounds(layout, window_left + 1, rank, world)
+            self.m, self.sparse_keys = fewest, most - fewest
+        lens, first, rest, has, self.keys = self._runs(seq, pos)
         self.launched = bool(has.any())
-        self.sparse_keys = 0
         self.inner = None
         if not self.launched:
             return
-        if window_left is None:
-            inner_window, m = None, 0  # every run is [0, end_t): the window part holds it
-        else:
-            m = int(run[has].min())
-            inner_window = m - 1
-        rest = torch.where(has, run - m, 0) if window_left is not None else torch.zeros_like(run)
-        self.sparse_keys = int(rest.max())
-        lens = torch.where(has, end, 0).tolist()
         self.inner = swattn.plan_decode(
             lens, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-            head_dim_v=head_dim_v, page_size=page_size, window_left=inner_window,
-            softcap=softcap, scale=scale, return_lse=True, sparse_keys=self.sparse_keys,
-            dtype=dtype, device=device)
+            head_dim_v=head_dim_v, page_size=page_size,
+            window_left=None if not self.m else self.m - 1, softcap=softcap, scale=scale,
+            return_lse=True, sparse_keys=self.sparse_keys, dtype=dtype, device=device)
         self.seq = torch.tensor(seq, dtype=torch.int64).to(device)
         self.first = first.to(torch.int32).to(device)
         self.rest = rest.to(torch.int32).to(device)
         self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
+
+    def _runs(self, seq, pos):
+        """Host tensors of the queries ``(seq, pos)``: the kernel's lengths (a list), the
+        sparse keys' first local position and count, which queries have keys here, and the
+        (query, key) pairs."""
+        p = torch.tensor(pos, dtype=torch.int64)
+        w = self.window_left
+        lo = (p - w).clamp_min(0) if w is not None else torch.zeros_like(p)
+        first = self.layout.local_len(lo, self.rank, self.world)
+        end = self.layout.local_len(p + 1, self.rank, self.world)
+        run = (end - first).clamp_min(0)
+        has = run > 0
+        if self.m is None:  # no window: [0, end) through the kernel's window
+            rest, lens = torch.zeros_like(run), torch.where(has, end, 0)
+        else:
+            rest = torch.where(has, (run - self.m).clamp_min(0), 0)
+            lens = torch.where(has, end, 0) if self.m else torch.zeros_like(end)
+        assert (int(rest.max()) if rest.numel() else 0) <= self.sparse_keys  # run_bounds
+        return lens.tolist(), first, rest, has, int(run.sum())
+
+    def replan(self, *lengths):
+        """The next batch's lengths, written into the plan's buffers in place (no host sync):
+        ``replan(seq_lens)`` for a decode plan, ``replan(prefix_lens, extend_lens)`` for an
+        extend plan; at most ``capacity`` query rows, the rest padded with queries that see
+        no key (output 0). A CUDA graph captured from :meth:`run` then replays with them."""
+        if len(lengths) != (1 if self.kind == "decode" else 2):
+            raise TypeError(f"a {self.kind} plan replans with "
+                            + ("(seq_lens)" if self.kind == "decode" else
+                               "(prefix_lens, extend_lens)"))
+        totals, seq, pos = _queries(*lengths)
+        _check(self.group, self.layout, totals, self.window_left)
+        self._replan(seq, pos)
+
+    def _replan(self, seq, pos):
+        if len(pos) > self.capacity:
+            raise ValueError(f"replan with {len(pos)} queries: the plan holds {self.capacity}")
+        pad = self.capacity - len(pos)
+        seq, pos = list(seq) + [0] * pad, list(pos) + [-1] * pad  # padded rows see no key
+        lens, first, rest, has, self.keys = self._runs(seq, pos)
+        if not self.launched:
+            if has.any():
+                raise ValueError("this rank held no visible key when the plan was made, so it "
+                                 "launches nothing: make a new plan for these lengths")
+            return
+        self.inner.replan(lens)
+        for buf, host in ((self.seq, torch.tensor(seq, dtype=torch.int64)),
+                          (self.first, first.to(torch.int32)), (self.rest, rest.to(torch.int32))):
+            buf.copy_(host, non_blocking=True)
 
     def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
         """This rank's part of the attention merged with the other ranks': every rank returns
@@ -248,19 +332,8 @@ def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
     the prefix and the new tokens alike. ``deterministic``: see :class:`ParallelPlan`. The
     rest as :func:`swattn.plan_extend`'s (causal)."""
-    prefix = _host_lens("prefix_lens", prefix_lens)
-    new = _host_lens("extend_lens", extend_lens)
-    if len(prefix) != len(new):
-        raise ValueError(f"prefix_lens and extend_lens differ in length ({len(prefix)} and "
-                         f"{len(new)})")
-    rank, world = _check(group, layout, [a + b for a, b in zip(prefix, new)], window_left)
-    seq, pos = [], []
-    for b, (a, n) in enumerate(zip(prefix, new)):
-        seq += [b] * n
-        pos += range(a, a + n)
-    return ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
-                        num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                        head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                        page_size=page_size, window_left=window_left, softcap=softcap,
-                        scale=scale, dtype=dtype, device=torch.device(device),
-                        deterministic=deterministic)
+    return _plan("extend", (prefix_lens, extend_lens), group=group, layout=layout,
+                 num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                 head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
+                 softcap=softcap, scale=scale, dtype=dtype, device=device,
+                 deterministic=deterministic)
