@@ -124,12 +124,10 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
 def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device, **rest):
     totals, seq, pos = _queries(*lengths)
     rank, world = _check(group, layout, totals, window_left)
-    plan = ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
+    return ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                        window_left=window_left, device=torch.device(device), **rest)
-    plan.kind = kind
-    return plan
+                        window_left=window_left, device=torch.device(device), kind=kind, **rest)
 
 
 def _queries(*lengths):
@@ -214,11 +212,12 @@ class ParallelPlan:
 
     def __init__(self, seq, pos, *, group, layout, rank, world, num_q_heads, num_kv_heads,
                  head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device,
-                 deterministic=False):
+                 deterministic=False, kind="decode"):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
-        query with no key)."""
+        query with no key); ``kind``: "decode" or "extend" (what :meth:`replan` takes)."""
         import swattn
         self.group, self.world, self.deterministic = group, world, deterministic
+        self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
         self.capacity = self.tokens = len(pos)
@@ -265,7 +264,8 @@ class ParallelPlan:
         """The next batch's lengths, written into the plan's buffers in place (no host sync):
         ``replan(seq_lens)`` for a decode plan, ``replan(prefix_lens, extend_lens)`` for an
         extend plan; at most ``capacity`` query rows, the rest padded with queries that see
-        no key (output 0). A CUDA graph captured from :meth:`run` then replays with them."""
+        no key (output 0): :meth:`run` keeps taking ``capacity`` rows of queries. A CUDA
+        graph captured from :meth:`run` then replays with them."""
         if len(lengths) != (1 if self.kind == "decode" else 2):
             raise TypeError(f"a {self.kind} plan replans with "
                             + ("(seq_lens)" if self.kind == "decode" else
