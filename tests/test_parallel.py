@@ -120,6 +120,27 @@ def test_run_bounds_hold_for_every_full_window(layout, world):
                 assert (fewest, most) == (min(counts), max(counts))
 
 
+def test_the_parallel_benchmark_runs_its_ranks():
+    """scripts/parallel_bench.py on 2 gloo ranks (tiny sizes): a row a rank and workload,
+    kernel and merge times apart, each rank's share of one GPU's keys, and under a window a
+    contiguous layout's idle rank launching nothing."""
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "parallel_bench.py")
+    out = subprocess.run([sys.executable, script, "--world", "2", "--device", "cpu",
+                          "--context", "64", "--batch", "1", "--chunk", "4", "--window", "20",
+                          "--page", "8", "--reps", "1", "--heads", "mistral", "--layout",
+                          "contiguous"], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()
+            if line.startswith("| decode") or line.startswith("| extend")]
+    assert len(rows) == 2 * 2 * 2  # kinds x (full, window) x ranks
+    for kind, heads, window, rank, kernel, merge, run, keys, share, launched, sparse in rows:
+        assert float(kernel) >= 0 and float(merge) > 0 and float(run) > 0
+    windowed = {(r[0].strip(), r[3].strip()): r for r in rows if r[2].strip() == "20"}
+    # Positions 0..31 on rank 0, 32..63 on rank 1: the last query's window is rank 1's alone.
+    assert windowed[("decode", "0")][9].strip() == "False"
+    assert float(windowed[("decode", "1")][8]) == 1.0
+
+
 def test_bad_layouts_are_refused():
     with pytest.raises(ValueError, match="Interleaved size"):
         parallel._check_layout(parallel.Interleaved(0))

@@ -297,6 +297,11 @@ class ParallelPlan:
         token of the sequences this rank owns (decode's new one, and extend's prefix and new
         tokens, written by their owners) at local positions. No host sync."""
         part, lse = self.partial(q, k_cache, v_cache, block_table)
+        return self.merge(part, lse, sinks=sinks, out=out)
+
+    def merge(self, part, lse, *, sinks=None, out=None):
+        """Every rank's :meth:`partial` state merged (the collectives of :meth:`run`), sinks
+        applied once: the whole output on every rank."""
         return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic)
 
     def partial(self, q, k_cache, v_cache, block_table):

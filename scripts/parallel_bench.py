@@ -1,0 +1,192 @@
+"""Context-parallel decode and extend (swattn.parallel) timed on 1 or more GPUs: each rank's
+kernel time (``plan.partial``) and merge time (``plan.merge``: the collectives) apart, the
+keys each rank attends to against those of a single GPU, and which ranks launch nothing.
+
+It starts ``--world`` processes itself (one a GPU, NCCL; or gloo on the CPU under the
+interpreter for a smoke run) and prints one markdown row a rank and workload. Each rank
+builds only its own shard of a synthetic cache (random keys and values, seeded by rank),
+so a long context costs each GPU its share of the memory.
+
+    python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
+    python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
+    python3 scripts/parallel_bench.py --world 2 --device cpu --context 96 --batch 2 --chunk 8 \\
+        --reps 1                                                      # a CPU smoke run (gloo)
+
+Workloads: decode and extend (a chunk of ``--chunk`` new tokens ending at the context), with
+gpt-oss heads (64 query heads, 8 KV heads of 64, sinks) and Mistral heads (32 / 8 of 128),
+full attention and a 4096-key window, the tokens interleaved one by one across the ranks
+(``--layout contiguous``: each rank a range, where the window leaves ranks idle).
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+
+HEADS = {"gpt-oss": (64, 8, 64, True), "mistral": (32, 8, 128, False)}
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--context", type=int, default=131072, help="tokens a sequence")
+    p.add_argument("--batch", type=int, default=8, help="decode sequences")
+    p.add_argument("--chunk", type=int, default=4096, help="extend: new tokens (one sequence)")
+    p.add_argument("--window", type=int, default=4096, help="the window's keys (0: none)")
+    p.add_argument("--page", type=int, default=16)
+    p.add_argument("--layout", default="interleaved", choices=("interleaved", "contiguous"),
+                   help="tokens dealt one by one, or each rank a contiguous range")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--kinds", default="decode,extend")
+    p.add_argument("--heads", default="gpt-oss,mistral")
+    p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed):
+    """This rank's cache of the sequences' ``lengths``: its tokens at local positions, random,
+    pages laid out sequence after sequence; ``(k_cache, v_cache, block_table)``."""
+    local = [int(layout.local_len(n, rank, world)) for n in lengths]
+    pages = [-(-n // page) for n in local]
+    total = max(sum(pages), 1)
+    g = torch.Generator(device=device).manual_seed(seed + rank)
+    k = torch.randn(total, page, hkv, d, generator=g, device=device).to(dtype)
+    v = torch.randn(total, page, hkv, d, generator=g, device=device).to(dtype)
+    table = torch.full((len(lengths), max(pages + [1])), -1, dtype=torch.int32)
+    start = 0
+    for b, n in enumerate(pages):
+        table[b, :n] = torch.arange(start, start + n, dtype=torch.int32)
+        start += n
+    return k, v, table.to(device)
+
+
+def timed(fn, reps, device):
+    """Median microseconds of ``fn()`` over ``reps`` calls (CUDA events on the GPU)."""
+    times = []
+    for _ in range(reps + 1):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b) * 1000)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    times = sorted(times[1:])  # the first call compiles
+    return times[len(times) // 2]
+
+
+def workload(args, group, layout, heads, kind, w, dtype, device):
+    """One workload on this rank: its plan timed (kernel, merge, the whole run) and its
+    keys against one GPU's."""
+    from swattn import parallel
+    hq, hkv, d, with_sinks = HEADS[heads]
+    g = torch.Generator(device=device).manual_seed(7)
+    sinks = torch.randn(hq, generator=g, device=device) if with_sinks else None
+    lengths = [args.context] * (args.batch if kind == "decode" else 1)
+    k, v, table = shard(layout, args.rank, args.world, lengths, hkv, d, args.page, dtype, device,
+                        11)
+    sizes = dict(group=group, layout=layout, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                 page_size=args.page, window_left=None if w is None else w - 1, dtype=dtype,
+                 device=device)
+    if kind == "decode":
+        plan = parallel.plan_decode(lengths, **sizes)
+    else:
+        plan = parallel.plan_extend([args.context - args.chunk], [args.chunk], **sizes)
+    q = torch.randn(plan.capacity, hq, d, generator=g, device=device).to(dtype)
+    state = {}
+
+    def compute():
+        state["part"] = plan.partial(q, k, v, table)
+
+    def merge():
+        plan.merge(*state["part"], sinks=sinks)
+
+    compute_us = timed(compute, args.reps, device)
+    merge_us = timed(merge, args.reps, device)
+    total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks), args.reps, device)
+    # The (query, key) pairs of one GPU holding every token, for the share.
+    if kind == "decode":
+        whole = sum(min(n, w or n) for n in lengths)
+    else:
+        whole = sum(min(args.context - args.chunk + i + 1, w or args.context)
+                    for i in range(args.chunk))
+    return {"rank": args.rank, "world": args.world, "kind": kind, "heads": heads, "window": w,
+            "compute_us": compute_us, "merge_us": merge_us, "total_us": total_us,
+            "keys": plan.keys, "keys_one_gpu": whole, "launched": plan.launched,
+            "sparse_keys": plan.sparse_keys}
+
+
+def rank_main(args):
+    import torch.distributed as dist
+
+    from swattn import parallel
+    device = torch.device("cuda", args.rank) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=args.rank,
+                            world_size=args.world)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    layout = (parallel.Interleaved(1) if args.layout == "interleaved"
+              else parallel.Contiguous(-(-args.context // args.world)))
+    window = args.window or None
+    for heads in args.heads.split(","):
+        for kind in args.kinds.split(","):
+            for w in dict.fromkeys((None, window)):
+                row = workload(args, dist.group.WORLD, layout, heads, kind, w, dtype, device)
+                print(json.dumps(row), flush=True)
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # no teardown of the group's threads at exit (see tests/parallel_worker.py)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    args = parse()
+    if args.rank is not None:
+        return rank_main(args)
+    port = free_port()
+    argv = [a for a in sys.argv[1:]]
+    env = dict(os.environ)
+    if args.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--rank", str(r),
+                               "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env)
+             for r in range(args.world)]
+    rows = []
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode:
+            print(f"a rank failed (exit {p.returncode})", file=sys.stderr)
+            return 1
+        rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    print(f"context {args.context}, {args.world} rank(s), {args.device}, {args.layout} layout")
+    print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "
+          "share of one GPU's keys | launched | sparse width |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["kind"], r["heads"], r["window"] or 0, r["rank"])):
+        share = r["keys"] / r["keys_one_gpu"] if r["keys_one_gpu"] else 0.0
+        print(f"| {r['kind']} | {r['heads']} | {r['window'] or 'full'} | {r['rank']} | "
+              f"{r['compute_us']:.1f} | {r['merge_us']:.1f} | {r['total_us']:.1f} | "
+              f"{r['keys']} | {share:.3f} | {r['launched']} | {r['sparse_keys']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
