@@ -122,6 +122,7 @@ for b, m in enumerate(mine):
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device=dev)
 
+
 def make(**kw):
     return (parallel.plan_extend(prefix, new, **sizes, **kw) if EXTEND
             else parallel.plan_decode(lens, **sizes, **kw))
