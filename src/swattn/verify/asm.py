@@ -237,12 +237,12 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     from ..ops import decode_hopper as hopper
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    q = torch.empty(2, 2 * group, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
     cfg = hopper_decode_config(head_dim, torch_dtype, kv_dtype)
     layouts = hopper.shared_layouts(torch_dtype, head_dim, page_size, cfg.block_h, cfg.block_n,
                                     kv_dtype)
-    rows = min(page_size, cfg.block_n)
-    kc, vc = (hopper.descriptor(cache, rows, layouts[0]) for _ in range(2))
+    kc, vc, poison = hopper.descriptors(cfg, q, cache, cache)
     constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=cfg.block_h,
                       BN=cfg.block_n, STAGES=cfg.num_stages, Q_LAYOUT=layouts[1],
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
@@ -256,7 +256,7 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
     if kv_dtype is None:
         constexprs.update(poison=None, k_scale=None, v_scale=None)
     else:
-        descs["poison"] = kc
+        descs["poison"] = poison
         pointers.update(k_scale="*fp32", v_scale="*fp32")
     constexprs.update(flags)
     compiled, kernel = _compile(
