@@ -236,7 +236,8 @@ class ParallelPlan:
             head_dim_v=head_dim_v, page_size=page_size,
             window_left=None if not self.m else self.m - 1, softcap=softcap, scale=scale,
             return_lse=True, sparse_keys=self.sparse_keys, dtype=dtype, device=device)
-        self.seq = torch.tensor(seq, dtype=torch.int64).to(device)
+        # (extend only: a decode query's row of the block table is its own)
+        self.seq = torch.tensor(seq, dtype=torch.int64).to(device) if kind == "extend" else None
         self.first = first.to(torch.int32).to(device)
         self.rest = rest.to(torch.int32).to(device)
         self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
@@ -286,9 +287,10 @@ class ParallelPlan:
                                  "launches nothing: make a new plan for these lengths")
             return
         self.inner.replan(lens)
-        for buf, host in ((self.seq, torch.tensor(seq, dtype=torch.int64)),
-                          (self.first, first.to(torch.int32)), (self.rest, rest.to(torch.int32))):
-            buf.copy_(host, non_blocking=True)
+        if self.seq is not None:
+            self.seq.copy_(torch.tensor(seq, dtype=torch.int64), non_blocking=True)
+        self.first.copy_(first.to(torch.int32), non_blocking=True)
+        self.rest.copy_(rest.to(torch.int32), non_blocking=True)
 
     def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
         """This rank's part of the attention merged with the other ranks': every rank returns
@@ -309,7 +311,9 @@ class ParallelPlan:
         (output 0 and lse -inf where it holds no visible key), for a caller's own merge
         (``swattn.merge_states``' rule)."""
         if self.launched:
-            rows = block_table.index_select(0, self.seq)  # each query's sequence's pages
+            # Each query's sequence's pages: a decode query is its sequence's own row (a
+            # padded one reads none), an extend chunk's queries share their sequence's.
+            rows = block_table if self.seq is None else block_table.index_select(0, self.seq)
             sparse = None
             if self.sparse_keys:
                 k = self.offsets[None, :self.sparse_keys]
