@@ -14,14 +14,23 @@ from checks import run_fresh
 from conftest import DEVICE
 
 SCRIPT = """
+import torch
 from swattn.verify import asm
+e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
             dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
             dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False),
-            dict(WS=False), dict(WS=False, head_dim=64, page_size=64)]
+            dict(WS=False), dict(WS=False, head_dim=64, page_size=64),
+            # Over an fp8 cache (warp-specialized with converter warps, every bounds).
+            dict(kv_dtype=e4m3), dict(kv_dtype=e5m2, bounds="skip", head_dim=64, dtype="fp16"),
+            dict(kv_dtype=e4m3, bounds="none", page_size=128, HAS_SINKS=True, USE_SOFTCAP=True,
+                 RETURN_LSE=True)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
-    assert c.local == 0 and c.stack == 0, (flags, c)
+    # Over an fp8 cache the proof loops (skip, none) may keep one of the converter warps'
+    # values on the stack (a load a tile); the loop that runs for speed keeps none.
+    slack = 8 if "kv_dtype" in flags and flags.get("bounds", "tight") != "tight" else 0
+    assert c.local == 0 and c.stack <= slack, (flags, c.stack)
     # Both products asynchronous, the overlap's waits as written.
     assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
     # The loops holding warpgroup products.
@@ -39,6 +48,9 @@ for flags in variants:
         # register halves: carried as bf16 across the two loops, the weights were swapped
         # and swapped back every step (32 PRMT; 4% of B's time).
         assert not any("PRMT" in i for i in min(loops, key=len)), flags
+    if "kv_dtype" in flags:
+        # The widening: packed conversions, a pair of fp8 values to fp16 an instruction.
+        assert "cvt.rn.f16x2.e" in ptx, flags
     print(flags, len(c.sass), "instructions", c.registers, "registers")
 print("compiled")
 """
@@ -86,6 +98,8 @@ def test_config_takes_the_hopper_path_for_d64_and_d128():
     assert cfg.warp_specialized("tight", 4095) and cfg.warp_specialized("tight", None)
     assert not any(cfg.warp_specialized(*a) for a in (("tight", 127), ("skip", 4095),
                                                       ("none", None)))
+    # Over an fp8 cache every launch is (the converter warps are a partition).
+    assert all(cfg.warp_specialized(b, 127, True) for b in ("tight", "skip", "none"))
     assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
     assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
                                                           (128, 128, 48), (128, 128, 96)))

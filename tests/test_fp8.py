@@ -301,6 +301,60 @@ def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
         assert torch.equal(bad[1:], out[1:])
 
 
+# The Hopper extend path over fp8 caches: windows long (tight runs warp-specialized for
+# 16-bit caches too) and short, full attention with prefix 0, pages of 16 to 128, odd
+# groups, sinks, soft-cap, lse, fp16 and bf16 queries, d64 and d128.
+HOPPER_EXTEND_FP8_CASES = [
+    (ExtendCase([4100, 0, 700], [700, 1025, 129], num_q_heads=32, num_kv_heads=8, head_dim=128,
+                head_dim_v=128, page_size=16, window_left=4095, dtype=torch.bfloat16, seed=91),
+     {"sinks": True}),
+    (ExtendCase([70, 1, 2000], [300, 64, 65], num_q_heads=6, num_kv_heads=2, head_dim=64,
+                head_dim_v=64, page_size=64, window_left=127, dtype=torch.float16, seed=92),
+     {"softcap": 20.0, "return_lse": True}),
+    (ExtendCase([0, 1500], [1000, 129], num_q_heads=8, num_kv_heads=1, head_dim=128,
+                head_dim_v=128, page_size=128, window_left=None, dtype=torch.bfloat16, seed=93),
+     {"return_lse": True, "sinks": True}),
+    (ExtendCase([300, 129], [200, 77], num_q_heads=4, num_kv_heads=2, head_dim=64,
+                head_dim_v=64, page_size=32, window_left=None, dtype=torch.bfloat16, seed=94),
+     {"causal": False, "window_right": 50}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
+def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head):
+    """The Gluon extend path over an fp8 cache (fp8 pages and 16-bit new tokens made fp16
+    tiles in place by the converter warps): its bounds variants bit-identical, within
+    rounding of the float64 reference over the same cache (new keys taken as the cache
+    stores them), and a bad page's rows NaN (the poison rows read in its place) with every
+    other sequence's rows the good run's bits."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    for case, kwargs in HOPPER_EXTEND_FP8_CASES:
+        tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
+        kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
+        if kw.pop("sinks", False):
+            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
+                case.seed)).cuda()
+        got = assert_bounds_identical([run_extend(*tensors, bounds=b, hopper=True, **kw)
+                                       for b in ("tight", "skip", "none")])
+        assert_matches_reference(got, reference.extend_attention(*tensors, **kw), tol=1e-2)
+        out = got[0] if isinstance(got, tuple) else got
+        # The last prefix page of the longest prefix: its first new token sees that page's
+        # last key under every window.
+        i = max(range(len(case.prefix_lens)), key=lambda s: case.prefix_lens[s])
+        table = tensors[5].clone()
+        table[i, (case.prefix_lens[i] - 1) // case.page_size] = -1
+        bad = run_extend(*tensors[:5], table, *tensors[6:], hopper=True, **kw)
+        bad = bad[0] if isinstance(bad, tuple) else bad
+        rows = torch.arange(out.shape[0], device=out.device)
+        first, end = tensors[6][i].item(), tensors[6][i + 1].item()
+        assert torch.isnan(bad[first]).all()
+        other = (rows < first) | (rows >= end)
+        assert torch.equal(bad[other], out[other])
+
+
 @pytest.mark.gpu
 def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
     """A plan over an fp8 cache: its repeated runs (scales included in what the run's key

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..window import to_flash_attn, to_flashinfer, to_sglang
-from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists,
+from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists, fp8_cache,
                     import_peer, need_cuda, poisoner, softmax_scale)
 
 
@@ -141,9 +141,11 @@ def sglang_unified(inputs):
 # vLLM 0.33.0 Triton unified attention over [pages, 16, Hkv, D].
 # --------------------------------------------------------------------------------------
 
-def vllm_unified(inputs):
+def vllm_unified(inputs, *, fp8=None):
     """vLLM ``unified_attention`` (2D path: multi-token queries) over the paged pool, new
-    tokens already in their pages, ``window_size=(W-1, 0)``, sinks.
+    tokens already in their pages, ``window_size=(W-1, 0)``, sinks. ``fp8`` (a torch fp8
+    dtype): over an fp8 copy of the pool with one scale for the tensor
+    (``KVQuantMode.FP8_PER_TENSOR``), checked against the reference over the same pool.
 
     Pages wholly below the first new token's window map to page 0, a null page holding
     finite data, as vLLM's sliding-window block manager maps freed blocks to its null
@@ -171,16 +173,34 @@ def vllm_unified(inputs):
     window = (left, 0) if case.window_left is not None else (-1, -1)
     max_q = max(e for _, e in case.seqs)
     max_k = max(p + e for p, e in case.seqs)
+    k_pool, v_pool, k_descale, v_descale, mode, want = (inputs.k_pool, inputs.v_pool, ones, ones,
+                                                        {}, None)
+    note = "paged 16, pages below the window -> null page"
+    if fp8 is not None:
+        from .. import reference
+        k_pool, v_pool, k_descale, v_descale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8,
+                                                         per_head=False)
+        mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
+        note += (f"; {str(fp8)[6:]} pool, one scale for the tensor (FP8_PER_TENSOR); checked "
+                 "against the reference over the same fp8 pool")
+
+        def want():
+            new = case.seqs[0][1]
+            return reference.extend_attention(
+                inputs.q[:new], inputs.k[:new], inputs.v[:new], k_pool, v_pool,
+                inputs.block_table_window[:1], inputs.cu_seqlens[:2], inputs.prefix_lens[:1],
+                window_left=case.window_left, sinks=inputs.sinks, k_scale=k_descale,
+                v_scale=v_descale)
 
     def fn():
         mod.unified_attention(
-            q=inputs.q, k=inputs.k_pool, v=inputs.v_pool, out=out, cu_seqlens_q=inputs.cu_seqlens,
+            q=inputs.q, k=k_pool, v=v_pool, out=out, cu_seqlens_q=inputs.cu_seqlens,
             max_seqlen_q=max_q, seqused_k=seqused_k, max_seqlen_k=max_k, softmax_scale=softmax_scale(case),
             causal=True, window_size=window, block_table=table, softcap=0, q_descale=None,
-            k_descale=ones, v_descale=ones, sinks=inputs.sinks)
+            k_descale=k_descale, v_descale=v_descale, sinks=inputs.sinks, **mode)
 
-    return Prepared(fn, lambda: out, "paged 16, pages below the window -> null page", True,
-                    poisoner(out), [table, seqused_k, ones])
+    return Prepared(fn, lambda: out, note, True, poisoner(out), [table, seqused_k, ones, k_pool, v_pool],
+                    reference=want, kv_bytes=1 if fp8 is not None else 2)
 
 
 # --------------------------------------------------------------------------------------

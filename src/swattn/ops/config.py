@@ -158,11 +158,16 @@ class HopperExtendConfig:
     ws_min_window: int = 1024
     ws_maxnreg: int = 128
     producer_regs: int = 24
+    # Over an fp8 cache every launch is warp-specialized, with these converter warps (and
+    # registers) making the ring's tiles fp16 beside the warpgroup.
+    convert_warps: int = 2
+    convert_regs: int = 56
 
-    def warp_specialized(self, bounds, window_left):
-        """Whether a launch runs the warp-specialized loop (the tight bounds only)."""
-        return (self.warp_specialize and bounds == "tight"
-                and (window_left is None or window_left >= self.ws_min_window))
+    def warp_specialized(self, bounds, window_left, fp8=False):
+        """Whether a launch runs the warp-specialized loop (the tight bounds only, or any
+        over an fp8 cache)."""
+        return fp8 or (self.warp_specialize and bounds == "tight"
+                       and (window_left is None or window_left >= self.ws_min_window))
 
     def launch_options(self, ws):
         """The compile options of a launch (``ws``: warp-specialized, with the register
@@ -223,8 +228,7 @@ def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     converter's two stages of widened fp16 K/V tiles take 32 / 64 KB: 4 stages at d64, 2 at
     d128 (72 KB / 112 KB, still two programs an SM; a third stage at d128 leaves one, and ran
     at 346 us against 211 on C-B: the fp8-decode results)."""
-    if kv_dtype is not None and kv_dtype != dtype:
-        return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
+    del dtype, kv_dtype  # the same stages either way
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
 
 

@@ -52,9 +52,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, weights,
-                     wgmma_layout)
+from ._gluon import (Rule, descriptor, issue, operand_layout, poison_descriptor, tile_pages,
+                     uniform, weights, wgmma_layout)
 from ._launch import Descriptor, Launch
+from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig
 from .merge import split_scratch
 
@@ -435,9 +436,6 @@ def takes_shape(head_dim, head_dim_v, group, page_size):
     return page_size % block_n == 0
 
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-
-
 def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=None):
     """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
     tensors' strides are checked at run time (:func:`descriptors`). ``kv_dtype``: the
@@ -475,14 +473,6 @@ def shared_layouts(dtype, head_dim, page_size, block_h, block_n, kv_dtype=None):
             gl.NVMMASharedLayout.get_default_for([block_n, head_dim], gl.float16))
 
 
-@functools.lru_cache(maxsize=16)
-def _poison(device, kv_dtype, rows, head_dim, layout):
-    """The descriptor of ``rows`` rows of fp8 NaN (the byte 0x7f in both formats) that an fp8
-    cache's K copies read for a page not copied (a copy engine cannot pad fp8 with NaN)."""
-    nan = torch.full((rows, 1, head_dim), 0x7F, dtype=torch.uint8, device=device).view(kv_dtype)
-    return descriptor(nan, rows, layout)
-
-
 def descriptors(cfg, q, k_cache, v_cache):
     """(k_cache, v_cache, poison or None) descriptors of one launch (K's pads with NaN, or
     over an fp8 cache reads the poison rows: see the module docstring), or a sentence
@@ -507,7 +497,7 @@ def lazy_descriptors(cfg, q, k_cache, v_cache):
     if kv_dtype in FP8_DTYPES:
         return (Descriptor(k_cache, descriptor, rows, cache_layout),
                 Descriptor(v_cache, descriptor, rows, cache_layout),
-                _poison(k_cache.device, kv_dtype, rows, q.shape[-1], cache_layout))
+                poison_descriptor(k_cache.device, kv_dtype, rows, q.shape[-1], cache_layout))
     return (Descriptor(k_cache, descriptor, rows, cache_layout, "nan"),
             Descriptor(v_cache, descriptor, rows, cache_layout), None)
 

@@ -34,8 +34,19 @@ masked out of the scores.
 overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) or
 compute them under the mask (none).
 
-Runs on sm_90 only, for fp16/bf16, D = Dv in (64, 128), page sizes that are multiples of
-16, no custom mask, the two-stage kernel (not ``deterministic``); :func:`unsupported`
+An fp8 cache (e4m3fn or e5m2, value / scale) runs warp-specialized with converter warps
+beside the producer: a ring stage keeps its 16-bit size, a cache tile's pages are copied as
+fp8 into its upper half and a new tokens' tile whole as 16-bit, and the converter makes
+each the fp16 tile the warpgroup reads, in place (the cache's values widened exactly, the
+new keys and values taken as the cache stores them, as in :mod:`.extend`); it hands the
+stage over on its own barriers. The products then run in fp16 (a bf16 query tile
+converted once), K's scale joins qk_scale and V's multiplies the output. The copy engine
+pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for K
+(``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
+kernel's.
+
+Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
+(64, 128), page sizes that are multiples of 16, no custom mask, the two-stage kernel (not ``deterministic``); :func:`unsupported`
 says why a launch cannot take it. Gluon does not run under the interpreter: the CPU suite
 compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
 """
@@ -51,9 +62,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (Rule, descriptor, issue, operand_layout, tile_pages, uniform, visible, weights,
-                     wgmma_layout)
+from ._gluon import (Rule, descriptor, issue, operand_layout, poison_descriptor, tile_pages, uniform,
+                     visible, weights, wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
+from ._validate import FP8_DTYPES
 from .config import HopperExtendConfig
 
 # The head dims the kernel is written for; its tiling is a frozen config of the plan
@@ -72,11 +84,18 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # The arguments the warpgroup and the producer share, bundled once by the kernel (a
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
-                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS")  # constexprs
+                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
-# the barriers on which the warpgroup releases a stage to the producer (WS).
+# the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
+# cache the warpgroup's ring is the stages' fp16 view with the converter's barriers in the
+# place of the copies', and the producer's the new tokens' 16-bit view of the same stages.
 Ring = namedtuple("Ring", "k_smem v_smem bar_k bar_v empty_k empty_v")
-Descs = namedtuple("Descs", "k v kc vc")  # TMA descriptors: new k/v, the cache's K/V
+# Over an fp8 cache: the stages' fp8 views ([STAGES, 2 BN, D]: a cache tile's pages go to
+# rows BN to 2 BN, the stage's upper half), and the barriers on which the converter hands a
+# widened K or V tile to the warpgroup.
+Fp8Ring = namedtuple("Fp8Ring", "k8 v8 full_k full_v")
+# TMA descriptors: new k/v, the cache's K/V, an fp8 cache's poison rows (else None).
+Descs = namedtuple("Descs", "k v kc vc poison")
 # Where copies read: the sequence's block-table row, its first token's row of k/v, the
 # head's column, the row past the cache's last (a copy left out reads it).
 CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row")
@@ -84,7 +103,9 @@ CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row")
 # lengths, the lowest visible key.
 Walk = namedtuple("Walk", "n n1 lo1 lo2 prefix_len extend_len lowest")
 Mids = namedtuple("Mids", "lo1 hi1 lo2 hi2")  # each stage's mask-free tiles
-Store = namedtuple("Store", "sinks out lse stride_ot stride_oh stride_lt seq_start block_start")
+# Where the output goes; ``v_mult``: an fp8 cache's V scale of the head (else None).
+Store = namedtuple("Store", "sinks out lse stride_ot stride_oh stride_lt seq_start block_start "
+                   "v_mult")
 
 
 @gluon.jit
@@ -234,8 +255,9 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
     tiles, output and lse stored: the warpgroup's work. Not WS, it issues the copies of
     the tiles it walks as well (the first STAGES issued before it); WS (the tight loop
-    only), a producer warp issues them (:func:`_produce`) and the warpgroup signals each
-    buffer's release on ``empty_k``/``empty_v``."""
+    only, and every loop over an fp8 cache), a producer warp issues them
+    (:func:`_produce`) and the warpgroup signals each buffer's release on
+    ``empty_k``/``empty_v``."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
@@ -266,6 +288,16 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     dtype: gl.constexpr = k_smem.dtype
 
     mbarrier.wait(bar_q, 0)
+    if flags.FP8:
+        if q_smem.dtype == gl.bfloat16:
+            # The products run in fp16: the bf16 query tile converted in place, once (each
+            # thread rewrites the elements it read).
+            q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            b_q = q_smem.load(q_layout)
+            q_smem = q_smem._reinterpret(gl.float16, [BM, D], q_smem.layout)
+            q_smem.store(b_q.to(gl.float16))
+            fence_async_shared()
+            gl.thread_barrier()
     q_a = q_smem
     if flags.Q_REGS and D == 128:
         # The query tile in registers for the score products (d128, see Q_REGS): their A
@@ -329,11 +361,12 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         for j in range(0, n):
             st = j % STAGES
             is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-            nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
-                                                     extend_len, BN)
-            nxt_ok = j + STAGES < n
-            pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                      oob_row, PAGE, PR, NP)
+            if not flags.WS:
+                nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
+                                                         extend_len, BN)
+                nxt_ok = j + STAGES < n
+                pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
+                                          oob_row, PAGE, PR, NP)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
@@ -354,15 +387,22 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                     _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
                 acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
                 acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            # Both stages' buffers are free again (their products waited for above).
-            gl.thread_barrier()
-            issue(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
-                  nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            issue(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
-                  nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+            if flags.WS:
+                mbarrier.arrive(ring.empty_k.index(st))
+                mbarrier.arrive(ring.empty_v.index(st))
+            else:
+                # Both stages' buffers are free again (their products waited for above).
+                gl.thread_barrier()
+                issue(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
+                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                issue(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
+                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
 
     # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
     # no key is visible, NaN where a visible key's page was bad.
+    if flags.FP8:
+        # The cache holds value / scale: V's scale multiplies the output (K's is in qk_scale).
+        acc = acc * store.v_mult
     m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i
     if flags.HAS_SINKS:
@@ -381,12 +421,14 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
 
 @gluon.jit
-def _produce(descs, ring, walk, at, flags):
+def _produce(descs, ring, walk, at, flags, fp8):
     """The producer warp of a warp-specialized program (WS): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
-    first round passes at once), its block-table entries loaded just before. The
-    arguments come through shared memory: made warp-uniform again (_gluon.uniform)."""
+    first round passes at once), its block-table entries loaded just before. Over an fp8
+    cache (``fp8``, an Fp8Ring) a cache tile's pages go to the stage's upper half as fp8,
+    and K's pages not copied read the poison rows. The arguments come through shared
+    memory: made warp-uniform again (_gluon.uniform)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
@@ -398,28 +440,85 @@ def _produce(descs, ring, walk, at, flags):
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
                                   flags.PAGE, flags.PR, flags.NP)
-        mbarrier.wait(ring.empty_k.index(st), free)
-        issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, is_new, start,
-              at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, BN,
-              flags.D)
-        mbarrier.wait(ring.empty_v.index(st), free)
-        issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, is_new, start,
-              at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, BN,
-              flags.D)
+        if flags.FP8:
+            mbarrier.wait(ring.empty_k.index(st), free)
+            if is_new:
+                issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, True,
+                      start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                      flags.NP, BN, flags.D)
+            else:
+                issue(descs.k, descs.kc, ring.bar_k.index(st), fp8.k8.index(st).slice(BN, BN),
+                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                      flags.PR, flags.NP, BN, flags.D, descs.poison)
+            mbarrier.wait(ring.empty_v.index(st), free)
+            if is_new:
+                issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, True,
+                      start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                      flags.NP, BN, flags.D)
+            else:
+                issue(descs.v, descs.vc, ring.bar_v.index(st), fp8.v8.index(st).slice(BN, BN),
+                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                      flags.PR, flags.NP, BN, flags.D)
+        else:
+            mbarrier.wait(ring.empty_k.index(st), free)
+            issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, is_new,
+                  start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                  flags.NP, BN, flags.D)
+            mbarrier.wait(ring.empty_v.index(st), free)
+            issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, is_new,
+                  start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                  flags.NP, BN, flags.D)
+
+
+@gluon.jit
+def _widen_tiles(ring, wide, fp8, start, stop, k_mult, v_mult, IS_NEW: gl.constexpr,
+                 STAGES: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
+    """Tiles ``[start, stop)`` of the program's list (all the cache's, or all new, IS_NEW):
+    tile j's K, then its V, made the fp16 tile the warpgroup reads once its copy has
+    landed (_gluon.widen_in_place), then handed over on ``fp8.full_k``/``full_v``."""
+    WARPS: gl.constexpr = gl.num_warps()
+    for j in range(start, stop):
+        st = j % STAGES
+        mbarrier.wait(ring.bar_k.index(st), (j // STAGES) & 1)
+        widen_in_place(fp8.k8.index(st).slice(BN, BN), ring.k_smem.index(st),
+                       wide.k_smem.index(st), IS_NEW, k_mult, BN, D, WARPS)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(fp8.full_k.index(st))
+        mbarrier.wait(ring.bar_v.index(st), (j // STAGES) & 1)
+        widen_in_place(fp8.v8.index(st).slice(BN, BN), ring.v_smem.index(st),
+                       wide.v_smem.index(st), IS_NEW, v_mult, BN, D, WARPS)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(fp8.full_v.index(st))
+
+
+@gluon.jit
+def _convert(ring, wide, fp8, walk, k_mult, v_mult, flags):
+    """The converter warps (over an fp8 cache): every tile's K and V made the fp16 tile
+    the warpgroup reads once its copies have landed (``ring``: the producer's barriers and
+    16-bit views; ``wide``: the fp16 views), the cache's tiles widened and the new tokens'
+    quantized with ``k_mult``/``v_mult`` (the head's scales), then handed over
+    (:func:`_widen_tiles`). The warpgroup releases a stage to the producer as over a
+    16-bit cache: a stage is refilled only after its tiles were widened and used."""
+    n, n1 = uniform(walk.n), uniform(walk.n1)
+    _widen_tiles(ring, wide, fp8, 0, n1, k_mult, v_mult, False, flags.STAGES, flags.BN, flags.D)
+    _widen_tiles(ring, wide, fp8, n1, n, k_mult, v_mult, True, flags.STAGES, flags.BN, flags.D)
 
 
 @gluon.jit
 def _hopper_extend_kernel(
-    q_desc, k_desc, v_desc, kc_desc, vc_desc, block_table, cu_seqlens, prefix_lens, sinks, Out,
-    Lse, stride_bt, stride_ot, stride_oh, stride_lt, num_seqs, oob_row, qk_scale, softcap,
-    window_left, window_right,
+    q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
+    Out, Lse, k_scale, v_scale, stride_bt, stride_ot, stride_oh, stride_lt, num_seqs, oob_row,
+    qk_scale, softcap, window_left, window_right,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, SEQS_POW2: gl.constexpr,
     USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
+    CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -472,9 +571,14 @@ def _hopper_extend_kernel(
         lowest = first_q - window_left
 
     dtype: gl.constexpr = q_desc.dtype
+    # Over an fp8 cache the stages are the fp16 tiles the converter makes (the products
+    # run in fp16); the copies land in the stages' views of the new tokens' dtype and of
+    # the cache's (Fp8Ring).
+    FP8: gl.constexpr = kc_desc.dtype.is_fp8()
+    RING: gl.constexpr = gl.float16 if FP8 else dtype
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(RING, [STAGES, BN, D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(RING, [STAGES, BN, D], v_desc.layout)
     bar_q = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -492,22 +596,49 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS)
+                                      Q_REGS, WS, FP8)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
-    descs = Descs(k_desc, v_desc, kc_desc, vc_desc)
+    descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     at = CopyAt(bt_row, row0, col, oob_row)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
     rule = Rule(qk_scale, softcap, window_left, window_right)
-    store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start)
+    store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start, None)
     mbarrier.expect(bar_q, BM * D * 2)
     tma.async_copy_global_to_shared(q_desc, [row0 + block_start, i_h * D], bar_q, q_smem)
-    if WS:
+    if FP8:
+        # The cache holds value / scale: K's scale joins qk_scale, V's the output's.
+        k_mult = gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
+        v_mult = gl.load(v_scale + i_kvh * V_SCALE_STRIDE)
+        full_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        full_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(full_k.index(i), count=1)
+            mbarrier.init(full_v.index(i), count=1)
+        fp8 = Fp8Ring(k_smem._reinterpret(kc_desc.dtype, [STAGES, 2 * BN, D], kc_desc.layout),
+                      v_smem._reinterpret(vc_desc.dtype, [STAGES, 2 * BN, D], vc_desc.layout),
+                      full_k, full_v)
+        copies = Ring(k_smem._reinterpret(dtype, [STAGES, BN, D], k_desc.layout),
+                      v_smem._reinterpret(dtype, [STAGES, BN, D], v_desc.layout), bar_k, bar_v,
+                      empty_k, empty_v)
+        wide = Ring(k_smem, v_smem, full_k, full_v, empty_k, empty_v)
+        store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
+                      v_mult)
+        gl.warp_specialize([
+            (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
+                       Rule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)),
+            (_produce, (descs, copies, walk, at, flags, fp8)),
+            (_convert, (copies, wide, fp8, walk, k_mult, v_mult, flags)),
+        ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(full_k.index(i))
+            mbarrier.invalidate(full_v.index(i))
+    elif WS:
         # The partitions' arguments in the call itself: a tuple held in a variable loses its
         # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
             (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
-            (_produce, (descs, ring, walk, at, flags)),
+            (_produce, (descs, ring, walk, at, flags, None)),
         ], [1], [PRODUCER_REGS])
     else:
         for i in gl.static_range(STAGES):
@@ -544,9 +675,11 @@ def takes_shape(head_dim, head_dim_v, page_size):
     return page_size % block_n == 0
 
 
-def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, deterministic):
+def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, deterministic,
+                kv_dtype=None):
     """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
-    tensors' strides are checked at run time (:func:`descriptors`)."""
+    tensors' strides are checked at run time (:func:`descriptors`). ``kv_dtype``: the
+    cache's, where it is fp8."""
     if device.type != "cuda":
         return "it runs on CUDA devices only (not under the interpreter)"
     if torch.cuda.get_device_capability(device) != (9, 0):
@@ -557,6 +690,8 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
         return "it takes no custom mask"
     if dtype not in (torch.float16, torch.bfloat16):
         return f"it takes fp16 or bf16, got {dtype}"
+    if kv_dtype not in (None, dtype) + FP8_DTYPES:
+        return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim:
         return f"it needs D = Dv in {HEAD_DIMS}, got {head_dim} and {head_dim_v}"
     if not takes_shape(head_dim, head_dim_v, page_size):
@@ -566,22 +701,29 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
     return None
 
 
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+              torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+
 @functools.lru_cache(maxsize=64)
-def _layouts(dtype, head_dim, page_size, block_m, block_n):
-    """The shared layouts of the q/new-key tiles and of the cache's page copies."""
-    gl_dtype = gl.float16 if dtype == torch.float16 else gl.bfloat16
-    return (gl.NVMMASharedLayout.get_default_for([block_m, head_dim], gl_dtype),
-            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim], gl_dtype))
+def _layouts(dtype, head_dim, page_size, block_m, block_n, kv_dtype=None):
+    """The shared layouts of the q/new-key tiles and of the cache's page copies (in
+    ``kv_dtype``, where it differs from the queries')."""
+    return (gl.NVMMASharedLayout.get_default_for([block_m, head_dim], _GL_DTYPES[dtype]),
+            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim],
+                                                 _GL_DTYPES[kv_dtype or dtype]))
 
 
 def descriptors(cfg, q, k, v, k_cache, v_cache):
-    """(q, k, v, k_cache, v_cache) descriptors of one launch under the tiling ``cfg`` (the
-    cache's K pads with NaN: see the module docstring), or a sentence saying why the copy
-    engine cannot take them."""
-    descs = tuple(d.attempt() for d in lazy_descriptors(cfg, q, k, v, k_cache, v_cache))
+    """(q, k, v, k_cache, v_cache, poison or None) descriptors of one launch under the
+    tiling ``cfg`` (the cache's K pads with NaN, or over an fp8 cache reads the poison
+    rows: see the module docstring), or a sentence saying why the copy engine cannot take
+    them."""
+    *lazy, poison = lazy_descriptors(cfg, q, k, v, k_cache, v_cache)
+    descs = tuple(d.attempt() for d in lazy)
     if any(d is None for d in descs):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
-    return descs
+    return (*descs, poison)
 
 
 def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
@@ -589,15 +731,20 @@ def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
     a layout whose tensor maps were encoded before costs no descriptor; one the copy
     engine cannot take raises a ValueError at the launch."""
     bm, bn = cfg.block_m, cfg.block_n
-    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn)
+    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn, k_cache.dtype)
     rows = min(k_cache.shape[1], bn)
-    return (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, tile),
-            Descriptor(v, descriptor, bn, tile), Descriptor(k_cache, descriptor, rows, page, "nan"),
-            Descriptor(v_cache, descriptor, rows, page))
+    new = (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, tile),
+           Descriptor(v, descriptor, bn, tile))
+    if k_cache.dtype in FP8_DTYPES:
+        return (*new, Descriptor(k_cache, descriptor, rows, page),
+                Descriptor(v_cache, descriptor, rows, page),
+                poison_descriptor(k_cache.device, k_cache.dtype, rows, q.shape[-1], page))
+    return (*new, Descriptor(k_cache, descriptor, rows, page, "nan"),
+            Descriptor(v_cache, descriptor, rows, page), None)
 
 
-_TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "block_table", "cu_seqlens",
-            "prefix_lens", "sinks", "Out", "Lse")
+_TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison", "block_table",
+            "cu_seqlens", "prefix_lens", "sinks", "Out", "Lse", "k_scale", "v_scale")
 _INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
 
 
@@ -606,7 +753,7 @@ def _launcher(spec, dtypes):
     """The kernel's launch for one ExtendSpec (see ops.extend), its config a
     config.HopperExtendConfig."""
     cfg = spec.config
-    ws = cfg.warp_specialized(spec.bounds, spec.window_left)
+    ws = cfg.warp_specialized(spec.bounds, spec.window_left, spec.kv_dtype in FP8_DTYPES)
     fixed = dict(
         num_seqs=spec.num_seqs, qk_scale=spec.qk_scale, softcap=float(spec.softcap),
         window_left=spec.window_left or 0, window_right=spec.window_right or 0,
@@ -617,22 +764,25 @@ def _launcher(spec, dtypes):
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs)
+        HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
+        CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
 class HopperExtendLaunch:
     """The Gluon kernel's launch for one ExtendSpec, bound once; a call launches on
     checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation; it
-    returns what ``ops._launch.relaunch`` takes, or None. ``descs``: :func:`descriptors`
-    of this run's tensors."""
+    returns what ``ops._launch.relaunch`` takes, or None. ``descs``: :func:`lazy_descriptors`
+    of this run's tensors; ``scales``: an fp8 cache's ``(k_scale, v_scale)``."""
 
     def __init__(self, spec, dtypes):
         self.launch = _launcher(spec, dtypes)
         self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
         self.block_m, self.heads_first = spec.config.block_m, spec.config.heads_first
 
-    def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache):
+    def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache,
+                 scales=(None, None)):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
@@ -641,6 +791,6 @@ class HopperExtendLaunch:
         lse_t = out if lse is None else lse
         os_ = out.stride()
         return self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,
-                           lse_t if sinks is None else sinks, out, lse_t),
+                           lse_t if sinks is None else sinks, out, lse_t, *scales),
                     (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
                      k_cache.shape[0] * k_cache.shape[1]))

@@ -93,15 +93,16 @@ class ExtendPlan(Plan):
             out = torch.empty(rows, s.num_q_heads, s.head_dim_v, dtype=self.dtype, device=q.device)
         if s.return_lse and lse is None:
             lse = torch.empty(rows, s.num_q_heads, dtype=torch.float32, device=q.device)
+        scales, strides = scale_args(k_scale, v_scale, self._unit)
         if self.path == "hopper":
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
-            ready = self._launch(sinks is not None, False, False)(
+            ready = self._launch(sinks is not None, False, False, strides)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
-                self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache)
+                self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache,
+                scales)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
-            scales, strides = scale_args(k_scale, v_scale, self._unit)
             ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
                                  strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
@@ -266,9 +267,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     if want:
         from ..ops import extend_hopper
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
-                                           deterministic)
-        if reason is None and kv_dtype != dtype:
-            reason = "an fp8 cache runs on the Triton kernel"
+                                           deterministic, kv_dtype)
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:

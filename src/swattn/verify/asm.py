@@ -189,10 +189,12 @@ def fingerprints(progress=None):
     return out
 
 
-def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **flags):
+def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_dtype=None,
+                   **flags):
     """The Gluon fast path of the extend kernel (ops.extend_hopper) compiled for sm_90
-    with Triton's ptxas, no GPU needed; ``flags`` override its feature constexprs
-    (USE_WINDOW, IS_CAUSAL, HAS_SINKS, ...). Returns (Compiled, the kernel's PTX)."""
+    with Triton's ptxas, no GPU needed; ``kv_dtype``: an fp8 cache's torch dtype (None:
+    the queries'); ``flags`` override its feature constexprs (USE_WINDOW, IS_CAUSAL,
+    HAS_SINKS, ...). Returns (Compiled, the kernel's PTX)."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -202,20 +204,26 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", **f
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     cfg = hopper_extend_config(head_dim, torch_dtype)
     t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
-    cache = torch.empty(8, page_size, 2, head_dim, dtype=torch_dtype)
+    cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
     descs = hopper.descriptors(cfg, t, t, t, cache, cache)
     assert isinstance(descs, tuple), descs
+    fp8 = kv_dtype is not None
     constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=cfg.block_m, BN=cfg.block_n,
                       STAGES=cfg.stages, SEQS_POW2=8, USE_WINDOW=True, USE_RIGHT=False,
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
                       SKIP=bounds == "skip", HEADS_FIRST=cfg.heads_first,
-                      Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None),
-                      PRODUCER_REGS=cfg.producer_regs)
-    constexprs.update(flags)
+                      Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
+                      PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
+                      CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
-    desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc")
+    desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
+    if fp8:
+        pointers.update(k_scale="*fp32", v_scale="*fp32")
+    else:
+        constexprs.update(poison=None, k_scale=None, v_scale=None)
+    constexprs.update(flags)
     compiled, kernel = _compile(
         GluonASTSource, hopper._hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else

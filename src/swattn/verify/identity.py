@@ -322,6 +322,7 @@ FAMILIES = {
     "decode-hopper": (hopper_decode_matrix, _run_decode_row),
     "extend-fp8": (_fp8_rows(extend_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "unified-fp8": (_fp8_rows(unified_matrix), lambda row, device: _run_extend_row(row, device, True)),
+    "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
     "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix), _run_decode_row),
 }
@@ -331,6 +332,7 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "decode-hopper": "decode, Hopper path (Gluon)",
           "extend-fp8": "two-stage extend over an fp8 cache",
           "unified-fp8": "deterministic single-pass extend over an fp8 cache",
+          "hopper-fp8": "two-stage extend over an fp8 cache, Hopper path (Gluon)",
           "decode-fp8": "decode over an fp8 cache",
           "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)"}
 
