@@ -148,6 +148,29 @@ def test_fp8_scales_default_to_one():
     assert_matches_reference(got, reference.decode_attention(q, k8, v8, table, lens))
 
 
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+def test_new_rows_are_what_write_kv_stores(fp8):
+    """The Hopper extend path over an fp8 cache reads the new keys and values from rows
+    quantized before it (ops.cache.NewRowsLaunch): the bits write_kv stores for them."""
+    from swattn.ops.cache import NewRowsLaunch
+    g = torch.Generator().manual_seed(41)
+    tokens, heads, d, dv = 7, 3, 24, 20
+    k = (torch.randn(tokens, heads, d, generator=g) * 20).to(torch.float16).to(DEVICE)
+    v = torch.randn(tokens, heads, dv, generator=g).to(torch.float16).to(DEVICE)
+    k_scale, v_scale = _scales(True, heads, 42)
+    v_scale = v_scale[:1]  # one per KV head for K, one for the tensor for V
+    k_rows = torch.full((tokens, heads, d), float("nan"), device=DEVICE).to(fp8)
+    v_rows = torch.full((tokens, heads, dv), float("nan"), device=DEVICE).to(fp8)
+    NewRowsLaunch(heads, d, dv, (1, 0), (torch.float16, fp8))(k, v, k_rows, v_rows,
+                                                                (k_scale, v_scale))
+    k_cache = torch.full((tokens, 1, heads, d), float("nan"), device=DEVICE).to(fp8)
+    v_cache = torch.full((tokens, 1, heads, dv), float("nan"), device=DEVICE).to(fp8)
+    swattn.write_kv(k, v, k_cache, v_cache, torch.arange(tokens, device=DEVICE),
+                    k_scale=k_scale, v_scale=v_scale)
+    assert torch.equal(k_rows.view(torch.uint8), k_cache[:, 0].view(torch.uint8))
+    assert torch.equal(v_rows.view(torch.uint8), v_cache[:, 0].view(torch.uint8))
+
+
 def _fp8_extend_inputs(case, fp8, per_head):
     """build_extend's tensors with the cache quantized (NaN rows stay NaN), and the scales."""
     q, k, v, k_cache, v_cache, *rest = build_extend(case, DEVICE)

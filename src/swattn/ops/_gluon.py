@@ -146,35 +146,12 @@ def poison_descriptor(device, kv_dtype, rows, head_dim, layout):
 
 
 @gluon.jit
-def as_cached(x, scale, KV: gl.constexpr):
-    """A 16-bit tile ``x`` as an fp8 cache of type KV stores it (``x / scale`` in float32,
-    saturated to the largest finite value, nearest even: ops.cache.write_kv's values, and
-    _common.fp8_cached's), widened back to fp16 (exactly) for the products; NaN stays NaN."""
-    y = x.to(gl.float32) / scale
-    big: gl.constexpr = 448.0 if KV == gl.float8e4nv else 57344.0
-    y = gl.where(y != y, y, gl.minimum(gl.maximum(y, -big), big))
-    return y.to(KV).to(gl.float16)
-
-
-@gluon.jit
-def widen_in_place(stage8, stage16, wide, is_new, scale, BN: gl.constexpr, D: gl.constexpr,
-                   WARPS: gl.constexpr):
-    """One [BN, D] K or V tile of a ring stage over an fp8 cache made the fp16 tile the
-    products read, in the stage itself (``wide``, its fp16 view): a new tokens' tile
-    (``stage16``, 16-bit, copied whole) taken as the cache stores it (:func:`as_cached`), or
-    a cache tile (``stage8``, fp8, copied into the stage's upper half) widened exactly. The
-    fp8 tile is read whole before any fp16 row is written over it."""
+def widen_in_place(stage8, wide, BN: gl.constexpr, D: gl.constexpr, WARPS: gl.constexpr):
+    """An fp8 [BN, D] K or V tile in the upper half of a ring stage (``stage8``) widened
+    exactly to the fp16 tile the products read, in the stage itself (``wide``, its fp16
+    view): the fp8 tile is read whole before any fp16 row is written over it."""
     layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (D // 16), D // 16], [WARPS, 1],
                                             [1, 0])
-    if is_new:
-        # 8 rows a step at least (a slice cannot cut the swizzle pattern's 8 rows).
-        SPAN: gl.constexpr = (32 // (D // 16)) * WARPS
-        rows: gl.constexpr = SPAN if SPAN > 8 else 8
-        for r in gl.static_range(BN // rows):
-            # Each thread rewrites the elements it read: no barrier needed.
-            x = stage16.slice(r * rows, rows).load(layout)
-            wide.slice(r * rows, rows).store(as_cached(x, scale, stage8.dtype))
-    else:
-        b = stage8.load(layout)  # [BN, D] fp8
-        gl.thread_barrier()
-        wide.store(b.to(gl.float16))
+    b = stage8.load(layout)  # [BN, D] fp8
+    gl.thread_barrier()
+    wide.store(b.to(gl.float16))

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from ._common import fp8_cached
+from ._launch import Launch
 from ._validate import FP8_DTYPES, check_tensor
 
 _UNITS = {}  # device -> a float32 1.0 there: the scale of an fp8 cache given none
@@ -40,7 +41,10 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, K_SCALE_STRIDE: tl.constexpr,
                      V_SCALE_STRIDE: tl.constexpr):
     i_t = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_mapping + i_t)
+    if slot_mapping is None:
+        slot = i_t  # token t to slot t (NewRowsLaunch)
+    else:
+        slot = tl.load(slot_mapping + i_t)
     if (slot >= 0) & (slot < num_slots):
         page = slot // page_size
         offset = slot % page_size
@@ -110,3 +114,31 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
         BLOCK_H=triton.next_power_of_2(k.shape[1]), BLOCK_D=triton.next_power_of_2(k.shape[2]),
         BLOCK_DV=triton.next_power_of_2(v.shape[2]),
     )
+
+
+class NewRowsLaunch:
+    """The new tokens' ``k``/``v`` ``[T, Hkv, D | Dv]`` as an fp8 cache stores them, into
+    ``[T, Hkv, D | Dv]`` buffers of the cache's dtype (row t: token t): write_kv's kernel,
+    for an extend whose kernel then reads the new keys as it reads the cache's (the Hopper
+    path). Bound once for a plan's shape and scale strides; a call launches without a host
+    sync and returns what ``ops._launch.relaunch`` takes, or None."""
+
+    def __init__(self, num_kv_heads, head_dim, head_dim_v, scale_strides, dtypes):
+        fixed = dict(slot_mapping=None, page_size=1, num_kv_heads=num_kv_heads, D=head_dim,
+                     DV=head_dim_v, BLOCK_H=triton.next_power_of_2(num_kv_heads),
+                     BLOCK_D=triton.next_power_of_2(head_dim),
+                     BLOCK_DV=triton.next_power_of_2(head_dim_v),
+                     K_SCALE_STRIDE=scale_strides[0], V_SCALE_STRIDE=scale_strides[1])
+        self.launch = Launch(_write_kv_kernel, fixed, {},
+                             ("K", "V", "K_cache", "V_cache", "k_scale", "v_scale"),
+                             ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
+                              "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs",
+                              "stride_vch", "num_slots"), dtypes)
+
+    def __call__(self, k, v, k_rows, v_rows, scales):
+        tokens = k.shape[0]
+        if tokens == 0:
+            return None
+        ks, vs, kr, vr = k.stride(), v.stride(), k_rows.stride(), v_rows.stride()
+        return self.launch((tokens, 1, 1), (k, v, k_rows, v_rows, *scales),
+                           (ks[0], ks[1], vs[0], vs[1], kr[0], 0, kr[1], vr[0], 0, vr[1], tokens))

@@ -35,13 +35,13 @@ overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) 
 compute them under the mask (none).
 
 An fp8 cache (e4m3fn or e5m2, value / scale) runs warp-specialized with converter warps
-beside the producer: a ring stage keeps its 16-bit size, a cache tile's pages are copied as
-fp8 into its upper half and a new tokens' tile whole as 16-bit, and the converter makes
-each the fp16 tile the warpgroup reads, in place (the cache's values widened exactly, the
-new keys and values taken as the cache stores them, as in :mod:`.extend`); it hands the
-stage over on its own barriers. The products then run in fp16 (a bf16 query tile
-converted once), K's scale joins qk_scale and V's multiplies the output. The copy engine
-pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for K
+beside the producer. The new keys and values come quantized as the cache stores them (the
+launch before, ops.cache.NewRowsLaunch: once, not once a query head and block), so every
+tile is fp8: a ring stage keeps its 16-bit size, a tile's copies land as fp8 in its upper
+half, and the converter widens it (exactly) in place to the fp16 tile the warpgroup reads,
+handing the stage over on its own barriers. The products then run in fp16 (a bf16 query
+tile converted once), K's scale joins qk_scale and V's multiplies the output. The copy
+engine pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for K
 (``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
 kernel's.
 
@@ -87,13 +87,10 @@ HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW US
                          "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
-# cache the warpgroup's ring is the stages' fp16 view with the converter's barriers in the
-# place of the copies', and the producer's the new tokens' 16-bit view of the same stages.
+# cache the warpgroup's ring has the converter's barriers in the place of the copies', and
+# the producer's ring the stages' fp8 views ([STAGES, 2 BN, D]: a tile's copies go to rows
+# BN to 2 BN, the stage's upper half).
 Ring = namedtuple("Ring", "k_smem v_smem bar_k bar_v empty_k empty_v")
-# Over an fp8 cache: the stages' fp8 views ([STAGES, 2 BN, D]: a cache tile's pages go to
-# rows BN to 2 BN, the stage's upper half), and the barriers on which the converter hands a
-# widened K or V tile to the warpgroup.
-Fp8Ring = namedtuple("Fp8Ring", "k8 v8 full_k full_v")
 # TMA descriptors: new k/v, the cache's K/V, an fp8 cache's poison rows (else None).
 Descs = namedtuple("Descs", "k v kc vc poison")
 # Where copies read: the sequence's block-table row, its first token's row of k/v, the
@@ -421,13 +418,12 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
 
 @gluon.jit
-def _produce(descs, ring, walk, at, flags, fp8):
+def _produce(descs, ring, walk, at, flags):
     """The producer warp of a warp-specialized program (WS): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
     first round passes at once), its block-table entries loaded just before. Over an fp8
-    cache (``fp8``, an Fp8Ring) a cache tile's pages go to the stage's upper half as fp8,
-    and K's pages not copied read the poison rows. The arguments come through shared
+    cache ``ring`` holds the stages' fp8 views. The arguments come through shared
     memory: made warp-uniform again (_gluon.uniform)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
@@ -441,24 +437,15 @@ def _produce(descs, ring, walk, at, flags, fp8):
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
                                   flags.PAGE, flags.PR, flags.NP)
         if flags.FP8:
+            # Into the stage's upper half; K's pages not copied read the poison rows.
             mbarrier.wait(ring.empty_k.index(st), free)
-            if is_new:
-                issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, True,
-                      start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                      flags.NP, BN, flags.D)
-            else:
-                issue(descs.k, descs.kc, ring.bar_k.index(st), fp8.k8.index(st).slice(BN, BN),
-                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                      flags.PR, flags.NP, BN, flags.D, descs.poison)
+            issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st).slice(BN, BN),
+                  True, is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                  flags.PR, flags.NP, BN, flags.D, descs.poison)
             mbarrier.wait(ring.empty_v.index(st), free)
-            if is_new:
-                issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, True,
-                      start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                      flags.NP, BN, flags.D)
-            else:
-                issue(descs.v, descs.vc, ring.bar_v.index(st), fp8.v8.index(st).slice(BN, BN),
-                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                      flags.PR, flags.NP, BN, flags.D)
+            issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st).slice(BN, BN),
+                  True, is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                  flags.PR, flags.NP, BN, flags.D)
         else:
             mbarrier.wait(ring.empty_k.index(st), free)
             issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, is_new,
@@ -471,39 +458,29 @@ def _produce(descs, ring, walk, at, flags, fp8):
 
 
 @gluon.jit
-def _widen_tiles(ring, wide, fp8, start, stop, k_mult, v_mult, IS_NEW: gl.constexpr,
-                 STAGES: gl.constexpr, BN: gl.constexpr, D: gl.constexpr):
-    """Tiles ``[start, stop)`` of the program's list (all the cache's, or all new, IS_NEW):
-    tile j's K, then its V, made the fp16 tile the warpgroup reads once its copy has
-    landed (_gluon.widen_in_place), then handed over on ``fp8.full_k``/``full_v``."""
+def _convert(ring, wide, walk, flags):
+    """The converter warps (over an fp8 cache): tile j's K, then its V, widened in place
+    to the fp16 tile the warpgroup reads once its copy has landed (``ring``: the
+    producer's barriers and fp8 views; ``wide``: the fp16 views and the barriers that hand
+    a tile over; _gluon.widen_in_place). The warpgroup releases a stage to the producer as
+    over a 16-bit cache: a stage is refilled only after its tiles were widened and used."""
+    STAGES: gl.constexpr = flags.STAGES
+    BN: gl.constexpr = flags.BN
+    D: gl.constexpr = flags.D
     WARPS: gl.constexpr = gl.num_warps()
-    for j in range(start, stop):
+    for j in range(uniform(walk.n)):
         st = j % STAGES
-        mbarrier.wait(ring.bar_k.index(st), (j // STAGES) & 1)
-        widen_in_place(fp8.k8.index(st).slice(BN, BN), ring.k_smem.index(st),
-                       wide.k_smem.index(st), IS_NEW, k_mult, BN, D, WARPS)
+        phase = (j // STAGES) & 1
+        mbarrier.wait(ring.bar_k.index(st), phase)
+        widen_in_place(ring.k_smem.index(st).slice(BN, BN), wide.k_smem.index(st), BN, D, WARPS)
         fence_async_shared()
         gl.thread_barrier()
-        mbarrier.arrive(fp8.full_k.index(st))
-        mbarrier.wait(ring.bar_v.index(st), (j // STAGES) & 1)
-        widen_in_place(fp8.v8.index(st).slice(BN, BN), ring.v_smem.index(st),
-                       wide.v_smem.index(st), IS_NEW, v_mult, BN, D, WARPS)
+        mbarrier.arrive(wide.bar_k.index(st))
+        mbarrier.wait(ring.bar_v.index(st), phase)
+        widen_in_place(ring.v_smem.index(st).slice(BN, BN), wide.v_smem.index(st), BN, D, WARPS)
         fence_async_shared()
         gl.thread_barrier()
-        mbarrier.arrive(fp8.full_v.index(st))
-
-
-@gluon.jit
-def _convert(ring, wide, fp8, walk, k_mult, v_mult, flags):
-    """The converter warps (over an fp8 cache): every tile's K and V made the fp16 tile
-    the warpgroup reads once its copies have landed (``ring``: the producer's barriers and
-    16-bit views; ``wide``: the fp16 views), the cache's tiles widened and the new tokens'
-    quantized with ``k_mult``/``v_mult`` (the head's scales), then handed over
-    (:func:`_widen_tiles`). The warpgroup releases a stage to the producer as over a
-    16-bit cache: a stage is refilled only after its tiles were widened and used."""
-    n, n1 = uniform(walk.n), uniform(walk.n1)
-    _widen_tiles(ring, wide, fp8, 0, n1, k_mult, v_mult, False, flags.STAGES, flags.BN, flags.D)
-    _widen_tiles(ring, wide, fp8, n1, n, k_mult, v_mult, True, flags.STAGES, flags.BN, flags.D)
+        mbarrier.arrive(wide.bar_v.index(st))
 
 
 @gluon.jit
@@ -571,14 +548,17 @@ def _hopper_extend_kernel(
         lowest = first_q - window_left
 
     dtype: gl.constexpr = q_desc.dtype
-    # Over an fp8 cache the stages are the fp16 tiles the converter makes (the products
-    # run in fp16); the copies land in the stages' views of the new tokens' dtype and of
-    # the cache's (Fp8Ring).
+    # Over an fp8 cache the stages hold the fp16 tiles the converter makes (the products
+    # run in fp16; BM = BN, so the query tile's layout is a 16-bit tile's), and the copies
+    # land in their fp8 views.
     FP8: gl.constexpr = kc_desc.dtype.is_fp8()
-    RING: gl.constexpr = gl.float16 if FP8 else dtype
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(RING, [STAGES, BN, D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(RING, [STAGES, BN, D], v_desc.layout)
+    if FP8:
+        k_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BN, D], q_desc.layout)
+        v_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BN, D], q_desc.layout)
+    else:
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], v_desc.layout)
     bar_q = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     bar_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -615,20 +595,17 @@ def _hopper_extend_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.init(full_k.index(i), count=1)
             mbarrier.init(full_v.index(i), count=1)
-        fp8 = Fp8Ring(k_smem._reinterpret(kc_desc.dtype, [STAGES, 2 * BN, D], kc_desc.layout),
+        copies = Ring(k_smem._reinterpret(kc_desc.dtype, [STAGES, 2 * BN, D], kc_desc.layout),
                       v_smem._reinterpret(vc_desc.dtype, [STAGES, 2 * BN, D], vc_desc.layout),
-                      full_k, full_v)
-        copies = Ring(k_smem._reinterpret(dtype, [STAGES, BN, D], k_desc.layout),
-                      v_smem._reinterpret(dtype, [STAGES, BN, D], v_desc.layout), bar_k, bar_v,
-                      empty_k, empty_v)
+                      bar_k, bar_v, empty_k, empty_v)
         wide = Ring(k_smem, v_smem, full_k, full_v, empty_k, empty_v)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
                       v_mult)
         gl.warp_specialize([
             (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
                        Rule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)),
-            (_produce, (descs, copies, walk, at, flags, fp8)),
-            (_convert, (copies, wide, fp8, walk, k_mult, v_mult, flags)),
+            (_produce, (descs, copies, walk, at, flags)),
+            (_convert, (copies, wide, walk, flags)),
         ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(full_k.index(i))
@@ -638,7 +615,7 @@ def _hopper_extend_kernel(
         # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
             (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
-            (_produce, (descs, ring, walk, at, flags, None)),
+            (_produce, (descs, ring, walk, at, flags)),
         ], [1], [PRODUCER_REGS])
     else:
         for i in gl.static_range(STAGES):
@@ -707,18 +684,20 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
 
 @functools.lru_cache(maxsize=64)
 def _layouts(dtype, head_dim, page_size, block_m, block_n, kv_dtype=None):
-    """The shared layouts of the q/new-key tiles and of the cache's page copies (in
-    ``kv_dtype``, where it differs from the queries')."""
+    """The shared layouts of the query tile, the new keys' tiles and the cache's page
+    copies (the last two in ``kv_dtype``, where it differs from the queries')."""
+    kv = _GL_DTYPES[kv_dtype or dtype]
     return (gl.NVMMASharedLayout.get_default_for([block_m, head_dim], _GL_DTYPES[dtype]),
-            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim],
-                                                 _GL_DTYPES[kv_dtype or dtype]))
+            gl.NVMMASharedLayout.get_default_for([block_n, head_dim], kv),
+            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim], kv))
 
 
 def descriptors(cfg, q, k, v, k_cache, v_cache):
     """(q, k, v, k_cache, v_cache, poison or None) descriptors of one launch under the
     tiling ``cfg`` (the cache's K pads with NaN, or over an fp8 cache reads the poison
     rows: see the module docstring), or a sentence saying why the copy engine cannot take
-    them."""
+    them. Over an fp8 cache ``k``/``v`` are the new rows as the cache stores them
+    (ops.cache.NewRowsLaunch)."""
     *lazy, poison = lazy_descriptors(cfg, q, k, v, k_cache, v_cache)
     descs = tuple(d.attempt() for d in lazy)
     if any(d is None for d in descs):
@@ -731,10 +710,10 @@ def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
     a layout whose tensor maps were encoded before costs no descriptor; one the copy
     engine cannot take raises a ValueError at the launch."""
     bm, bn = cfg.block_m, cfg.block_n
-    tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn, k_cache.dtype)
+    tile, new_tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn, k_cache.dtype)
     rows = min(k_cache.shape[1], bn)
-    new = (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, tile),
-           Descriptor(v, descriptor, bn, tile))
+    new = (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, new_tile),
+           Descriptor(v, descriptor, bn, new_tile))
     if k_cache.dtype in FP8_DTYPES:
         return (*new, Descriptor(k_cache, descriptor, rows, page),
                 Descriptor(v_cache, descriptor, rows, page),

@@ -58,7 +58,8 @@ class ExtendPlan(Plan):
         lse)`` when the plan returns lse. Arguments as :func:`swattn.extend_attention`'s;
         ``q``/``k``/``v`` may have more rows than the batch's tokens (a batch padded to a
         captured size: rows past ``cu_seqlens[-1]`` are left alone). No host sync; no
-        allocation when ``out`` (and ``lse``) are given."""
+        allocation when ``out`` (and ``lse``) are given, but for the Hopper path's buffers
+        of the new rows over an fp8 cache, made at the first run of a row count."""
         key = None
         if out is not None and (lse is not None or not self.spec.return_lse) and mask is None:
             # A run on the addresses, shapes, strides and dtypes of an earlier one (an
@@ -95,12 +96,21 @@ class ExtendPlan(Plan):
             lse = torch.empty(rows, s.num_q_heads, dtype=torch.float32, device=q.device)
         scales, strides = scale_args(k_scale, v_scale, self._unit)
         if self.path == "hopper":
+            first = ()
+            if self._unit is not None:
+                # An fp8 cache: the kernel reads the new rows as the cache stores them.
+                k, v, rows_ready = self._new_rows(k, v, scales, strides)
+                first = (rows_ready,)
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
             ready = self._launch(sinks is not None, False, False, strides)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
                 self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache,
                 scales)
+            if ready is not None and None not in first:
+                ready = (*first, ready)
+            else:
+                ready = None
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
             ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
@@ -108,8 +118,27 @@ class ExtendPlan(Plan):
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
                 mask, self.mask_indptr, out, lse, descs, scales)
         if key is not None and ready is not None:
-            self._remember(key, (ready,))
+            self._remember(key, ready if self.path == "hopper" else (ready,))
         return (out, lse) if s.return_lse else out
+
+    def _new_rows(self, k, v, scales, strides):
+        """The Hopper path over an fp8 cache: ``(k rows, v rows, the launch's ready)``, the
+        new rows as the cache stores them (ops.cache.NewRowsLaunch) in buffers kept for
+        the run's row count and device with the plan's launches (a relaunch reuses them)."""
+        from ..ops.cache import NewRowsLaunch
+        s = self.spec
+        rows = self._launches.get(("new rows", k.shape[0], k.device))
+        if rows is None:
+            rows = self._launches[("new rows", k.shape[0], k.device)] = (
+                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim, dtype=self.kv_dtype,
+                            device=k.device),
+                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim_v, dtype=self.kv_dtype,
+                            device=k.device))
+        launch = self._launches.get(("quantize", strides))
+        if launch is None:
+            launch = self._launches[("quantize", strides)] = NewRowsLaunch(
+                s.num_kv_heads, s.head_dim, s.head_dim_v, strides, (self.dtype, self.kv_dtype))
+        return (*rows, launch(k, v, *rows, scales))
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
         """Whether the run's tensors are what the plan takes: one expression over what each

@@ -205,7 +205,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     cfg = hopper_extend_config(head_dim, torch_dtype)
     t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
-    descs = hopper.descriptors(cfg, t, t, t, cache, cache)
+    new = t if kv_dtype is None else t.to(kv_dtype)  # the new rows as the cache stores them
+    descs = hopper.descriptors(cfg, t, new, new, cache, cache)
     assert isinstance(descs, tuple), descs
     fp8 = kv_dtype is not None
     constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=cfg.block_m, BN=cfg.block_n,
