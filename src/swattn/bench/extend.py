@@ -88,12 +88,13 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
                     tiling=plan.tiling())
 
 
-def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None):
+def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
     """swattn's extend over an fp8 copy of the case's paged pool, one scale a KV head
     calibrated from the data (:func:`.peers.fp8_cache`), through ``plan.run`` (the new
     tokens' k/v in bf16, taken as the cache stores them); checked against the float64
     reference over the same fp8 pool. The copy is made outside the timed region.
-    ``hopper``: as :func:`swattn.plan_extend` takes it (None: the plan's choice)."""
+    ``hopper``, ``config``: as :func:`swattn.plan_extend` takes them (None: the plan's
+    choice)."""
     need_cuda(inputs)
     import swattn
     from .. import reference
@@ -107,7 +108,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None):
                               num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
                               head_dim_v=case.head_dim_v, page_size=case.page_size,
                               window_left=case.window_left, kv_dtype=fp8, dtype=inputs.q.dtype,
-                              device=inputs.q.device, hopper=hopper)
+                              device=inputs.q.device, hopper=hopper, config=config)
     out = empty_out(inputs)
     tensors = (inputs.q, inputs.k, inputs.v, k8, v8, table)
 
@@ -142,6 +143,8 @@ VARIANTS = (
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
     Variant("swattn tight, fp8 e4m3 cache, Triton kernel", "fp8-triton", "ours",
             lambda i: ours_fp8(i, hopper=False)),
+    Variant("swattn tight, fp8 e4m3 cache, Hopper path with 2 ring stages", "fp8-2stages", "ours",
+            lambda i: ours_fp8(i, hopper=True, config={"stages": 2})),
     Variant("swattn tight, full layout", "tight-full", "ours",
             lambda i: ours(i, bounds="tight", layout="full")),
     Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),

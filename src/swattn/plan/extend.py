@@ -300,7 +300,10 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
-            return "hopper", _config.hopper_extend_config(head_dim, dtype)
+            hopper_cfg = _config.hopper_extend_config(head_dim, dtype, kv_dtype)
+            if isinstance(config, dict) and hopper:
+                hopper_cfg = replace_spec(hopper_cfg, **config)  # hopper=True: a dict tunes it
+            return "hopper", hopper_cfg
     return "triton", cfg
 
 
@@ -361,7 +364,8 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         hopper: None lets the plan choose the kernel; False keeps the portable Triton kernel;
             True asks for the Hopper path (a ValueError says why a plan cannot take it).
         bounds, config: verification: the loop-bound variant, and a Config (or a dict of
-            Config fields to change) for the Triton kernel's tiles.
+            Config fields to change) for the Triton kernel's tiles (with hopper=True, a dict
+            changes the Hopper path's config.HopperExtendConfig).
     """
     device = resolve_device(device)
     cu = host_ints("cu_seqlens", cu_seqlens)
