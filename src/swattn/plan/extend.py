@@ -280,10 +280,11 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
     the Hopper path where the config asks for it (or ``hopper=True``) and the plan can take
     it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
-    fields to change in the chosen one (tests walk every tiling)."""
+    fields to change in the chosen one (tests walk every tiling; with ``hopper=True``, the
+    Hopper path's)."""
     cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
     tiling_asked = config is not None
-    if isinstance(config, dict):
+    if isinstance(config, dict) and not hopper:
         cfg = replace_spec(cfg, **config)
     elif config is not None:
         cfg = config
