@@ -1,6 +1,6 @@
 """How far an fp8 KV cache moves attention's output (GPU; CPU under the interpreter with fp16
-queries). For each kernel (decode: its default path, the Hopper one on sm_90, and the Triton
-kernel; two-stage extend, deterministic extend), fp8 format and
+queries). For each kernel (decode and two-stage extend: the default path, the Hopper one on
+sm_90, and the Triton kernel; deterministic extend), fp8 format and
 scale granularity, on random keys and on keys with outlier channels (a few channels 20x the
 others, as LLM keys have), the relative error (||out - ref|| / ||ref||) of:
 
@@ -20,7 +20,7 @@ import torch
 import swattn
 from swattn import reference
 from swattn.bench.peers import fp8_cache
-from swattn.plan import run_decode
+from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, rel_err
 
 GPU = torch.cuda.is_available()
@@ -70,6 +70,7 @@ def main():
         exact = {"decode": swattn.decode_attention(*dt, **kw_d),
                  "decode, Triton kernel": run_decode(*dt, hopper=False, **kw_d),
                  "extend, two-stage": swattn.extend_attention(*et, **kw_e),
+                 "extend, two-stage, Triton kernel": run_extend(*et, hopper=False, **kw_e),
                  "extend, deterministic": swattn.extend_attention(*et, deterministic=True, **kw_e)}
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
             for per_head in (False, True):
@@ -83,10 +84,12 @@ def main():
                          want)]
                 k8, v8, ks, vs = fp8_cache(et[3], et[4], fp8, per_head)
                 e8 = et[:3] + [k8, v8] + et[5:]
-                for name, det in (("extend, two-stage", False), ("extend, deterministic", True)):
-                    got = swattn.extend_attention(*e8, k_scale=ks, v_scale=vs, deterministic=det, **kw_e)
-                    want = reference.extend_attention(*e8, k_scale=ks, v_scale=vs, **kw_e)
-                    rows.append((name, got, want))
+                want = reference.extend_attention(*e8, k_scale=ks, v_scale=vs, **kw_e)
+                for name, kw in (("extend, two-stage", {}),
+                                 ("extend, two-stage, Triton kernel", {"hopper": False}),
+                                 ("extend, deterministic", {"deterministic": True})):
+                    rows.append((name, run_extend(*e8, k_scale=ks, v_scale=vs, **kw, **kw_e),
+                                 want))
                 for name, got, want in rows:
                     print(f"| {name} | {data} | {str(fp8)[6:]} | "
                           f"{'per KV head' if per_head else 'per tensor'} | "

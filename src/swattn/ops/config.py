@@ -177,13 +177,12 @@ class HopperExtendConfig:
         return {"num_warps": self.num_warps}
 
 
-def hopper_extend_config(head_dim, dtype, kv_dtype=None):
-    """The Gluon extend path's tiling for a head dim (fp16 and bf16 share it). Over an fp8
-    cache (``kv_dtype``) a tile holds its stage longer (copied, widened, then used), and a
-    third stage still keeps two programs an SM (112 KB at d128)."""
+def hopper_extend_config(head_dim, dtype):
+    """The Gluon extend path's tiling for a head dim (fp16 and bf16 share it; so does an fp8
+    cache: a third ring stage, 112 KB at d128, ran no faster on B: the fp8-hopper-extend
+    results)."""
     del dtype
-    fp8 = kv_dtype is not None and kv_dtype.is_floating_point and kv_dtype.itemsize == 1
-    return HopperExtendConfig(q_regs=head_dim == 128, stages=3 if fp8 else 2)
+    return HopperExtendConfig(q_regs=head_dim == 128)
 
 
 @dataclass(frozen=True, kw_only=True)

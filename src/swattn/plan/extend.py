@@ -301,7 +301,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
-            hopper_cfg = _config.hopper_extend_config(head_dim, dtype, kv_dtype)
+            hopper_cfg = _config.hopper_extend_config(head_dim, dtype)
             if isinstance(config, dict) and hopper:
                 hopper_cfg = replace_spec(hopper_cfg, **config)  # hopper=True: a dict tunes it
             return "hopper", hopper_cfg

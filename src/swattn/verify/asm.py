@@ -202,7 +202,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     from ..ops import extend_hopper as hopper
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    cfg = hopper_extend_config(head_dim, torch_dtype, kv_dtype)
+    cfg = hopper_extend_config(head_dim, torch_dtype)
     t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
     new = t if kv_dtype is None else t.to(kv_dtype)  # the new rows as the cache stores them
