@@ -46,8 +46,8 @@ engine pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for 
 kernel's.
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
-(64, 128), page sizes that are multiples of 16, no custom mask, the two-stage kernel (not ``deterministic``); :func:`unsupported`
-says why a launch cannot take it. Gluon does not run under the interpreter: the CPU suite
+(64, 128), page sizes that are multiples of 16, no custom mask, the two-stage kernel (not
+``deterministic``); :func:`unsupported` says why a launch cannot take it. Gluon does not run under the interpreter: the CPU suite
 compiles it for sm_90 (tests/test_extend_hopper.py), the GPU suite runs it.
 """
 
@@ -683,13 +683,9 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
 
 
 @functools.lru_cache(maxsize=64)
-def _layouts(dtype, head_dim, page_size, block_m, block_n, kv_dtype=None):
-    """The shared layouts of the query tile, the new keys' tiles and the cache's page
-    copies (the last two in ``kv_dtype``, where it differs from the queries')."""
-    kv = _GL_DTYPES[kv_dtype or dtype]
-    return (gl.NVMMASharedLayout.get_default_for([block_m, head_dim], _GL_DTYPES[dtype]),
-            gl.NVMMASharedLayout.get_default_for([block_n, head_dim], kv),
-            gl.NVMMASharedLayout.get_default_for([min(page_size, block_n), head_dim], kv))
+def _layout(dtype, rows, head_dim):
+    """The shared layout of a [rows, head_dim] tile of ``dtype`` (a torch dtype)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], _GL_DTYPES[dtype])
 
 
 def descriptors(cfg, q, k, v, k_cache, v_cache):
@@ -709,11 +705,12 @@ def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
     """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor):
     a layout whose tensor maps were encoded before costs no descriptor; one the copy
     engine cannot take raises a ValueError at the launch."""
-    bm, bn = cfg.block_m, cfg.block_n
-    tile, new_tile, page = _layouts(q.dtype, q.shape[-1], k_cache.shape[1], bm, bn, k_cache.dtype)
+    bm, bn, d = cfg.block_m, cfg.block_n, q.shape[-1]
     rows = min(k_cache.shape[1], bn)
-    new = (Descriptor(q, descriptor, bm, tile), Descriptor(k, descriptor, bn, new_tile),
-           Descriptor(v, descriptor, bn, new_tile))
+    page = _layout(k_cache.dtype, rows, d)
+    new = (Descriptor(q, descriptor, bm, _layout(q.dtype, bm, d)),
+           Descriptor(k, descriptor, bn, _layout(k.dtype, bn, d)),
+           Descriptor(v, descriptor, bn, _layout(v.dtype, bn, d)))
     if k_cache.dtype in FP8_DTYPES:
         return (*new, Descriptor(k_cache, descriptor, rows, page),
                 Descriptor(v_cache, descriptor, rows, page),
