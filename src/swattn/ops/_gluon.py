@@ -137,6 +137,11 @@ def descriptor(t, box_rows, layout, padding="zero"):
     return row_descriptor(t, box_rows, padding, layout, TensorDescriptor)
 
 
+# Gluon's element types of the torch dtypes the Hopper paths take.
+GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+             torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+
 @functools.lru_cache(maxsize=16)
 def poison_descriptor(device, kv_dtype, rows, head_dim, layout):
     """The descriptor of ``rows`` rows of fp8 NaN (the byte 0x7f in both formats) that an fp8

@@ -52,8 +52,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (Rule, descriptor, issue, operand_layout, poison_descriptor, tile_pages,
-                     uniform, weights, wgmma_layout)
+from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_descriptor,
+                     tile_pages, uniform, weights, wgmma_layout)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig
@@ -455,19 +455,15 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=
     return None
 
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
-              torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
-
-
 @functools.lru_cache(maxsize=64)
 def shared_layouts(dtype, head_dim, page_size, block_h, block_n, kv_dtype=None):
     """(cache tile layout, query tile layout, widened tile layout or None) of one shape:
     over an fp8 cache (``kv_dtype``) the query tile and the widened K/V tiles are fp16."""
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     page_rows = min(page_size, block_n)
-    cache = gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], _GL_DTYPES[kv_dtype])
+    cache = gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], GL_DTYPES[kv_dtype])
     if kv_dtype == dtype:
-        query = gl.NVMMASharedLayout.get_default_for([block_h, head_dim], _GL_DTYPES[dtype])
+        query = gl.NVMMASharedLayout.get_default_for([block_h, head_dim], GL_DTYPES[dtype])
         return cache, query, None
     return (cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl.float16),
             gl.NVMMASharedLayout.get_default_for([block_n, head_dim], gl.float16))

@@ -62,8 +62,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (Rule, descriptor, issue, operand_layout, poison_descriptor, tile_pages, uniform,
-                     visible, weights, wgmma_layout, widen_in_place)
+from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_descriptor,
+                     tile_pages, uniform, visible, weights, wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperExtendConfig
@@ -678,14 +678,10 @@ def unsupported(device, dtype, head_dim, head_dim_v, page_size, masked, determin
     return None
 
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
-              torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
-
-
 @functools.lru_cache(maxsize=64)
 def _layout(dtype, rows, head_dim):
     """The shared layout of a [rows, head_dim] tile of ``dtype`` (a torch dtype)."""
-    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], _GL_DTYPES[dtype])
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], GL_DTYPES[dtype])
 
 
 def descriptors(cfg, q, k, v, k_cache, v_cache):
