@@ -95,30 +95,26 @@ class ExtendPlan(Plan):
         if s.return_lse and lse is None:
             lse = torch.empty(rows, s.num_q_heads, dtype=torch.float32, device=q.device)
         scales, strides = scale_args(k_scale, v_scale, self._unit)
+        ready = ()  # the launches, in order, for relaunch
         if self.path == "hopper":
-            first = ()
             if self._unit is not None:
                 # An fp8 cache: the kernel reads the new rows as the cache stores them.
                 k, v, rows_ready = self._new_rows(k, v, scales, strides)
-                first = (rows_ready,)
+                ready = (rows_ready,)
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
-            ready = self._launch(sinks is not None, False, False, strides)(
+            ready += (self._launch(sinks is not None, False, False, strides)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
                 self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache,
-                scales)
-            if ready is not None and None not in first:
-                ready = (*first, ready)
-            else:
-                ready = None
+                scales),)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
-            ready = self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
-                                 strides)(
+            ready = (self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
+                                  strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
-                mask, self.mask_indptr, out, lse, descs, scales)
-        if key is not None and ready is not None:
-            self._remember(key, ready if self.path == "hopper" else (ready,))
+                mask, self.mask_indptr, out, lse, descs, scales),)
+        if key is not None and None not in ready:
+            self._remember(key, ready)
         return (out, lse) if s.return_lse else out
 
     def _new_rows(self, k, v, scales, strides):
