@@ -295,6 +295,20 @@ HOPPER_FP8_CASES = [
 ]
 
 
+def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale):
+    """A case on a Hopper path over an fp8 cache (``run``: run_decode or run_extend; ``want``:
+    the reference's function): its bounds variants bit-identical and within 1e-2 of the
+    reference over the same cache. Returns (the run's keyword arguments, its output)."""
+    kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
+    if kw.pop("sinks", False):
+        kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
+            case.seed)).cuda()
+    got = assert_bounds_identical([run(*tensors, bounds=b, hopper=True, **kw)
+                                   for b in ("tight", "skip", "none")])
+    assert_matches_reference(got, want(*tensors, **kw), tol=1e-2)
+    return kw, got[0] if isinstance(got, tuple) else got
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
 @pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
@@ -307,14 +321,8 @@ def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
         pytest.skip("CUDA only")
     for case, kwargs in HOPPER_FP8_CASES:
         tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
-        kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
-        if kw.pop("sinks", False):
-            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
-                case.seed)).cuda()
-        got = assert_bounds_identical([run_decode(*tensors, bounds=b, hopper=True, **kw)
-                                       for b in ("tight", "skip", "none")])
-        assert_matches_reference(got, reference.decode_attention(*tensors, **kw), tol=1e-2)
-        out = got[0] if isinstance(got, tuple) else got
+        kw, out = _hopper_fp8_run(run_decode, reference.decode_attention, tensors, case, kwargs,
+                                  k_scale, v_scale)
         # Sequence 0's last page holds its last key: visible to it under every window.
         table = tensors[3].clone()
         table[0, (case.seq_lens[0] - 1) // case.page_size] = -1
@@ -347,23 +355,17 @@ HOPPER_EXTEND_FP8_CASES = [
 @pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
 @pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
 def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head):
-    """The Gluon extend path over an fp8 cache (fp8 pages and 16-bit new tokens made fp16
-    tiles in place by the converter warps): its bounds variants bit-identical, within
-    rounding of the float64 reference over the same cache (new keys taken as the cache
-    stores them), and a bad page's rows NaN (the poison rows read in its place) with every
-    other sequence's rows the good run's bits."""
+    """The Gluon extend path over an fp8 cache (fp8 pages and the new rows, quantized before
+    the kernel, widened to fp16 in place by the converter warps): its bounds variants
+    bit-identical, within rounding of the float64 reference over the same cache (new keys
+    taken as the cache stores them), and a bad page's rows NaN (the poison rows read in its
+    place) with every other sequence's rows the good run's bits."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     for case, kwargs in HOPPER_EXTEND_FP8_CASES:
         tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
-        kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
-        if kw.pop("sinks", False):
-            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
-                case.seed)).cuda()
-        got = assert_bounds_identical([run_extend(*tensors, bounds=b, hopper=True, **kw)
-                                       for b in ("tight", "skip", "none")])
-        assert_matches_reference(got, reference.extend_attention(*tensors, **kw), tol=1e-2)
-        out = got[0] if isinstance(got, tuple) else got
+        kw, out = _hopper_fp8_run(run_extend, reference.extend_attention, tensors, case, kwargs,
+                                  k_scale, v_scale)
         # The last prefix page of the longest prefix: its first new token sees that page's
         # last key under every window.
         i = max(range(len(case.prefix_lens)), key=lambda s: case.prefix_lens[s])
