@@ -15,6 +15,8 @@ from conftest import DEVICE
 
 SCRIPT = """
 import torch
+from dataclasses import replace
+from swattn.ops.config import HOPPER_EXTEND_128_ROWS, hopper_extend_config
 from swattn.verify import asm
 e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
@@ -25,6 +27,10 @@ variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype=
             dict(kv_dtype=e4m3), dict(kv_dtype=e5m2, bounds="skip", head_dim=64, dtype="fp16"),
             dict(kv_dtype=e4m3, bounds="none", page_size=128, HAS_SINKS=True, USE_SOFTCAP=True,
                  RETURN_LSE=True)]
+# 128 rows a program (two warpgroups): 16-bit and fp8, warp-specialized and not.
+rows128 = lambda d: replace(hopper_extend_config(d, torch.bfloat16), **HOPPER_EXTEND_128_ROWS)
+variants += [dict(config=rows128(128)), dict(config=rows128(128), kv_dtype=e5m2, bounds="skip"),
+             dict(config=rows128(64), head_dim=64, WS=False, HAS_SINKS=True)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c.stack)

@@ -243,13 +243,16 @@ HOPPER_CASES = {
 }
 
 
+@pytest.mark.parametrize("rows", [64, 128], ids=["64-rows", "128-rows"])
 @pytest.mark.parametrize("name", sorted(HOPPER_CASES))
-def test_hopper_path_against_the_reference_and_the_triton_kernel(name):
+def test_hopper_path_against_the_reference_and_the_triton_kernel(name, rows):
     """The Gluon fast path at real sizes (NaN in unwritten cache rows, -1 in unread
-    block-table entries): the reference's result, within the Triton kernel's own error,
-    and bit-identical across its bounds variants."""
+    block-table entries), with one warpgroup a program or two (128 rows): the reference's
+    result, within the Triton kernel's own error, and bit-identical across its bounds
+    variants."""
     from swattn.ops import extend as ops_extend
     from swattn.ops import extend_hopper
+    from swattn.ops.config import HOPPER_EXTEND_128_ROWS
     case, extra = HOPPER_CASES[name]
     tensors = build_extend(case, "cuda")
     kwargs = dict(extra, window_left=case.window_left)
@@ -258,7 +261,8 @@ def test_hopper_path_against_the_reference_and_the_triton_kernel(name):
     assert extend_hopper.unsupported(tensors[0].device, tensors[0].dtype, case.head_dim,
                                      case.head_dim_v, case.page_size, False, False) is None
     want = reference.extend_attention(*tensors, **kwargs)
-    outs = {b: run_extend(*tensors, bounds=b, hopper=True, **kwargs)
+    tiling = HOPPER_EXTEND_128_ROWS if rows == 128 else None
+    outs = {b: run_extend(*tensors, bounds=b, hopper=True, config=tiling, **kwargs)
             for b in ops_extend.BOUNDS}
     triton_out = run_extend(*tensors, hopper=False, **kwargs)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import harness
+from ..ops.config import HOPPER_EXTEND_128_ROWS
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
@@ -22,7 +23,7 @@ from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poi
 # swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant control).
 # --------------------------------------------------------------------------------------
 
-def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None):
+def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None, config=None):
     """The plan of one case, made as an engine makes it: from the host lengths."""
     import swattn
     case = inputs.case
@@ -34,7 +35,7 @@ def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=No
                               head_dim_v=case.head_dim_v, page_size=case.page_size,
                               window_left=case.window_left, dtype=inputs.q.dtype,
                               device=inputs.q.device, bounds=bounds, deterministic=deterministic,
-                              hopper=hopper)
+                              hopper=hopper, config=config)
 
 
 def plan_note(plan):
@@ -45,7 +46,7 @@ def plan_note(plan):
 
 
 def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False,
-         hopper=None):
+         hopper=None, config=None):
     """swattn's extend through its engine path: ``swattn.plan_extend`` on the host lengths
     once, then ``plan.run`` timed (``deterministic=True``: the single-pass kernel) over the
     paged pool (page size ``case.page_size``). ``control``: a second plan of the same
@@ -54,8 +55,8 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
     ``layout="window"``: the block table holds -1 for every page wholly below the first
     new token's window (what an engine that frees out-of-window pages hands over), so a
     read of one would fault; ``"full"``: the whole prefix is mapped and only the bounds
-    trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``:
-    the plan's choice of the Gluon fast path (None: its own).
+    trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``,
+    ``config``: as :func:`swattn.plan_extend` takes them (None: the plan's choice).
 
     The host time of a ``plan.run`` call and of the one-shot ``swattn.extend_attention``
     on the same tensors (both with ``out`` given) are measured beside the graph replay."""
@@ -66,7 +67,8 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
     if layout == "full" and bounds == "tight" and torch.equal(table, inputs.block_table_window):
         raise Skip("= window layout (no page lies below the window)")
     try:
-        plan = extend_plan(inputs, table, bounds=bounds, deterministic=deterministic, hopper=hopper)
+        plan = extend_plan(inputs, table, bounds=bounds, deterministic=deterministic, hopper=hopper,
+                           config=config)
     except ValueError as exc:
         raise Skip(str(exc)) from None
     out = empty_out(inputs)
@@ -132,6 +134,9 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
 # The variants an extend run times, in the order of the table, and one case.
 # --------------------------------------------------------------------------------------
 
+# The Hopper path's 128-row tiling: two warpgroups share each K/V tile, one program an SM.
+BM128 = HOPPER_EXTEND_128_ROWS
+
 VARIANTS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i, bounds="tight", layout="window")),
     Variant("swattn tight (control)", "control", "control",
@@ -140,7 +145,16 @@ VARIANTS = (
             lambda i: ours(i, bounds="tight", layout="window", hopper=False)),
     Variant("swattn tight, Hopper path", "hopper", "ours",
             lambda i: ours(i, bounds="tight", layout="window", hopper=True)),
+    Variant("swattn tight, Hopper path, 128 rows (two warpgroups)", "bm128", "ours",
+            lambda i: ours(i, hopper=True, config=BM128)),
+    Variant("swattn tight, Hopper path, 128 rows, 3 ring stages", "bm128-3stages", "ours",
+            lambda i: ours(i, hopper=True, config=dict(BM128, stages=3))),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+    Variant("swattn tight, fp8 e4m3 cache, Hopper path, 128 rows", "fp8-bm128", "ours",
+            lambda i: ours_fp8(i, hopper=True, config=BM128)),
+    Variant("swattn tight, fp8 e4m3 cache, Hopper path, 128 rows, 3 ring stages",
+            "fp8-bm128-3stages", "ours",
+            lambda i: ours_fp8(i, hopper=True, config=dict(BM128, stages=3))),
     Variant("swattn tight, fp8 e4m3 cache, Triton kernel", "fp8-triton", "ours",
             lambda i: ours_fp8(i, hopper=False)),
     Variant("swattn tight, fp8 e4m3 cache, Hopper path with 3 ring stages", "fp8-3stages", "ours",

@@ -19,10 +19,11 @@ from ._tma import row_descriptor
 
 
 @gluon.constexpr_function
-def wgmma_layout(columns):
-    """The registers of one warpgroup's [64, ``columns``] fp32 product (16-row
-    instructions): the scores' (``columns`` = BN) and the output's (D)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+def wgmma_layout(columns, warps=4):
+    """The registers of a [16 ``warps``, ``columns``] fp32 product (16-row instructions,
+    16 rows a warp: one warpgroup's 64 rows, or two warpgroups' 128): the scores'
+    (``columns`` = BN) and the output's (D)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
                                      instr_shape=[16, columns, 16])
 
 

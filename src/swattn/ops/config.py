@@ -177,6 +177,12 @@ class HopperExtendConfig:
         return {"num_warps": self.num_warps}
 
 
+# The Hopper extend path's 128-row tiling: two warpgroups under one query head share each
+# K/V tile (half the copies, and over an fp8 cache half the widening, a query row), one
+# program an SM (its registers: 168 a thread at launch).
+HOPPER_EXTEND_128_ROWS = {"block_m": 128, "num_warps": 8, "ws_maxnreg": 168}
+
+
 def hopper_extend_config(head_dim, dtype):
     """The Gluon extend path's tiling for a head dim (fp16 and bf16 share it; so does an fp8
     cache: a third ring stage, 112 KB at d128, ran no faster on B: the fp8-hopper-extend

@@ -163,11 +163,13 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
     """Zero the rows of a cache V tile in shared memory at or past the prefix end: the
     unwritten rows of the sequence's last page (NaN in the tests). Their weights are 0,
     but 0 * NaN is not."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    for i in gl.static_range(BN // 16):
-        rows = buf.slice(i * 16, 16)
-        b_v = rows.load(layout)  # [16, D]
-        keys = key0 + i * 16 + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
+    WARPS: gl.constexpr = gl.num_warps()
+    R: gl.constexpr = 4 * WARPS  # rows a slice
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+    for i in gl.static_range(BN // R):
+        rows = buf.slice(i * R, R)
+        b_v = rows.load(layout)  # [R, D]
+        keys = key0 + i * R + gl.arange(0, R, layout=gl.SliceLayout(1, layout))
         rows.store(gl.where((keys < key_end)[:, None], b_v, gl.zeros_like(b_v)))
     fence_async_shared()
     gl.thread_barrier()
@@ -275,8 +277,9 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     k_smem, v_smem, bar_k, bar_v = ring.k_smem, ring.v_smem, ring.bar_k, ring.bar_v
     bt_row, row0, col, oob_row = at.bt_row, at.row0, at.col, at.oob_row
-    s_layout: gl.constexpr = wgmma_layout(BN)
-    o_layout: gl.constexpr = wgmma_layout(D)
+    WARPS: gl.constexpr = gl.num_warps()  # BM // 16: one warpgroup, or two
+    s_layout: gl.constexpr = wgmma_layout(BN, WARPS)
+    o_layout: gl.constexpr = wgmma_layout(D, WARPS)
     p_layout: gl.constexpr = operand_layout(o_layout)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -289,7 +292,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         if q_smem.dtype == gl.bfloat16:
             # The products run in fp16: the bf16 query tile converted in place, once (each
             # thread rewrites the elements it read).
-            q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+            q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
             b_q = q_smem.load(q_layout)
             q_smem = q_smem._reinterpret(gl.float16, [BM, D], q_smem.layout)
             q_smem.store(b_q.to(gl.float16))
@@ -506,7 +509,7 @@ def _hopper_extend_kernel(
     i_kvh = i_h // GROUP
 
     # Which sequence this block belongs to, from the lengths (as extend._extend_kernel).
-    seq_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    seq_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     o_seq = gl.arange(0, SEQS_POW2, layout=seq_layout)
     m_seq = o_seq < num_seqs
     seq_blocks = (gl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)

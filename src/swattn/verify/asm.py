@@ -190,10 +190,11 @@ def fingerprints(progress=None):
 
 
 def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_dtype=None,
-                   **flags):
+                   config=None, **flags):
     """The Gluon fast path of the extend kernel (ops.extend_hopper) compiled for sm_90
     with Triton's ptxas, no GPU needed; ``kv_dtype``: an fp8 cache's torch dtype (None:
-    the queries'); ``flags`` override its feature constexprs (USE_WINDOW, IS_CAUSAL,
+    the queries'); ``config``: a config.HopperExtendConfig in the place of the plan's;
+    ``flags`` override its feature constexprs (USE_WINDOW, IS_CAUSAL,
     HAS_SINKS, ...). Returns (Compiled, the kernel's PTX)."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -202,7 +203,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     from ..ops import extend_hopper as hopper
 
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
-    cfg = hopper_extend_config(head_dim, torch_dtype)
+    cfg = config or hopper_extend_config(head_dim, torch_dtype)
     t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
     new = t if kv_dtype is None else t.to(kv_dtype)  # the new rows as the cache stores them
@@ -237,7 +238,8 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                           kv_dtype=None, **flags):
     """The Gluon fast path of the decode kernel (ops.decode_hopper) compiled for sm_90
     with Triton's ptxas, no GPU needed; ``kv_dtype``: an fp8 cache's torch dtype (None:
-    the queries'); ``flags`` override its feature constexprs (USE_WINDOW, HAS_SINKS,
+    the queries'); ``config``: a config.HopperExtendConfig in the place of the plan's;
+    ``flags`` override its feature constexprs (USE_WINDOW, HAS_SINKS,
     WRITE_PARTIAL, STAGES, ...). Returns (Compiled, the PTX)."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
