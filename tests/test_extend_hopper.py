@@ -31,6 +31,13 @@ variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype=
 rows128 = lambda d: replace(hopper_extend_config(d, torch.bfloat16), **HOPPER_EXTEND_128_ROWS)
 variants += [dict(config=rows128(128)), dict(config=rows128(128), kv_dtype=e5m2, bounds="skip"),
              dict(config=rows128(64), head_dim=64, WS=False, HAS_SINKS=True)]
+# fp8 products (e4m3 query rows and weights against the cache's e4m3 or e5m2 tiles).
+f8p = lambda d, **kw: replace(hopper_extend_config(d, torch.bfloat16), fp8_products=True, **kw)
+variants += [dict(config=f8p(128), kv_dtype=e4m3),
+             dict(config=f8p(64), kv_dtype=e5m2, head_dim=64, bounds="none", HAS_SINKS=True,
+                  USE_SOFTCAP=True, RETURN_LSE=True),
+             dict(config=f8p(128, **HOPPER_EXTEND_128_ROWS), kv_dtype=e5m2, bounds="skip",
+                  page_size=128)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c.stack)
@@ -51,9 +58,13 @@ for flags in variants:
         # register halves: carried as bf16 across the two loops, the weights were swapped
         # and swapped back every step (32 PRMT; 4% of B's time).
         assert not any("PRMT" in i for i in min(loops, key=len)), flags
-    if "kv_dtype" in flags:
+    if "kv_dtype" in flags and not getattr(flags.get("config"), "fp8_products", False):
         # The widening: packed conversions, a pair of fp8 values to fp16 an instruction.
         assert "cvt.rn.f16x2.e" in ptx, flags
+    elif "kv_dtype" in flags:
+        # fp8 products: e4m3 against the cache's format, and nothing widened.
+        fmt = "e4m3" if flags["kv_dtype"] == e4m3 else "e5m2"
+        assert f"f32.e4m3.{fmt}" in ptx and "cvt.rn.f16x2.e" not in ptx, flags
     print(flags, len(c.sass), "instructions", c.registers, "registers")
 print("compiled")
 """

@@ -19,19 +19,19 @@ from ._tma import row_descriptor
 
 
 @gluon.constexpr_function
-def wgmma_layout(columns, warps=4):
+def wgmma_layout(columns, warps=4, bits=16):
     """The registers of a [16 ``warps``, ``columns``] fp32 product (16-row instructions,
-    16 rows a warp: one warpgroup's 64 rows, or two warpgroups' 128): the scores'
-    (``columns`` = BN) and the output's (D)."""
+    16 rows a warp: one warpgroup's 64 rows, or two warpgroups' 128) of ``bits``-bit
+    operands: the scores' (``columns`` = BN) and the output's (D)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
-                                     instr_shape=[16, columns, 16])
+                                     instr_shape=[16, columns, 256 // bits])
 
 
 @gluon.constexpr_function
-def operand_layout(parent):
-    """The registers of a 16-bit A operand of a product whose result is laid out as
+def operand_layout(parent, bits=16):
+    """The registers of a ``bits``-bit A operand of a product whose result is laid out as
     ``parent`` (the query tile for the scores, the weights for P @ V)."""
-    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2)
+    return gl.DotOperandLayout(operand_index=0, parent=parent, k_width=32 // bits)
 
 
 @gluon.jit

@@ -162,6 +162,9 @@ class HopperExtendConfig:
     # registers) making the ring's tiles fp16 beside the warpgroup.
     convert_warps: int = 2
     convert_regs: int = 56
+    # Over an fp8 cache, opt-in: the products in fp8 (e4m3 query rows and weights against
+    # the cache's K and V as stored; ops.extend_hopper), the converter transposing V only.
+    fp8_products: bool = False
 
     def warp_specialized(self, bounds, window_left, fp8=False):
         """Whether a launch runs the warp-specialized loop (the tight bounds only, or any

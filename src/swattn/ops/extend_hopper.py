@@ -84,7 +84,7 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # The arguments the warpgroup and the producer share, bundled once by the kernel (a
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
-                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8")  # constexprs
+                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
@@ -149,6 +149,37 @@ def _add(a, b):
 
 
 @gluon.jit
+def _scores_done(s, q_mult, F8P: gl.constexpr):
+    """A tile's scores as the softmax takes them: with fp8 products (F8P), times each
+    query row's quantization scale ``q_mult``."""
+    if F8P:
+        s = s * q_mult[:, None]
+    return s
+
+
+@gluon.jit
+def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, F8P: gl.constexpr):
+    """A tile's weights as the A operand of P @ V: in the products' type, or with fp8
+    products times 256 in e4m3 (a power of two, undone on the output; the largest weight,
+    1, lands on 256 of e4m3's 448 and the smallest kept above its subnormals)."""
+    if F8P:
+        op = gl.convert_layout((p * 256.0).to(gl.float8e4nv), p_layout)
+    else:
+        op = gl.convert_layout(p.to(dtype), p_layout)
+    return op
+
+
+@gluon.jit
+def _v_operand(tile, F8P: gl.constexpr):
+    """A ring stage's V as the B operand of P @ V: the [BN, D] tile, or with fp8 products
+    the converter's transposed [D, BN] tile seen as [BN, D] (fp8 products read B with
+    the keys contiguous)."""
+    if F8P:
+        tile = tile.permute((1, 0))
+    return tile
+
+
+@gluon.jit
 def _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
     """Tile j of the program's list: (is_new, start in its stage's coordinates, absolute
     position of its first key, absolute end of its stage's keys)."""
@@ -177,7 +208,7 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 @gluon.jit
 def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages_v, valid_v, walk,
-                  mids, descs, at, rule, flags, FROM_CACHE: gl.constexpr):
+                  mids, descs, at, rule, q_mult, flags, FROM_CACHE: gl.constexpr):
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free
@@ -188,11 +219,11 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
 
     ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
     operand here: carried as bf16, ptxas swaps the halves of its registers at every step
-    (the hopper-loop results)."""
+    (the hopper-loop results). ``q_mult``: with fp8 products, the query rows' scales."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     o_layout: gl.constexpr = acc.type.layout
-    p_layout: gl.constexpr = operand_layout(o_layout)
+    p_layout: gl.constexpr = operand_layout(o_layout, 8 if flags.F8P else 16)
     mid_lo = mids.lo1 if FROM_CACHE else mids.lo2
     mid_hi = mids.hi1 if FROM_CACHE else mids.hi2
     n, n1, lo1, lo2 = walk.n, walk.n1, walk.lo1, walk.lo2
@@ -219,19 +250,21 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     mbarrier.wait(ring.bar_k.index(st), (g // STAGES) & 1)
     s_tok = warpgroup_mma(q_a, ring.k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
-    p_op = gl.convert_layout(p_prev.to(ring.k_smem.dtype), p_layout)
+    p_op = _weights_operand(p_prev, p_layout, ring.k_smem.dtype, flags.F8P)
     mbarrier.wait(ring.bar_v.index(prev), ((g - 1) // STAGES) & 1)
-    acc_tok = warpgroup_mma(p_op, ring.v_smem.index(prev), acc, is_async=True)
-    s = warpgroup_mma_wait(1, deps=(s_tok, ))
+    acc_tok = warpgroup_mma(p_op, _v_operand(ring.v_smem.index(prev), flags.F8P), acc,
+                            is_async=True)
+    s = _scores_done(warpgroup_mma_wait(1, deps=(s_tok, )), q_mult, flags.F8P)
     if flags.WS:
         mbarrier.arrive(ring.empty_k.index(st))
     else:
         issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
               k_start, at.row0, at.col, pages_k, valid_k, at.oob_row, flags.PAGE, flags.PR,
               flags.NP, BN, flags.D)
-    if FROM_CACHE:
+    if FROM_CACHE and not flags.F8P:
         if key0 + BN > key_end:
-            # The prefix's last tile: its V rows past the end zeroed before its product.
+            # The prefix's last tile: its V rows past the end zeroed before its product
+            # (with fp8 products, by the converter).
             mbarrier.wait(ring.bar_v.index(st), (g // STAGES) & 1)
             _zero_past_end(ring.v_smem.index(st), key0, key_end, BN, flags.D)
     if (start >= mid_lo) & (start < mid_hi):
@@ -278,9 +311,10 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     k_smem, v_smem, bar_k, bar_v = ring.k_smem, ring.v_smem, ring.bar_k, ring.bar_v
     bt_row, row0, col, oob_row = at.bt_row, at.row0, at.col, at.oob_row
     WARPS: gl.constexpr = gl.num_warps()  # BM // 16: one warpgroup, or two
-    s_layout: gl.constexpr = wgmma_layout(BN, WARPS)
-    o_layout: gl.constexpr = wgmma_layout(D, WARPS)
-    p_layout: gl.constexpr = operand_layout(o_layout)
+    BITS: gl.constexpr = 8 if flags.F8P else 16  # the products' operands
+    s_layout: gl.constexpr = wgmma_layout(BN, WARPS, BITS)
+    o_layout: gl.constexpr = wgmma_layout(D, WARPS, BITS)
+    p_layout: gl.constexpr = operand_layout(o_layout, BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -288,7 +322,21 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     dtype: gl.constexpr = k_smem.dtype
 
     mbarrier.wait(bar_q, 0)
-    if flags.FP8:
+    q_mult = None
+    if flags.F8P:
+        # Each query row quantized to e4m3 in place (the tile read whole first), scaled so
+        # its largest element lands on 448; the scale multiplies the row's scores.
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
+        b_q = q_smem.load(q_layout).to(gl.float32)
+        amax = gl.max(gl.abs(b_q), 1)
+        inv = gl.where(amax > 0.0, 448.0 / amax, 0.0)
+        q_mult = gl.convert_layout(amax * (1.0 / 448.0), row_s)
+        gl.thread_barrier()
+        q_smem = q_smem._reinterpret(gl.float8e4nv, [BM, D], descs.kc.layout)
+        q_smem.store((b_q * inv[:, None]).to(gl.float8e4nv))
+        fence_async_shared()
+        gl.thread_barrier()
+    elif flags.FP8:
         if q_smem.dtype == gl.bfloat16:
             # The products run in fp16: the bf16 query tile converted in place, once (each
             # thread rewrites the elements it read).
@@ -302,7 +350,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     if flags.Q_REGS and D == 128:
         # The query tile in registers for the score products (d128, see Q_REGS): their A
         # operand is then read once, not from shared memory at every product.
-        q_a = q_smem.load(operand_layout(s_layout))
+        q_a = q_smem.load(operand_layout(s_layout, BITS))
 
     # Rows past the sequence's end (not stored) keep their positions: what they see is
     # finite, and it spares the masked tiles a term.
@@ -324,7 +372,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             mbarrier.wait(bar_k.index(0), 0)
             s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s_tok, ))
+            s = _scores_done(warpgroup_mma_wait(0, deps=(s_tok, )), q_mult, flags.F8P)
             if flags.WS:
                 mbarrier.arrive(ring.empty_k.index(0))
                 pages = (0, 0, 0, 0)
@@ -337,24 +385,26 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                           oob_row, PAGE, PR, NP)
                 issue(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
                       nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            if (~is_new) & (key0 + BN > key_end):
-                mbarrier.wait(bar_v.index(0), 0)
-                _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
+            if not flags.F8P:  # with fp8 products the converter zeroes them
+                if (~is_new) & (key0 + BN > key_end):
+                    mbarrier.wait(bar_v.index(0), 0)
+                    _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
             m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
                                          True)
             mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
             for g in range(1, n1):
                 m_i, l_i, acc, p, pages, valid = _overlap_step(
                     g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
-                    descs, at, rule, flags, True)
+                    descs, at, rule, q_mult, flags, True)
             for g in range(gl.maximum(n1, 1), n):
                 m_i, l_i, acc, p, _pages, _valid = _overlap_step(
                     g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
-                    descs, at, rule, flags, False)
+                    descs, at, rule, q_mult, flags, False)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            acc_tok = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
+            acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last), flags.F8P), acc,
+                                    is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     else:
         # skip / none: every tile of each stage from 0, in the plain order, all masked.
@@ -378,14 +428,16 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             if work:
                 s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=(s_tok, ))
+                s = _scores_done(warpgroup_mma_wait(0, deps=(s_tok, )), q_mult, flags.F8P)
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
                                              True)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = gl.convert_layout(p.to(dtype), p_layout)
-                if (~is_new) & (key0 + BN > key_end):
-                    _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
-                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+                p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
+                if not flags.F8P:
+                    if (~is_new) & (key0 + BN > key_end):
+                        _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
+                acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(st), flags.F8P), acc,
+                                        is_async=True)
                 acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             if flags.WS:
                 mbarrier.arrive(ring.empty_k.index(st))
@@ -421,6 +473,16 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
 
 @gluon.jit
+def _stage(bufs, st, flags):
+    """Ring stage ``st`` where the producer's copies land: the stage, or over an fp8 cache
+    widened by the converter its upper half (``bufs``: the stages' fp8 views)."""
+    dst = bufs.index(st)
+    if flags.FP8 and not flags.F8P:
+        dst = dst.slice(flags.BN, flags.BN)
+    return dst
+
+
+@gluon.jit
 def _produce(descs, ring, walk, at, flags):
     """The producer warp of a warp-specialized program (WS): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
@@ -439,25 +501,15 @@ def _produce(descs, ring, walk, at, flags):
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
                                   flags.PAGE, flags.PR, flags.NP)
-        if flags.FP8:
-            # Into the stage's upper half; K's pages not copied read the poison rows.
-            mbarrier.wait(ring.empty_k.index(st), free)
-            issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st).slice(BN, BN),
-                  True, is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                  flags.PR, flags.NP, BN, flags.D, descs.poison)
-            mbarrier.wait(ring.empty_v.index(st), free)
-            issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st).slice(BN, BN),
-                  True, is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                  flags.PR, flags.NP, BN, flags.D)
-        else:
-            mbarrier.wait(ring.empty_k.index(st), free)
-            issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), True, is_new,
-                  start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                  flags.NP, BN, flags.D)
-            mbarrier.wait(ring.empty_v.index(st), free)
-            issue(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem.index(st), True, is_new,
-                  start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                  flags.NP, BN, flags.D)
+        # Over an fp8 cache K's pages not copied read the poison rows (else None).
+        mbarrier.wait(ring.empty_k.index(st), free)
+        issue(descs.k, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags), True,
+              is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+              flags.NP, BN, flags.D, descs.poison)
+        mbarrier.wait(ring.empty_v.index(st), free)
+        issue(descs.v, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags), True,
+              is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+              flags.NP, BN, flags.D)
 
 
 @gluon.jit
@@ -487,6 +539,36 @@ def _convert(ring, wide, walk, flags):
 
 
 @gluon.jit
+def _transpose(ring, vt_smem, full_v, walk, flags):
+    """The converter warps with fp8 products: tile j's V copy (``ring``: the producer's
+    barriers and stages) written transposed to ``vt_smem`` (the [D, BN] tiles P @ V reads),
+    each thread moving a 4 x 4 block of bytes, and handed over on ``full_v``. The rows of
+    the prefix's last tile past its end (unwritten, NaN in the tests) are written as 0:
+    their weights are 0, but 0 * NaN is not. K needs no conversion: the score products
+    read its copies."""
+    STAGES: gl.constexpr = flags.STAGES
+    BN: gl.constexpr = flags.BN
+    D: gl.constexpr = flags.D
+    COLS: gl.constexpr = D // 4 if D // 4 < 32 else 32  # threads across a row
+    layout: gl.constexpr = gl.BlockedLayout([4, 4], [32 // COLS, COLS], [gl.num_warps(), 1],
+                                            [1, 0])
+    n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
+    prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
+    for j in range(n):
+        st = j % STAGES
+        _new, _start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+        mbarrier.wait(ring.bar_v.index(st), (j // STAGES) & 1)
+        b = ring.v_smem.index(st).load(layout)  # [BN, D]
+        if key0 + BN > key_end:
+            keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+            b = gl.where((keys < key_end)[:, None], b, gl.zeros_like(b))
+        vt_smem.index(st).store(gl.permute(b, (1, 0)))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(full_v.index(st))
+
+
+@gluon.jit
 def _hopper_extend_kernel(
     q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
     Out, Lse, k_scale, v_scale, stride_bt, stride_ot, stride_oh, stride_lt, num_seqs, oob_row,
@@ -498,7 +580,7 @@ def _hopper_extend_kernel(
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
-    CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr,
+    CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -555,8 +637,17 @@ def _hopper_extend_kernel(
     # run in fp16; BM = BN, so the query tile's layout is a 16-bit tile's), and the copies
     # land in their fp8 views.
     FP8: gl.constexpr = kc_desc.dtype.is_fp8()
+    # With fp8 products (FP8_PRODUCTS, over an fp8 cache): the products read the copies'
+    # fp8 K tiles and the converter's transposed fp8 V tiles, and the query tile and the
+    # weights are quantized to e4m3.
+    F8P: gl.constexpr = FP8 and FP8_PRODUCTS
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
-    if FP8:
+    if F8P:
+        k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
+        v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
+        vt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([D, BN], vc_desc.dtype)
+        vt_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, D, BN], vt_layout)
+    elif FP8:
         k_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BN, D], q_desc.layout)
         v_smem = gl.allocate_shared_memory(gl.float16, [STAGES, BN, D], q_desc.layout)
     else:
@@ -579,7 +670,7 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8)
+                                      Q_REGS, WS, FP8, F8P)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     at = CopyAt(bt_row, row0, col, oob_row)
@@ -593,23 +684,37 @@ def _hopper_extend_kernel(
         # The cache holds value / scale: K's scale joins qk_scale, V's the output's.
         k_mult = gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
         v_mult = gl.load(v_scale + i_kvh * V_SCALE_STRIDE)
+        if F8P:
+            v_mult = v_mult * 0.00390625  # the weights' 256 undone
         full_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         full_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(full_k.index(i), count=1)
             mbarrier.init(full_v.index(i), count=1)
-        copies = Ring(k_smem._reinterpret(kc_desc.dtype, [STAGES, 2 * BN, D], kc_desc.layout),
-                      v_smem._reinterpret(vc_desc.dtype, [STAGES, 2 * BN, D], vc_desc.layout),
-                      bar_k, bar_v, empty_k, empty_v)
-        wide = Ring(k_smem, v_smem, full_k, full_v, empty_k, empty_v)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
                       v_mult)
-        gl.warp_specialize([
-            (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
-                       Rule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)),
-            (_produce, (descs, copies, walk, at, flags)),
-            (_convert, (copies, wide, walk, flags)),
-        ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
+        if F8P:
+            copies = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
+            gl.warp_specialize([
+                (_attend, (i_h, q_smem, bar_q, Ring(k_smem, vt_smem, bar_k, full_v, empty_k,
+                                                    empty_v), descs, at, walk, mids,
+                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           flags)),
+                (_produce, (descs, copies, walk, at, flags)),
+                (_transpose, (copies, vt_smem, full_v, walk, flags)),
+            ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
+        else:
+            copies = Ring(k_smem._reinterpret(kc_desc.dtype, [STAGES, 2 * BN, D], kc_desc.layout),
+                          v_smem._reinterpret(vc_desc.dtype, [STAGES, 2 * BN, D], vc_desc.layout),
+                          bar_k, bar_v, empty_k, empty_v)
+            wide = Ring(k_smem, v_smem, full_k, full_v, empty_k, empty_v)
+            gl.warp_specialize([
+                (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
+                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           flags)),
+                (_produce, (descs, copies, walk, at, flags)),
+                (_convert, (copies, wide, walk, flags)),
+            ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(full_k.index(i))
             mbarrier.invalidate(full_v.index(i))
@@ -741,7 +846,8 @@ def _launcher(spec, dtypes):
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
-        CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
+        CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
+        FP8_PRODUCTS=cfg.fp8_products)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 

@@ -217,7 +217,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       SKIP=bounds == "skip", HEADS_FIRST=cfg.heads_first,
                       Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
-                      CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
+                      CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
+                      FP8_PRODUCTS=cfg.fp8_products)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
@@ -280,14 +281,14 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
 
 def mma_loops(sass):
     """The loops of ``sass`` (Compiled.sass) holding warpgroup products: the bodies of
-    conditional backward branches with an HGMMA in them (the spin-waits' returns are
-    unconditional)."""
+    conditional backward branches with an HGMMA (16-bit operands) or QGMMA (fp8) in them
+    (the spin-waits' returns are unconditional)."""
     loops = []
     for end, ins in enumerate(sass):
         m = re.search(r"^@!?U?P\d+ BRA (0x[0-9a-f]+)", ins)
         if m and int(m.group(1), 16) // 16 < end:
             body = sass[int(m.group(1), 16) // 16:end + 1]
-            if any("HGMMA" in i for i in body):
+            if any("HGMMA" in i or "QGMMA" in i for i in body):
                 loops.append(body)
     return loops
 
