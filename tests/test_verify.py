@@ -31,13 +31,18 @@ def test_decode_matrix_covers_the_issue():
 
 
 def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
-    for family in ("extend-fp8", "unified-fp8", "decode-fp8", "hopper-fp8", "decode-hopper-fp8"):
+    for family in ("extend-fp8", "unified-fp8", "decode-fp8", "hopper-fp8", "decode-hopper-fp8",
+                   "hopper-fp8-products"):
         rows = identity.FAMILIES[family][0](gpu=True)
         assert {kw["kv"] for _, _, kw, _ in rows} == set(identity.FP8_KINDS)
         assert len(rows) >= 24, (family, len(rows))
     # The Hopper rows keep the path forced, so they check it and not the Triton kernel.
     assert all(kw["hopper"] for _, _, kw, _ in identity.FAMILIES["decode-hopper-fp8"][0](gpu=True))
     assert all(tiling is None for *_, tiling in identity.FAMILIES["hopper-fp8"][0](gpu=True))
+    assert all(tiling == {"fp8_products": True}
+               for *_, tiling in identity.FAMILIES["hopper-fp8-products"][0](gpu=True))
+    # Its rows are held to the fp8 products' tolerance, the others to 1e-2.
+    assert identity.TOLERANCES == {"hopper-fp8-products": 8e-2}
 
 
 def test_hopper_decode_matrix_covers_the_path():

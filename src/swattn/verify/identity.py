@@ -46,11 +46,12 @@ class Row:
     err_tight: float
     err_skip: float
     seconds: float
+    tol: float = 1e-2  # against the reference (TOLERANCES)
 
     @property
     def ok(self):
         return (self.max_abs_tight_skip == 0.0 and self.max_abs_tight_none == 0.0
-                and self.err_tight < 1e-2 and self.err_skip < 1e-2)
+                and self.err_tight < self.tol and self.err_skip < self.tol)
 
 
 def _shape(window, block_m, block_n, gpu):
@@ -241,13 +242,16 @@ def hopper_decode_matrix(gpu=True):
 FP8_KINDS = ((torch.float8_e4m3fn, False), (torch.float8_e5m2, True))
 
 
-def _fp8_rows(matrix):
+def _fp8_rows(matrix, config=None):
+    """Every third row of ``matrix`` over an fp8 cache, the formats and scale kinds in turn;
+    ``config``: a dict tuning the Hopper path, in the place of the rows' own tiling."""
     def rows(gpu=True):
         out = []
         for n, (name, case, kwargs, tiling) in enumerate(matrix(gpu)[::3]):
             fp8, per_head = FP8_KINDS[n % 2]
             label = f"{str(fp8)[6:]} {'per-head' if per_head else 'per-tensor'}"
-            out.append((f"{name} {label}", case, dict(kwargs, kv=(fp8, per_head)), tiling))
+            out.append((f"{name} {label}", case, dict(kwargs, kv=(fp8, per_head)),
+                        tiling if config is None else config))
         return out
     return rows
 
@@ -285,16 +289,17 @@ def _run_extend_row(row, device, deterministic):
     if kv is not None:
         tensors = _fp8_cache(tensors, (3, 4), case, kv, kwargs, device)
     # The full-attention row keeps the window off in the kernel too.
-    if tiling is None:
-        # The Hopper path: its own fixed tiles.
-        kwargs = dict(kwargs, hopper=True)
+    if tiling is None or isinstance(tiling, dict):
+        # The Hopper path: its own fixed tiles (a dict: its config tuned).
+        kwargs = dict(kwargs, hopper=True, config=tiling)
     else:
         kwargs = dict(kwargs, block_m=tiling[0], block_n=tiling[1], pack_gqa=tiling[2],
                       hopper=False)
     results = {b: run_extend(*tensors, window_left=case.window_left, bounds=b,
                                               deterministic=deterministic, **kwargs)
                for b in ops_extend.BOUNDS}
-    kwargs = {k: v for k, v in kwargs.items() if k not in ("block_m", "block_n", "pack_gqa", "hopper")}
+    kwargs = {k: v for k, v in kwargs.items()
+              if k not in ("block_m", "block_n", "pack_gqa", "hopper", "config")}
     return results, reference.extend_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
@@ -325,7 +330,12 @@ FAMILIES = {
     "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
     "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix), _run_decode_row),
+    "hopper-fp8-products": (_fp8_rows(hopper_matrix, {"fp8_products": True}),
+                            lambda row, device: _run_extend_row(row, device, False)),
 }
+# Against the reference: 1e-2, but with fp8 products (the query rows and the weights
+# quantized to e4m3: a few 1e-2, the results of 2026-12-02-h200-fp8-extend-products).
+TOLERANCES = {"hopper-fp8-products": 8e-2}
 TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path (Gluon)",
           "unified": "deterministic single-pass extend",
           "decode": "decode (split-KV, sparse)",
@@ -334,7 +344,9 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "unified-fp8": "deterministic single-pass extend over an fp8 cache",
           "hopper-fp8": "two-stage extend over an fp8 cache, Hopper path (Gluon)",
           "decode-fp8": "decode over an fp8 cache",
-          "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)"}
+          "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)",
+          "hopper-fp8-products": "two-stage extend over an fp8 cache, Hopper path with fp8 "
+                                 "products (opt-in)"}
 
 
 def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):
@@ -352,7 +364,7 @@ def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):
                 for b in ("tight", "skip")}
         out.append(Row(row[0], 1, _max_abs(results["tight"], results["skip"]),
                        _max_abs(results["tight"], results["none"]), errs["tight"], errs["skip"],
-                       time.perf_counter() - t0))
+                       time.perf_counter() - t0, TOLERANCES.get(family, 1e-2)))
         if progress:
             progress(out[-1])
     return out
@@ -381,6 +393,7 @@ def format_rows(rows, title):
                      f"{r.err_tight:.1e} | {r.err_skip:.1e} | {'yes' if r.ok else 'NO'} |")
     bad = sum(not r.ok for r in rows)
     worst = max((max(r.err_tight, r.err_skip) for r in rows), default=0.0)
-    lines += ["", f"{len(rows)} configurations, {len(rows) - bad} bit-identical and within 1e-2 of "
-              f"the reference, {bad} failing; worst reference error {worst:.1e}"]
+    tol = max((r.tol for r in rows), default=1e-2)
+    lines += ["", f"{len(rows)} configurations, {len(rows) - bad} bit-identical and within {tol:g} "
+              f"of the reference, {bad} failing; worst reference error {worst:.1e}"]
     return "\n".join(lines)
