@@ -295,18 +295,19 @@ HOPPER_FP8_CASES = [
 ]
 
 
-def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale, config=None, tol=1e-2):
+def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale, config=None, tol=1e-2,
+                    lse_tol=1e-2):
     """A case on a Hopper path over an fp8 cache (``run``: run_decode or run_extend; ``want``:
     the reference's function; ``config``: a dict tuning the path): its bounds variants
-    bit-identical and within ``tol`` of the reference over the same cache. Returns (the
-    run's keyword arguments, its output)."""
+    bit-identical and within ``tol`` (the lse ``lse_tol``) of the reference over the same
+    cache. Returns (the run's keyword arguments, its output)."""
     kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
     if kw.pop("sinks", False):
         kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(
             case.seed)).cuda()
     got = assert_bounds_identical([run(*tensors, bounds=b, hopper=True, config=config, **kw)
                                    for b in ("tight", "skip", "none")])
-    assert_matches_reference(got, want(*tensors, **kw), tol=tol)
+    assert_matches_reference(got, want(*tensors, **kw), tol=tol, lse_tol=lse_tol)
     return kw, got[0] if isinstance(got, tuple) else got
 
 
@@ -364,7 +365,8 @@ def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head, rows, products):
     float64 reference over the same cache (new keys taken as the cache stores them), and a
     bad page's rows NaN (the poison rows read in its place) with every other sequence's
     rows the good run's bits. With fp8 products (the query rows and the weights quantized
-    to e4m3, the converter transposing V) the same within 8e-2 of the reference."""
+    to e4m3, the converter transposing V) the same within 8e-2 of the reference (the lse
+    within 0.25: a score moves by a few 1e-2 with its query row's rounding)."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     from swattn.ops.config import HOPPER_EXTEND_128_ROWS
@@ -373,7 +375,8 @@ def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head, rows, products):
     for case, kwargs in HOPPER_EXTEND_FP8_CASES:
         tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
         kw, out = _hopper_fp8_run(run_extend, reference.extend_attention, tensors, case, kwargs,
-                                  k_scale, v_scale, tiling, 8e-2 if products == "fp8" else 1e-2)
+                                  k_scale, v_scale, tiling,
+                                  *((8e-2, 0.25) if products == "fp8" else (1e-2, 1e-2)))
         # The last prefix page of the longest prefix: its first new token sees that page's
         # last key under every window.
         i = max(range(len(case.prefix_lens)), key=lambda s: case.prefix_lens[s])

@@ -541,17 +541,21 @@ def _convert(ring, wide, walk, flags):
 @gluon.jit
 def _transpose(ring, vt_smem, full_v, walk, flags):
     """The converter warps with fp8 products: tile j's V copy (``ring``: the producer's
-    barriers and stages) written transposed to ``vt_smem`` (the [D, BN] tiles P @ V reads),
-    each thread moving a 4 x 4 block of bytes, and handed over on ``full_v``. The rows of
-    the prefix's last tile past its end (unwritten, NaN in the tests) are written as 0:
-    their weights are 0, but 0 * NaN is not. K needs no conversion: the score products
-    read its copies."""
+    barriers and stages) written transposed to ``vt_smem`` (the [D, BN] tiles P @ V reads)
+    and handed over on ``full_v``. The rows of the prefix's last tile past its end
+    (unwritten, NaN in the tests) are written as 0: their weights are 0, but 0 * NaN is not.
+    K needs no conversion: the score products read its copies.
+
+    Each thread moves 4 keys x 16 channels: 16-byte reads of the [BN, D] tile, 4-byte
+    writes of 4 keys into each of 16 rows of the [D, BN] one. A warp's 16 x 2 threads span
+    the 64 keys, so each write instruction fills two 64-byte rows of the same parity and
+    each read touches 16 rows: two ways of bank conflict, where a warp across the channels
+    (32 threads, 32 rows of the transposed tile) met eight to sixteen (B ran 2.4x bf16's
+    time)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
-    D: gl.constexpr = flags.D
-    COLS: gl.constexpr = D // 4 if D // 4 < 32 else 32  # threads across a row
-    layout: gl.constexpr = gl.BlockedLayout([4, 4], [32 // COLS, COLS], [gl.num_warps(), 1],
-                                            [1, 0])
+    gl.static_assert(BN == 64, "the transpose's layout spans 64 keys")
+    layout: gl.constexpr = gl.BlockedLayout([4, 16], [16, 2], [1, gl.num_warps()], [1, 0])
     n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
     prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
     for j in range(n):
