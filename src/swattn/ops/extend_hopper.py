@@ -148,22 +148,50 @@ def _add(a, b):
     return a + b
 
 
+# With fp8 products the weights come out of the softmax times 2^P_LOG2 = 256 (weights.P_LOG2;
+# the largest, 1, lands on 256 of e4m3's 448, the smallest kept above its subnormals), and
+# the row sums with them, so the output's division undoes it.
+P_LOG2 = gl.constexpr(8)
+
+
 @gluon.jit
-def _scores_done(s, q_mult, F8P: gl.constexpr):
-    """A tile's scores as the softmax takes them: with fp8 products (F8P), times each
-    query row's quantization scale ``q_mult``."""
-    if F8P:
-        s = s * q_mult[:, None]
-    return s
+def _key_order(x):
+    """``x`` [R, C] with its columns (keys) reordered, ``c = 32a + 16b + 8e + 2q + f`` to
+    ``32a + 16b + 4q + 2e + f``: the order in which a thread of the score product holds its
+    columns (pairs 8 apart) is then the order the fp8 P @ V product reads its A operand in
+    (4 in a row), so the weights become that operand in their own registers, no shuffles.
+    The transposed V tiles take the same order, and the product is unchanged."""
+    R: gl.constexpr = x.shape[0]
+    C: gl.constexpr = x.shape[1]
+    y = x.reshape([R, C // 32, 2, 2, 4, 2]).permute((0, 1, 2, 4, 3, 5))
+    return y.reshape([R, C])
+
+
+@gluon.constexpr_function
+def _transpose_layout(BN, D, warps):
+    """The registers the converter reads a [BN, D] fp8 V tile into (BN = 64): each thread
+    16 channels of the 4 keys :func:`_key_order` puts side by side (2q, 2q + 1, 2q + 8,
+    2q + 9 of 16), so their transposed bytes are 4 adjacent ones of a [D, BN] row; a warp's
+    lanes span the 64 keys and 32 channels, the warps (and past them the registers) the
+    rest of the channels."""
+    regs = [[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]]
+    lanes = [[2, 0], [4, 0], [16, 0], [32, 0], [0, 16]]
+    warp_bases, d = [], 32
+    for _ in range(int(warps).bit_length() - 1):
+        warp_bases.append([0, d])
+        d *= 2
+    while d < D:
+        regs.append([0, d])
+        d *= 2
+    return gl.DistributedLinearLayout(regs, lanes, warp_bases, [], [BN, D])
 
 
 @gluon.jit
 def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, F8P: gl.constexpr):
     """A tile's weights as the A operand of P @ V: in the products' type, or with fp8
-    products times 256 in e4m3 (a power of two, undone on the output; the largest weight,
-    1, lands on 256 of e4m3's 448 and the smallest kept above its subnormals)."""
+    products (already times 2^P_LOG2) in e4m3, in :func:`_key_order`."""
     if F8P:
-        op = gl.convert_layout((p * 256.0).to(gl.float8e4nv), p_layout)
+        op = gl.convert_layout(_key_order(p.to(gl.float8e4nv)), p_layout)
     else:
         op = gl.convert_layout(p.to(dtype), p_layout)
     return op
@@ -208,7 +236,7 @@ def _zero_past_end(buf, key0, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 @gluon.jit
 def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages_v, valid_v, walk,
-                  mids, descs, at, rule, q_mult, flags, FROM_CACHE: gl.constexpr):
+                  mids, descs, at, rule, flags, FROM_CACHE: gl.constexpr):
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free
@@ -219,7 +247,7 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
 
     ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
     operand here: carried as bf16, ptxas swaps the halves of its registers at every step
-    (the hopper-loop results). ``q_mult``: with fp8 products, the query rows' scales."""
+    (the hopper-loop results)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     o_layout: gl.constexpr = acc.type.layout
@@ -254,7 +282,7 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     mbarrier.wait(ring.bar_v.index(prev), ((g - 1) // STAGES) & 1)
     acc_tok = warpgroup_mma(p_op, _v_operand(ring.v_smem.index(prev), flags.F8P), acc,
                             is_async=True)
-    s = _scores_done(warpgroup_mma_wait(1, deps=(s_tok, )), q_mult, flags.F8P)
+    s = warpgroup_mma_wait(1, deps=(s_tok, ))
     if flags.WS:
         mbarrier.arrive(ring.empty_k.index(st))
     else:
@@ -268,9 +296,11 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
             mbarrier.wait(ring.bar_v.index(st), (g // STAGES) & 1)
             _zero_past_end(ring.v_smem.index(st), key0, key_end, BN, flags.D)
     if (start >= mid_lo) & (start < mid_hi):
-        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, False)
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, False,
+                                     flags.F8P, P_LOG2 if flags.F8P else 0)
     else:
-        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True)
+        m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True,
+                                     flags.F8P, P_LOG2 if flags.F8P else 0)
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     if flags.WS:
         mbarrier.arrive(ring.empty_v.index(prev))
@@ -322,15 +352,15 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     dtype: gl.constexpr = k_smem.dtype
 
     mbarrier.wait(bar_q, 0)
-    q_mult = None
     if flags.F8P:
         # Each query row quantized to e4m3 in place (the tile read whole first), scaled so
-        # its largest element lands on 448; the scale multiplies the row's scores.
+        # its largest element lands on 448; the scale joins the row's scores' scale.
         q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
         b_q = q_smem.load(q_layout).to(gl.float32)
         amax = gl.max(gl.abs(b_q), 1)
         inv = gl.where(amax > 0.0, 448.0 / amax, 0.0)
-        q_mult = gl.convert_layout(amax * (1.0 / 448.0), row_s)
+        rule = Rule(rule.qk_scale * gl.convert_layout(amax * (1.0 / 448.0), row_s), rule.softcap,
+                    rule.window_left, rule.window_right)
         gl.thread_barrier()
         q_smem = q_smem._reinterpret(gl.float8e4nv, [BM, D], descs.kc.layout)
         q_smem.store((b_q * inv[:, None]).to(gl.float8e4nv))
@@ -372,7 +402,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             mbarrier.wait(bar_k.index(0), 0)
             s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
-            s = _scores_done(warpgroup_mma_wait(0, deps=(s_tok, )), q_mult, flags.F8P)
+            s = warpgroup_mma_wait(0, deps=(s_tok, ))
             if flags.WS:
                 mbarrier.arrive(ring.empty_k.index(0))
                 pages = (0, 0, 0, 0)
@@ -390,16 +420,16 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                     mbarrier.wait(bar_v.index(0), 0)
                     _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
             m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
-                                         True)
+                                         True, flags.F8P, P_LOG2 if flags.F8P else 0)
             mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
             for g in range(1, n1):
                 m_i, l_i, acc, p, pages, valid = _overlap_step(
                     g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
-                    descs, at, rule, q_mult, flags, True)
+                    descs, at, rule, flags, True)
             for g in range(gl.maximum(n1, 1), n):
                 m_i, l_i, acc, p, _pages, _valid = _overlap_step(
                     g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
-                    descs, at, rule, q_mult, flags, False)
+                    descs, at, rule, flags, False)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
             p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
@@ -428,9 +458,9 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             if work:
                 s_tok = warpgroup_mma(q_a, k_smem.index(st).permute((1, 0)), s_zero,
                                       use_acc=False, is_async=True)
-                s = _scores_done(warpgroup_mma_wait(0, deps=(s_tok, )), q_mult, flags.F8P)
+                s = warpgroup_mma_wait(0, deps=(s_tok, ))
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
-                                             True)
+                                             True, flags.F8P, P_LOG2 if flags.F8P else 0)
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
                 p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
                 if not flags.F8P:
@@ -457,8 +487,15 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         acc = acc * store.v_mult
     m_safe = gl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i
+    # With fp8 products l holds the weights times 2^P_LOG2, as acc does: the sink joins
+    # it so, and the lse takes it out.
+    L_LOG2: gl.constexpr = P_LOG2 if flags.F8P else 0
     if flags.HAS_SINKS:
-        denom = l_i + gl.exp2(gl.load(store.sinks + i_h) * 1.4426950408889634 - m_safe)
+        if flags.F8P:
+            denom = l_i + gl.exp2(gl.load(store.sinks + i_h) * 1.4426950408889634
+                                  - (m_safe - L_LOG2))
+        else:
+            denom = l_i + gl.exp2(gl.load(store.sinks + i_h) * 1.4426950408889634 - m_safe)
     o = gl.where(gl.convert_layout(l_i == 0.0, row_o)[:, None], 0.0,
                  acc / gl.convert_layout(denom, row_o)[:, None])
     rows_o = store.block_start + gl.arange(0, BM, layout=row_o)
@@ -467,7 +504,11 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     p_o = store.out + tok[:, None] * store.stride_ot + i_h * store.stride_oh + cols[None, :]
     gl.store(p_o, o.to(store.out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
     if flags.RETURN_LSE:
-        lse = gl.where(l_i == 0.0, float("-inf"), (m_safe + gl.log2(l_i)) * 0.6931471805599453)
+        if flags.F8P:
+            lse = gl.where(l_i == 0.0, float("-inf"),
+                           (m_safe + (gl.log2(l_i) - L_LOG2)) * 0.6931471805599453)
+        else:
+            lse = gl.where(l_i == 0.0, float("-inf"), (m_safe + gl.log2(l_i)) * 0.6931471805599453)
         gl.store(store.lse + (store.seq_start + rows).to(gl.int64) * store.stride_lt + i_h, lse,
                  mask=rows < extend_len)
 
@@ -541,21 +582,20 @@ def _convert(ring, wide, walk, flags):
 @gluon.jit
 def _transpose(ring, vt_smem, full_v, walk, flags):
     """The converter warps with fp8 products: tile j's V copy (``ring``: the producer's
-    barriers and stages) written transposed to ``vt_smem`` (the [D, BN] tiles P @ V reads)
-    and handed over on ``full_v``. The rows of the prefix's last tile past its end
-    (unwritten, NaN in the tests) are written as 0: their weights are 0, but 0 * NaN is not.
-    K needs no conversion: the score products read its copies.
+    barriers and stages) written transposed, its keys in :func:`_key_order`, to ``vt_smem``
+    (the [D, BN] tiles P @ V reads) and handed over on ``full_v``. The rows of the prefix's
+    last tile past its end (unwritten, NaN in the tests) are written as 0: their weights
+    are 0, but 0 * NaN is not. K needs no conversion: the score products read its copies.
 
-    Each thread moves 4 keys x 16 channels: 16-byte reads of the [BN, D] tile, 4-byte
-    writes of 4 keys into each of 16 rows of the [D, BN] one. A warp's 16 x 2 threads span
-    the 64 keys, so each write instruction fills two 64-byte rows of the same parity and
-    each read touches 16 rows: two ways of bank conflict, where a warp across the channels
-    (32 threads, 32 rows of the transposed tile) met eight to sixteen (B ran 2.4x bf16's
-    time)."""
+    Each thread moves 4 keys x 16 channels (:func:`_transpose_layout`): 16-byte reads of
+    the [BN, D] tile, 4 adjacent bytes into each of 16 rows of the [D, BN] one. A warp's
+    lanes span the 64 keys, so a write fills whole 64-byte rows; a warp across the channels
+    instead (32 rows of the transposed tile an instruction) met eight to sixteen ways of
+    bank conflict, and B ran 2.4x bf16's time (the fp8-extend-products results)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     gl.static_assert(BN == 64, "the transpose's layout spans 64 keys")
-    layout: gl.constexpr = gl.BlockedLayout([4, 16], [16, 2], [1, gl.num_warps()], [1, 0])
+    layout: gl.constexpr = _transpose_layout(BN, flags.D, gl.num_warps())
     n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
     prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
     for j in range(n):
@@ -566,7 +606,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
         if key0 + BN > key_end:
             keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
             b = gl.where((keys < key_end)[:, None], b, gl.zeros_like(b))
-        vt_smem.index(st).store(gl.permute(b, (1, 0)))
+        vt_smem.index(st).store(_key_order(b.permute((1, 0))))
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(full_v.index(st))
@@ -688,8 +728,6 @@ def _hopper_extend_kernel(
         # The cache holds value / scale: K's scale joins qk_scale, V's the output's.
         k_mult = gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
         v_mult = gl.load(v_scale + i_kvh * V_SCALE_STRIDE)
-        if F8P:
-            v_mult = v_mult * 0.00390625  # the weights' 256 undone
         full_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         full_v = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
