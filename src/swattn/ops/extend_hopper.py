@@ -169,11 +169,10 @@ def _key_order(x):
 
 @gluon.constexpr_function
 def _transpose_layout(BN, D, warps):
-    """The registers the converter reads a [BN, D] fp8 V tile into (BN = 64): each thread
-    16 channels of the 4 keys :func:`_key_order` puts side by side (2q, 2q + 1, 2q + 8,
-    2q + 9 of 16), so their transposed bytes are 4 adjacent ones of a [D, BN] row; a warp's
-    lanes span the 64 keys and 32 channels, the warps (and past them the registers) the
-    rest of the channels."""
+    """The registers the converter reads a [BN, D] fp8 V tile into (BN = 64): each thread 16
+    channels (one 16-byte read) of each of the 4 keys :func:`_key_order` puts side by side
+    (2q, 2q + 1, 2q + 8, 2q + 9 of 16); a warp's lanes span the 64 keys and 32 channels,
+    the warps (and past them the registers) the rest of the channels."""
     regs = [[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [8, 0]]
     lanes = [[2, 0], [4, 0], [16, 0], [32, 0], [0, 16]]
     warp_bases, d = [], 32
@@ -184,6 +183,44 @@ def _transpose_layout(BN, D, warps):
         regs.append([0, d])
         d *= 2
     return gl.DistributedLinearLayout(regs, lanes, warp_bases, [], [BN, D])
+
+
+# Four words of 4 bytes (4 keys' channels c..c+3) into four of 4 bytes (channel c + i's 4
+# keys): the 4 x 4 byte transpose in 8 byte permutes.
+_TRANSPOSE_4X4 = gl.constexpr("""{
+.reg .b32 t0, t1, t2, t3;
+prmt.b32 t0, $4, $5, 0x5140;
+prmt.b32 t1, $4, $5, 0x7362;
+prmt.b32 t2, $6, $7, 0x5140;
+prmt.b32 t3, $6, $7, 0x7362;
+prmt.b32 $0, t0, t2, 0x5410;
+prmt.b32 $1, t0, t2, 0x7632;
+prmt.b32 $2, t1, t3, 0x5410;
+prmt.b32 $3, t1, t3, 0x7632;
+}""")
+
+
+@gluon.jit
+def _transposed(x):
+    """``x`` [BN, D] (fp8, in :func:`_transpose_layout`) as [D, BN] with its keys in
+    :func:`_key_order`, moved within each thread by :data:`_TRANSPOSE_4X4` (8 byte
+    permutes a 16 bytes, where the compiler's own transposition took about 40). The
+    reshapes, splits and joins only name registers: with the keys
+    ``c = 32a + 16b + 8e + 2q + f`` the thread's 4 keys of one (a, b, q) are the 4 (e, f)."""
+    BN: gl.constexpr = x.shape[0]
+    D: gl.constexpr = x.shape[1]
+    y = x.reshape([BN // 32, 2, 2, 4, 2, D]).permute((0, 1, 3, 5, 2, 4))  # a b q d e f
+    f0, f1 = gl.split(y)
+    k00, k10 = gl.split(f0)  # (e, f) = (0, 0), (1, 0)
+    k01, k11 = gl.split(f1)
+    # Output i: channel 4 c_hi + i of the keys (e, f) in the order 2e + f.
+    o0, o1, o2, o3 = gl.inline_asm_elementwise(_TRANSPOSE_4X4, "=r,=r,=r,=r,r,r,r,r",
+                                               [k00, k01, k10, k11],
+                                               dtype=(x.dtype, x.dtype, x.dtype, x.dtype),
+                                               is_pure=True, pack=4)
+    j = gl.join(gl.join(o0, o1), gl.join(o2, o3))  # a b q d i0 i1 (channel = 4 c_hi + 2 i1 + i0)
+    j = j.reshape([BN // 32, 2, 4, D // 4, 4, 2, 2])  # a b q c_hi (2e + f) i0 i1
+    return j.permute((3, 6, 5, 0, 1, 2, 4)).reshape([D, BN])
 
 
 @gluon.jit
@@ -587,11 +624,12 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
     last tile past its end (unwritten, NaN in the tests) are written as 0: their weights
     are 0, but 0 * NaN is not. K needs no conversion: the score products read its copies.
 
-    Each thread moves 4 keys x 16 channels (:func:`_transpose_layout`): 16-byte reads of
-    the [BN, D] tile, 4 adjacent bytes into each of 16 rows of the [D, BN] one. A warp's
-    lanes span the 64 keys, so a write fills whole 64-byte rows; a warp across the channels
-    instead (32 rows of the transposed tile an instruction) met eight to sixteen ways of
-    bank conflict, and B ran 2.4x bf16's time (the fp8-extend-products results)."""
+    Each thread moves 4 keys x 16 channels (:func:`_transpose_layout`, :func:`_transposed`):
+    16-byte reads of the [BN, D] tile, 4 adjacent bytes into each of 16 rows of the [D, BN]
+    one (stmatrix). A warp's lanes span the 64 keys, so a write fills whole 64-byte rows; a
+    warp across the channels instead (32 rows of the transposed tile an instruction) met
+    eight to sixteen ways of bank conflict, and B ran 2.4x bf16's time (the
+    fp8-extend-products results)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     gl.static_assert(BN == 64, "the transpose's layout spans 64 keys")
@@ -606,7 +644,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
         if key0 + BN > key_end:
             keys = key0 + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
             b = gl.where((keys < key_end)[:, None], b, gl.zeros_like(b))
-        vt_smem.index(st).store(_key_order(b.permute((1, 0))))
+        vt_smem.index(st).store(_transposed(b))
         fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(full_v.index(st))
