@@ -93,6 +93,30 @@ def test_decode_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_hea
     assert_matches_reference(got, want)
 
 
+def test_fp8_products_are_asked_for_and_say_why_a_plan_cannot_take_them():
+    """``plan_extend(fp8_products=True)``: a bool, over an fp8 cache, on the Hopper path only
+    (off sm_90 the plan names the reason); on sm_90 the plan runs that path with them."""
+    kw = dict(num_q_heads=4, num_kv_heads=2, head_dim=64, page_size=16, window_left=15,
+              device=DEVICE)
+    e4m3 = torch.float8_e4m3fn
+    with pytest.raises(TypeError, match="fp8_products"):
+        swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=1, **kw)
+    with pytest.raises(ValueError, match="needs an fp8 cache"):
+        swattn.plan_extend([0, 5], [3], fp8_products=True, **kw)
+    for bad in ({"hopper": False}, {"deterministic": True}):
+        with pytest.raises(ValueError, match="runs on the Hopper path"):
+            swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **bad, **kw)
+    if DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0):
+        plan = swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **kw)
+        assert plan.path == "hopper" and plan.spec.config.fp8_products
+    else:
+        with pytest.raises(ValueError, match="fp8_products=True: the Hopper path cannot take"):
+            swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **kw)
+    # Not asked for, an fp8 plan keeps the products in the queries' precision.
+    plan = swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, **kw)
+    assert not getattr(plan.spec.config, "fp8_products", False)
+
+
 def test_an_fp8_decode_plan_checks_its_scales_and_cache():
     case = DecodeCase([9, 20], num_q_heads=4, num_kv_heads=2, head_dim=16, head_dim_v=16,
                       page_size=4, window_left=7, seed=4)

@@ -53,6 +53,9 @@ class Prepared:
     # Bytes an element of the K/V cache the variant reads (1: an fp8 copy): its GB/s and
     # roofline count those bytes.
     kv_bytes: int = 2
+    # The relative error against the reference it is held to (None: CHECK_TOLERANCE), for
+    # a variant whose products are coarser by design (fp8 products).
+    tolerance: float | None = None
 
 
 def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True):

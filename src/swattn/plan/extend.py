@@ -272,12 +272,24 @@ class ExtendPlan(Plan):
 
 
 def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group, window_left,
-                 masked, deterministic, hopper, config):
+                 masked, deterministic, hopper, config, fp8_products=False):
     """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
     the Hopper path where the config asks for it (or ``hopper=True``) and the plan can take
     it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
     fields to change in the chosen one (tests walk every tiling; with ``hopper=True``, the
-    Hopper path's)."""
+    Hopper path's). ``fp8_products``: the Hopper path with fp8 products, or a ValueError
+    saying why the plan cannot take it."""
+    if not isinstance(fp8_products, bool):
+        raise TypeError(f"fp8_products must be a bool, got {type(fp8_products).__name__}")
+    if fp8_products:
+        from ..ops._validate import FP8_DTYPES
+        if kv_dtype not in FP8_DTYPES:
+            raise ValueError(f"fp8_products=True needs an fp8 cache (kv_dtype), got {kv_dtype}")
+        if hopper is False or deterministic:
+            raise ValueError("fp8_products=True runs on the Hopper path: it takes neither "
+                             "hopper=False nor deterministic=True")
+        config = dict(config or {}, fp8_products=True)
+        hopper = True
     cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
     tiling_asked = config is not None
     if isinstance(config, dict) and not hopper:
@@ -295,7 +307,8 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic, kv_dtype)
         if reason is not None and hopper:
-            raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
+            raise ValueError(f"{'fp8_products' if fp8_products else 'hopper'}=True: the Hopper "
+                             f"path cannot take this plan: {reason}")
         if reason is None:
             hopper_cfg = _config.hopper_extend_config(head_dim, dtype)
             if isinstance(config, dict) and hopper:
@@ -307,7 +320,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
-                 bounds, config, max_tokens):
+                 bounds, config, max_tokens, fp8_products=False):
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -323,7 +336,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     masked = indptr_t is not None
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
-                             hopper, config)
+                             hopper, config, fp8_products)
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,
@@ -339,7 +352,8 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                 page_size, window_left=None, window_right=None, causal=True, softcap=0.0,
                 scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
                 kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
-                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None):
+                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None,
+                fp8_products=False):
     """Plan the extend attention of one batch (see :class:`ExtendPlan`).
 
     Args:
@@ -354,6 +368,10 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
             itself comes with each run.
         kv_dtype: the cache's dtype where it differs from the queries': ``torch.float8_e4m3fn``
             or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
+        fp8_products: over an fp8 cache on sm_90, opt-in: the products in fp8 on the Hopper
+            path (each query row and the weights quantized to e4m3, K and V as stored):
+            faster than the default (products in the queries' precision), less accurate
+            (docs/api.md, "fp8 KV caches"); a ValueError says why a plan cannot take it.
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
@@ -389,7 +407,8 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
         window_right=window_right, causal=causal, softcap=softcap, scale=scale, keys=keys,
         return_lse=return_lse, deterministic=deterministic, kv_dtype=kv_dtype, dtype=dtype,
-        device=device, hopper=hopper, bounds=bounds, config=config, max_tokens=max_tokens)
+        device=device, hopper=hopper, bounds=bounds, config=config, max_tokens=max_tokens,
+        fp8_products=fp8_products)
 
 
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
