@@ -45,6 +45,18 @@ engine pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for 
 (``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
 kernel's.
 
+With fp8 products (opt-in: ``plan_extend(fp8_products=True)``, config ``fp8_products``) the
+products read fp8 operands instead: the score products the copied K tiles as they are, the
+query tile quantized to e4m3 once, a row at a time (its largest element on 448, its scale
+joining the row's scores' scale); P @ V the weights, times 256 in e4m3 (:data:`P_LOG2`), in
+their own registers (:func:`_key_order`), against V tiles the converter transposes
+(:func:`_transpose`: fp8 products read B with the keys contiguous). Relative error a few
+1e-2 against the reference over the same cache, at bf16's speed on B where the default fp8
+path takes 1.5x its time (the fp8-extend-products results).
+
+A program of 128 rows (config.HOPPER_EXTEND_128_ROWS: two warpgroups sharing each K/V tile,
+one program an SM) is a config of the plan; it ran slower than 64 rows on B.
+
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), page sizes that are multiples of 16, no custom mask, the two-stage kernel (not
 ``deterministic``); :func:`unsupported` says why a launch cannot take it. Gluon does not run under the interpreter: the CPU suite
