@@ -62,9 +62,11 @@ for flags in variants:
         # The widening: packed conversions, a pair of fp8 values to fp16 an instruction.
         assert "cvt.rn.f16x2.e" in ptx, flags
     elif "kv_dtype" in flags:
-        # fp8 products: e4m3 against the cache's format, and nothing widened.
+        # fp8 products: e4m3 against the cache's format, nothing widened, and the weights
+        # the P @ V operand in their own registers (no index shuffles in the loops).
         fmt = "e4m3" if flags["kv_dtype"] == e4m3 else "e5m2"
         assert f"f32.e4m3.{fmt}" in ptx and "cvt.rn.f16x2.e" not in ptx, flags
+        assert not any("SHFL.IDX" in i for i in sum(loops, [])), flags
     print(flags, len(c.sass), "instructions", c.registers, "registers")
 print("compiled")
 """

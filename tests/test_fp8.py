@@ -106,15 +106,19 @@ def test_fp8_products_are_asked_for_and_say_why_a_plan_cannot_take_them():
     for bad in ({"hopper": False}, {"deterministic": True}):
         with pytest.raises(ValueError, match="runs on the Hopper path"):
             swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **bad, **kw)
+    with pytest.raises(TypeError, match="config must be a dict"):
+        swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, config=object(), **kw)
     if DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0):
         plan = swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **kw)
         assert plan.path == "hopper" and plan.spec.config.fp8_products
+        # Not asked for, an fp8 plan keeps the products in the queries' precision.
+        plan = swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, hopper=True, **kw)
+        assert plan.path == "hopper" and not plan.spec.config.fp8_products
+        with pytest.raises(ValueError, match="needs an fp8 cache"):
+            swattn.plan_extend([0, 5], [3], hopper=True, config={"fp8_products": True}, **kw)
     else:
         with pytest.raises(ValueError, match="fp8_products=True: the Hopper path cannot take"):
             swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, fp8_products=True, **kw)
-    # Not asked for, an fp8 plan keeps the products in the queries' precision.
-    plan = swattn.plan_extend([0, 5], [3], kv_dtype=e4m3, **kw)
-    assert not getattr(plan.spec.config, "fp8_products", False)
 
 
 def test_an_fp8_decode_plan_checks_its_scales_and_cache():
@@ -390,7 +394,7 @@ def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head, rows, products):
     bad page's rows NaN (the poison rows read in its place) with every other sequence's
     rows the good run's bits. With fp8 products (the query rows and the weights quantized
     to e4m3, the converter transposing V) the same within 8e-2 of the reference (the lse
-    within 0.25: a score moves by a few 1e-2 with its query row's rounding)."""
+    within 0.25: it failed 1e-2), and a query row of zeros among them (its scale)."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     from swattn.ops.config import HOPPER_EXTEND_128_ROWS
@@ -398,6 +402,8 @@ def test_gpu_hopper_extend_over_fp8_caches(fp8, per_head, rows, products):
     tiling["fp8_products"] = products == "fp8"
     for case, kwargs in HOPPER_EXTEND_FP8_CASES:
         tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
+        if products == "fp8":
+            tensors[0][1, 0] = 0.0  # a query row of zeros: finite, as the reference's
         kw, out = _hopper_fp8_run(run_extend, reference.extend_attention, tensors, case, kwargs,
                                   k_scale, v_scale, tiling,
                                   *((8e-2, 0.25) if products == "fp8" else (1e-2, 1e-2)))

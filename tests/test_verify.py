@@ -43,6 +43,10 @@ def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
                for *_, tiling in identity.FAMILIES["hopper-fp8-products"][0](gpu=True))
     # Its rows are held to the fp8 products' tolerance, the others to 1e-2.
     assert identity.TOLERANCES == {"hopper-fp8-products": 8e-2}
+    row = dict(name="r", configs=1, max_abs_tight_skip=0.0, max_abs_tight_none=0.0,
+               err_tight=5e-2, err_skip=5e-2, seconds=0.0)
+    assert identity.Row(**row, tol=8e-2).ok and not identity.Row(**row).ok
+    assert not identity.Row(**dict(row, max_abs_tight_none=1e-7), tol=8e-2).ok
 
 
 def test_hopper_decode_matrix_covers_the_path():

@@ -14,6 +14,7 @@ import torch
 
 from . import harness
 from ..ops.config import HOPPER_EXTEND_128_ROWS
+from ..verify.identity import TOLERANCES
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
@@ -96,7 +97,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None, fp8_p
     tokens' k/v in bf16, taken as the cache stores them); checked against the float64
     reference over the same fp8 pool. The copy is made outside the timed region.
     ``hopper``, ``config``, ``fp8_products``: as :func:`swattn.plan_extend` takes them
-    (None: the plan's choice)."""
+    (``hopper`` and ``config`` None: the plan's choice)."""
     need_cuda(inputs)
     import swattn
     from .. import reference
@@ -125,8 +126,8 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None, fp8_p
             inputs.cu_seqlens[:2], inputs.prefix_lens[:1], window_left=case.window_left,
             sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale)
 
-    # fp8 products: held to their own tolerance (verify.identity.TOLERANCES).
-    tolerance = 8e-2 if fp8_products else None
+    # fp8 products: held to their own tolerance.
+    tolerance = TOLERANCES["hopper-fp8-products"] if fp8_products else None
     note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan_note(plan)}; checked against "
             "the reference over the same fp8 cache" + (f" within {tolerance:g}" if tolerance else ""))
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8],

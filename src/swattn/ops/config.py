@@ -166,6 +166,12 @@ class HopperExtendConfig:
     # the cache's K and V as stored; ops.extend_hopper), the converter transposing V only.
     fp8_products: bool = False
 
+    def __post_init__(self):
+        if self.block_m not in (64, 128) or self.num_warps != self.block_m // 16:
+            raise ValueError("HopperExtendConfig: block_m must be 64 or 128 and num_warps "
+                             "block_m // 16 (16 rows a warp), got "
+                             f"block_m={self.block_m}, num_warps={self.num_warps}")
+
     def warp_specialized(self, bounds, window_left, fp8=False):
         """Whether a launch runs the warp-specialized loop (the tight bounds only, or any
         over an fp8 cache)."""

@@ -10,7 +10,7 @@ is issued, and kept for its V copy. At d128 the score products read the query ti
 registers (``q_regs``); tile g - 1's weights cross a step in fp32 (see _overlap_step).
 
 The tiling is config.HopperExtendConfig's. One program owns 64 new tokens under one
-query head (4 warps, one warpgroup; for long
+query head (4 warps, one warpgroup; or 128 under two, a config; for long
 windows and full attention, warp-specialized, with a producer warp that loads the block
 table and issues every copy while the warpgroup computes) and walks one list of key
 tiles: stage 1's (the cached prefix, absolute positions, through the block table) then
@@ -51,11 +51,13 @@ query tile quantized to e4m3 once, a row at a time (its largest element on 448, 
 joining the row's scores' scale); P @ V the weights, times 256 in e4m3 (:data:`P_LOG2`), in
 their own registers (:func:`_key_order`), against V tiles the converter transposes
 (:func:`_transpose`: fp8 products read B with the keys contiguous). Relative error a few
-1e-2 against the reference over the same cache, at bf16's speed on B where the default fp8
-path takes 1.5x its time (the fp8-extend-products results).
+1e-2 against the reference over the same cache, within 1% to 8% of bf16's time on B where the
+default fp8 path takes 1.5x it (the fp8-extend-products results).
 
 A program of 128 rows (config.HOPPER_EXTEND_128_ROWS: two warpgroups sharing each K/V tile,
-one program an SM) is a config of the plan; it ran slower than 64 rows on B.
+one program an SM) is a config of the plan, not the default: on B it ran 1.21x slower than 64
+rows over bf16, 1.11x faster over fp8 with the default products (still 1.37x bf16's time), and
+about as fast with fp8 products (the fp8-extend-products results).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), page sizes that are multiples of 16, no custom mask, the two-stage kernel (not
@@ -101,7 +103,8 @@ HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW US
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
 # the producer's ring the stages' fp8 views ([STAGES, 2 BN, D]: a tile's copies go to rows
-# BN to 2 BN, the stage's upper half).
+# BN to 2 BN, the stage's upper half). With fp8 products the stages are the copies' fp8
+# [BN, D] tiles, and the warpgroup's V ring the converter's transposed [D, BN] tiles.
 Ring = namedtuple("Ring", "k_smem v_smem bar_k bar_v empty_k empty_v")
 # TMA descriptors: new k/v, the cache's K/V, an fp8 cache's poison rows (else None).
 Descs = namedtuple("Descs", "k v kc vc poison")
@@ -294,9 +297,9 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     ``pages_v``/``valid_v``: the block-table entries of tile g - 1 + STAGES, loaded for
     its K copy one step before; returned for the next step, those of tile g + STAGES.
 
-    ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's bf16
-    operand here: carried as bf16, ptxas swaps the halves of its registers at every step
-    (the hopper-loop results)."""
+    ``p_prev``, tile g - 1's weights, crosses steps in fp32 and becomes the product's
+    16-bit (or with fp8 products e4m3) operand here: carried as bf16, ptxas swaps the
+    halves of its registers at every step (the hopper-loop results)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     o_layout: gl.constexpr = acc.type.layout
@@ -403,12 +406,15 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     mbarrier.wait(bar_q, 0)
     if flags.F8P:
         # Each query row quantized to e4m3 in place (the tile read whole first), scaled so
-        # its largest element lands on 448; the scale joins the row's scores' scale.
+        # its largest element lands on 448; the scale joins the row's scores' scale. A row of
+        # zeros keeps the scale 1 (its scores are 0 either way; a scale of 0 would make a
+        # masked score's -inf NaN).
         q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
         b_q = q_smem.load(q_layout).to(gl.float32)
         amax = gl.max(gl.abs(b_q), 1)
         inv = gl.where(amax > 0.0, 448.0 / amax, 0.0)
-        rule = Rule(rule.qk_scale * gl.convert_layout(amax * (1.0 / 448.0), row_s), rule.softcap,
+        row_scale = gl.where(amax > 0.0, amax * (1.0 / 448.0), 1.0)
+        rule = Rule(rule.qk_scale * gl.convert_layout(row_scale, row_s), rule.softcap,
                     rule.window_left, rule.window_right)
         gl.thread_barrier()
         q_smem = q_smem._reinterpret(gl.float8e4nv, [BM, D], descs.kc.layout)
@@ -645,6 +651,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     gl.static_assert(BN == 64, "the transpose's layout spans 64 keys")
+    gl.static_assert(32 * gl.num_warps() <= flags.D, "the transpose's warps split 32 channels each")
     layout: gl.constexpr = _transpose_layout(BN, flags.D, gl.num_warps())
     n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
     prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
@@ -728,8 +735,9 @@ def _hopper_extend_kernel(
 
     dtype: gl.constexpr = q_desc.dtype
     # Over an fp8 cache the stages hold the fp16 tiles the converter makes (the products
-    # run in fp16; BM = BN, so the query tile's layout is a 16-bit tile's), and the copies
-    # land in their fp8 views.
+    # run in fp16; the query tile's layout, a 16-bit [BM, D] one, swizzles as a 16-bit
+    # [BN, D] tile's: it depends on D and the element size only), and the copies land in
+    # their fp8 views.
     FP8: gl.constexpr = kc_desc.dtype.is_fp8()
     # With fp8 products (FP8_PRODUCTS, over an fp8 cache): the products read the copies'
     # fp8 K tiles and the converter's transposed fp8 V tiles, and the query tile and the

@@ -288,6 +288,9 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         if hopper is False or deterministic:
             raise ValueError("fp8_products=True runs on the Hopper path: it takes neither "
                              "hopper=False nor deterministic=True")
+        if config is not None and not isinstance(config, dict):
+            raise TypeError("with fp8_products=True, config must be a dict of the Hopper path's "
+                            f"config fields, got {type(config).__name__}")
         config = dict(config or {}, fp8_products=True)
         hopper = True
     cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
@@ -313,6 +316,8 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
             hopper_cfg = _config.hopper_extend_config(head_dim, dtype)
             if isinstance(config, dict) and hopper:
                 hopper_cfg = replace_spec(hopper_cfg, **config)  # hopper=True: a dict tunes it
+            if hopper_cfg.fp8_products and kv_dtype == dtype:
+                raise ValueError("config fp8_products needs an fp8 cache (kv_dtype)")
             return "hopper", hopper_cfg
     return "triton", cfg
 

@@ -239,8 +239,7 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                           kv_dtype=None, **flags):
     """The Gluon fast path of the decode kernel (ops.decode_hopper) compiled for sm_90
     with Triton's ptxas, no GPU needed; ``kv_dtype``: an fp8 cache's torch dtype (None:
-    the queries'); ``config``: a config.HopperExtendConfig in the place of the plan's;
-    ``flags`` override its feature constexprs (USE_WINDOW, HAS_SINKS,
+    the queries'); ``flags`` override its feature constexprs (USE_WINDOW, HAS_SINKS,
     WRITE_PARTIAL, STAGES, ...). Returns (Compiled, the PTX)."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
