@@ -231,6 +231,26 @@ def test_vllm_unified_against_dense(window, softcap, sinks, seed):
     assert out[total:].isnan().all()
 
 
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("mode", [1, 0], ids=["fp8-per-tensor", "none"])
+def test_vllm_unified_over_an_fp8_cache(fp8, mode, seed):
+    """vLLM's fp8 cache conventions: FP8_PER_TENSOR (1), the cache holding value / scale and the
+    descales one value expanded to [num_seqs, Hkv] as vLLM passes them; NONE (0), the stored
+    values taken as they are and the descales ignored. Against the dense attention over the
+    cache as those conventions read it."""
+    c = _vllm_case(seed)
+    scales = (0.05, 0.08) if mode == 1 else (1.0, 1.0)
+    stored = {n: (c[n].float() / s).to(fp8) for n, s in zip("kv", scales)}
+    read = dict(c, **{n: (stored[n].float() * s).to(DTYPE) for n, s in zip("kv", scales)})
+    shape = (len(c["q_lens"]), c["k"].shape[2])
+    descales = [torch.tensor(s if mode == 1 else 3.0, device=DEVICE).expand(shape) for s in scales]
+    out = torch.full_like(c["q"], float("nan"))
+    vl.unified_attention(c["q"], stored["k"], stored["v"], out, c["cu"], max(c["q_lens"]),
+                         c["seqused_t"], max(c["seqused"]), c["q"].shape[-1] ** -0.5, True, (9, 0),
+                         c["table"], 0.0, None, *descales, sinks=c["sinks"], kv_quant_mode=mode)
+    assert _rel(out, _vllm_want(read, 9, 0.0, True)) < TOL
+
+
 def test_drop_ins_refuse_what_they_cannot_serve():
     c = _vllm_case(0)
     ones = torch.ones(1, device=DEVICE)
@@ -241,6 +261,13 @@ def test_drop_ins_refuse_what_they_cannot_serve():
     with pytest.raises(NotImplementedError, match="ALiBi"):
         vl.unified_attention(*args, True, (-1, -1), c["table"], 0, None, ones, ones,
                              alibi_slopes=ones)
+    with pytest.raises(NotImplementedError, match="kv_quant_mode 3"):
+        vl.unified_attention(*args, True, (-1, -1), c["table"], 0, None, ones, ones,
+                             kv_quant_mode=3)
+    with pytest.raises(NotImplementedError, match="cache with"):
+        vl.unified_attention(c["q"], c["k"].to(torch.float16 if DTYPE != torch.float16 else
+                                               torch.float32), c["v"], *args[3:], True, (-1, -1),
+                             c["table"], 0, None, ones, ones)
     s = _sglang_case(0)
     with pytest.raises(NotImplementedError, match="fp8"):
         sg.extend_attention_fwd(s["q"], s["k"], s["v"], torch.empty_like(s["q"]), s["k_buffer"],
@@ -288,5 +315,23 @@ def test_vllm_equals_vllm(seed):
         fn(c["q"], c["k"], c["v"], out, c["cu"], max(c["q_lens"]), c["seqused_t"],
            max(c["seqused"]), 0.125, True, (9, 0), c["table"], 0, None, ones, ones,
            sinks=c["sinks"])
+        outs.append(out)
+    assert _rel(outs[0], outs[1].double()) < 1e-2
+
+
+def test_vllm_equals_vllm_over_an_fp8_cache(seed):
+    """The drop-in and vLLM's own kernel over the same e4m3 cache under one scale for the
+    tensor (FP8_PER_TENSOR, the descales expanded as vLLM passes them)."""
+    mod = _peer("vllm.v1.attention.ops.triton_unified_attention")
+    mode = _peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR
+    c = _vllm_case(seed, heads=(8, 2), dim=64)
+    k8, v8 = ((c[n].float() / 0.05).to(torch.float8_e4m3fn) for n in "kv")
+    descale = torch.tensor(0.05, device=DEVICE).expand(len(c["q_lens"]), 2)
+    outs = []
+    for fn in (vl.unified_attention, mod.unified_attention):
+        out = torch.zeros_like(c["q"])
+        fn(c["q"], k8, v8, out, c["cu"], max(c["q_lens"]), c["seqused_t"], max(c["seqused"]),
+           0.125, True, (9, 0), c["table"], 0, None, descale, descale, sinks=c["sinks"],
+           kv_quant_mode=mode)
         outs.append(out)
     assert _rel(outs[0], outs[1].double()) < 1e-2

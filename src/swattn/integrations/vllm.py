@@ -10,16 +10,22 @@ ones included (vLLM writes them before attending); the queries of sequence b are
 ``softcap`` 0 = off; ``sinks`` as gpt-oss's. The new tokens' keys are gathered from the
 cache on the device (no host read, graph-capturable), then swattn's extend kernel runs.
 
-The descale arguments apply to fp8 caches, which swattn does not take yet: with fp16/bf16
-caches they are ignored, as vLLM's kernel ignores them there; q_descale must be None. The
-3-D kernel's scratch (``seq_threshold_3D``, ``softmax_segm_*``) is accepted and unused.
-Not served (a NotImplementedError): ALiBi, ``output_scale``, ``qq_bias``, PrefixLM ranges,
-R-SWA, chunked attention, per-token-head scale caches, non-causal calls.
+An fp8 cache (e4m3fn or e5m2) is taken as vLLM's kernel takes it: with ``kv_quant_mode``
+``FP8_PER_TENSOR`` (1) the cache holds value / scale and ``k_descale``/``v_descale`` give the
+scale (their first element, as vLLM's kernel reads them; vLLM passes one value expanded to
+``[num_seqs, Hkv]``); with ``NONE`` (0, the default) its values are taken as they are. The new
+tokens' keys gathered from such a cache are handed to swattn dequantized, which quantizes them
+back to the very bytes stored. With fp16/bf16 caches the descales are ignored, as vLLM's kernel
+ignores them there; q_descale must be None. The 3-D kernel's scratch (``seq_threshold_3D``,
+``softmax_segm_*``) is accepted and unused. Not served (a NotImplementedError): ALiBi,
+``output_scale``, ``qq_bias``, PrefixLM ranges, R-SWA, chunked attention, per-token-head and
+packed cache formats (``kv_quant_mode`` 2 and up, scale caches), non-causal calls.
 """
 
 import torch
 
 from ..api import extend_attention
+from ..ops._validate import FP8_DTYPES
 from ..window import from_flash_attn
 from ._paged import require, token_rows
 
@@ -35,7 +41,11 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
     """vLLM's ``unified_attention`` on swattn (see the module); writes ``out``."""
     require(causal, "causal=False (vLLM's unified attention is causal only)")
     require(q_descale is None, "q_descale (an fp8 query)")
-    require(not k.dtype.is_floating_point or k.element_size() >= 2, "an fp8 cache")
+    mode = 0 if kv_quant_mode is None else int(kv_quant_mode)
+    require(mode in (0, 1), f"kv_quant_mode {mode} (per-token-head and packed cache formats; "
+                            "fp8 per tensor (1) and none (0) are served)")
+    fp8 = k.dtype in FP8_DTYPES
+    require(k.dtype == q.dtype or fp8, f"a {k.dtype} cache with {q.dtype} queries")
     require(alibi_slopes is None and not use_alibi_sqrt, "ALiBi")
     require(output_scale is None and qq_bias is None, "output_scale / qq_bias")
     require(mm_prefix_range is None and rswa_prefix_lens is None and rswa_window is None,
@@ -54,8 +64,18 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
     pages = block_table.to(torch.int64)[seq, (pos // page).clamp(min=0, max=block_table.shape[1] - 1)]
     slots = pos % page
     k_new, v_new = k[pages, slots], v[pages, slots]
+    k_scale = v_scale = None
+    if fp8:
+        if mode == 1:
+            # The first element, as vLLM's kernel loads it (a view: no copy, no sync).
+            k_scale, v_scale = (None if d is None else d[(0,) * d.dim()].to(torch.float32)
+                                for d in (k_descale, v_descale))
+        k_new, v_new = (x.to(torch.float32) * (1.0 if s is None else s)
+                        for x, s in ((k_new, k_scale), (v_new, v_scale)))
+        k_new, v_new = k_new.to(q.dtype), v_new.to(q.dtype)
     extend_attention(q, k_new, v_new, k, v, block_table.to(torch.int32), cu_seqlens_q.to(torch.int32),
                      prefix_lens, window_left=left,
                      sinks=None if sinks is None else sinks.to(torch.float32),
-                     softcap=float(softcap or 0.0), scale=softmax_scale, out=out)
+                     softcap=float(softcap or 0.0), scale=softmax_scale, out=out,
+                     k_scale=k_scale, v_scale=v_scale)
     return out
