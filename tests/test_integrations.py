@@ -129,6 +129,47 @@ def test_sglang_extend_against_dense(opts, seed):
     assert (lse.double() - want_lse).abs().max().item() < 1e-2
 
 
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3fn", "e5m2"])
+def test_sglang_over_an_fp8_pool(fp8, seed):
+    """An fp8 pool under k_scale/v_scale (a float for K, a one-value tensor for V): extend and
+    decode against the dense attention over the pool as stored times its scale, the new keys
+    taken as the pool will store them."""
+    c = _sglang_case(seed)
+    scales = (0.05, 0.08)
+
+    def stored(x, s):
+        return (x.float() / s).to(fp8)
+
+    c8 = dict(c, k_buffer=stored(c["k_buffer"], scales[0]), v_buffer=stored(c["v_buffer"], scales[1]))
+    read = dict(c, **{n: (stored(c[n], s).float() * s).to(DTYPE)
+                      for n, s in (("k_buffer", scales[0]), ("v_buffer", scales[1]),
+                                   ("k", scales[0]), ("v", scales[1]))})
+    out = torch.full_like(c["q"], float("nan"))
+    sg.extend_attention_fwd(c["q"], c["k"], c["v"], out, c8["k_buffer"], c8["v_buffer"],
+                            c["qo_indptr"], c["kv_indptr"], c["kv_indices"], None, True, None,
+                            max(c["extend"]), scales[0], torch.tensor([scales[1]], device=DEVICE),
+                            sliding_window_size=7, sinks=c["sinks"])
+    assert _rel(out, _sglang_want(read, window=7, sinks=True)[0]) < TOL
+    # Decode: the first sequence's list, its first query.
+    n = c["prefix"][0] or 1
+    idx = c["lists"][0][:n] if c["prefix"][0] else torch.tensor([0])
+    q = c["q"][:1].contiguous()
+    out = torch.full_like(q, float("nan"))
+    sg.decode_attention_fwd(q, c8["k_buffer"], c8["v_buffer"], out,
+                            torch.tensor([0, n], dtype=torch.int32, device=DEVICE),
+                            idx.to(torch.int64).to(DEVICE), sm_scale=q.shape[-1] ** -0.5,
+                            k_scale=scales[0], v_scale=torch.tensor(scales[1], device=DEVICE))
+    idx = idx.to(DEVICE)
+    want, _ = _dense(q, read["k_buffer"][idx], read["v_buffer"][idx],
+                     torch.tensor([n - 1], device=DEVICE), torch.arange(n, device=DEVICE),
+                     scale=q.shape[-1] ** -0.5)
+    assert _rel(out, want) < TOL
+    with pytest.raises(NotImplementedError, match="one for the cache"):
+        sg.decode_attention_fwd(q, c8["k_buffer"], c8["v_buffer"], out,
+                                torch.tensor([0, n], dtype=torch.int32, device=DEVICE),
+                                idx.to(torch.int64), k_scale=torch.ones(2, device=DEVICE))
+
+
 def _sglang_call(c, **kwargs):
     out = torch.full_like(c["q"], float("nan"))
     args = dict(kv_indices=c["kv_indices"], sliding_window_size=-1)

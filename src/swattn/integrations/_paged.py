@@ -2,6 +2,8 @@
 
 import torch
 
+from ..ops._validate import FP8_DTYPES
+
 
 def table_from_indices(kv_indptr, kv_indices, width=None):
     """The block table ``[B, width]`` (int32, -1 past each row's length) of ragged token
@@ -35,8 +37,23 @@ def require(condition, message):
 
 
 def unit_scale(name, value):
-    """A k/v scale the drop-ins accept before fp8 caches exist: None or 1.0 (a tensor is
-    taken as given for a fp16/bf16 cache, as the peers' kernels ignore it there)."""
+    """A k/v scale over a fp16/bf16 cache: None or 1.0 (a tensor is taken as given, as the
+    peers' kernels ignore it there)."""
     if value is None or isinstance(value, torch.Tensor):
         return
-    require(float(value) == 1.0, f"{name}={value}: scales apply to fp8 caches, not supported yet")
+    require(float(value) == 1.0, f"{name}={value}: scales apply to fp8 caches")
+
+
+def cache_scale(name, value, cache):
+    """A drop-in's k/v scale as swattn takes it: over an fp8 cache (``value / scale`` stored)
+    a float32 tensor of the one value on the cache's device (None: 1), over a fp16/bf16 cache
+    None (:func:`unit_scale`)."""
+    if cache.dtype not in FP8_DTYPES:
+        unit_scale(name, value)
+        return None
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        require(value.numel() == 1, f"{name} of {value.numel()} values (one for the cache)")
+        return value.reshape(()).to(device=cache.device, dtype=torch.float32)
+    return torch.full((), float(value), dtype=torch.float32, device=cache.device)

@@ -21,8 +21,13 @@ order of SGLang 0.5's later releases, with ``k_scale``/``v_scale`` after
 - decode's ``attn_logits``/``attn_lse``/``num_kv_splits``/``max_kv_splits`` are SGLang's
   split scratch: accepted and not used (swattn plans its own split).
 
-Not served (a NotImplementedError, never a wrong answer): fp8 scales other than 1,
-``page_size > 1``, ``xai_temperature_len``, ``score_mod``, a custom mask together with
+An fp8 pool (e4m3fn or e5m2) holds ``value / scale`` with ``k_scale``/``v_scale`` (a float or
+a one-value tensor), as SGLang's kernels read it; fp16/bf16 pools take only scales of 1. One
+difference: the new tokens' ``k_extend``/``v_extend`` are taken as the pool will store them
+(rounded to fp8), where SGLang's extend kernel uses them unrounded within the chunk (so a chunk's
+result does not depend on whether a key is new or cached).
+
+Not served (a NotImplementedError, never a wrong answer): ``page_size > 1``, ``xai_temperature_len``, ``score_mod``, a custom mask together with
 ``window_kv_offsets``, MLA's shared 4-D buffers, the lean decode.
 
 Each call reads the longest prefix back to the host once (the block table's width): SGLang's
@@ -33,7 +38,7 @@ import torch
 
 from ..api import decode_attention, extend_attention
 from ..window import from_sglang
-from ._paged import require, table_from_indices, token_rows, unit_scale
+from ._paged import cache_scale, require, table_from_indices, token_rows
 
 
 def _mask(custom_mask, mask_indptr, prefix_lens, extend_lens, skip_prefix_custom_mask):
@@ -56,8 +61,8 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
                          score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
                          identity_kv_indices=False):
     """SGLang's ``extend_attention_fwd`` on swattn's extend kernel (see the module)."""
-    unit_scale("k_scale", k_scale)
-    unit_scale("v_scale", v_scale)
+    k_scale = cache_scale("k_scale", k_scale, k_buffer)
+    v_scale = cache_scale("v_scale", v_scale, v_buffer)
     require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
     require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
     require(score_mod is None and aux_tensors is None, "score_mod")
@@ -84,7 +89,8 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
         window_right=None if causal else window, causal=causal,
         sinks=None if sinks is None else sinks.to(torch.float32), softcap=float(logit_cap or 0.0),
         scale=sm_scale, mask=mask, mask_indptr=mask_indptr if mask is not None else None,
-        keys=keys, return_lse=lse_extend is not None, out=o_extend)
+        keys=keys, return_lse=lse_extend is not None, out=o_extend, k_scale=k_scale,
+        v_scale=v_scale)
     if lse_extend is not None:
         lse_extend.copy_(result[1])
 
@@ -97,8 +103,8 @@ def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_l
                          lean_Lp=None, lean_Op=None, lean_locks=None, uneven_batch=None):
     """SGLang's ``decode_attention_fwd`` on swattn's decode kernel: every key the lists
     name (SGLang's decode takes its window as the list itself)."""
-    unit_scale("k_scale", k_scale)
-    unit_scale("v_scale", v_scale)
+    k_scale = cache_scale("k_scale", k_scale, k_buffer)
+    v_scale = cache_scale("v_scale", v_scale, v_buffer)
     require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
     require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
     require(score_mod is None and aux_tensors is None, "score_mod")
@@ -108,4 +114,5 @@ def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_l
     table, lens = table_from_indices(kv_indptr[:batch + 1], kv_indices)
     decode_attention(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), table,
                      lens.to(torch.int32), sinks=None if sinks is None else sinks.to(torch.float32),
-                     softcap=float(logit_cap or 0.0), scale=sm_scale, out=o[:batch])
+                     softcap=float(logit_cap or 0.0), scale=sm_scale, out=o[:batch],
+                     k_scale=k_scale, v_scale=v_scale)
