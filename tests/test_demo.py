@@ -19,7 +19,9 @@ def test_demo_matches_eager(capsys):
     assert "2 of 2 requests identical" in text and "tokens = eager (float32)" in text
 
 
-def test_engine_pages_and_prefix_cache():
+def _engine_run(count, max_new, **engine_kw):
+    """``count`` requests of ``max_new`` tokens through an engine on a 2-layer cpu-size
+    model: (engine, requests, {rid: tokens})."""
     from swattn.demo import SIZES
     from swattn.demo.engine import Engine
     from swattn.demo.main import ENGINE_IMPL, _ENGINES, _register, build_model, make_requests
@@ -27,17 +29,21 @@ def test_engine_pages_and_prefix_cache():
     _register()
     device = torch.device(DEVICE)
     model = build_model(size, 0, device, torch.float32)
-    requests = make_requests(size, 3, 1)
+    requests = make_requests(size, count, 1)
     for r in requests:
-        r.max_new = 24
+        r.max_new = max_new
     engine = Engine(model, page_size=size["page"], num_pages=64, token_budget=32,
-                    device=device, dtype=torch.float32)
+                    device=device, dtype=torch.float32, **engine_kw)
     model.set_attn_implementation(ENGINE_IMPL)
     _ENGINES.append(engine)
     try:
-        done = engine.run(requests)
+        return engine, requests, engine.run(requests)
     finally:
         _ENGINES.pop()
+
+
+def test_engine_pages_and_prefix_cache():
+    engine, _requests, done = _engine_run(3, 24)
     assert sorted(done) == [0, 1, 2] and all(len(t) == 24 for t in done.values())
     s = engine.stats
     assert s["cached_tokens"] > 0  # request 1 shares request 0's system prompt
@@ -49,3 +55,21 @@ def test_engine_pages_and_prefix_cache():
     cached = {kind: sum(1 for e in engine.prefix.entries.values() if e[kind] is not None)
               for kind in engine.pools}
     assert held == cached
+
+
+def test_engine_keeps_the_full_layers_cache_in_fp8():
+    """``--full-kv fp8-e4m3``: the full layers' cache is fp8 (a plan run checks its cache's
+    dtype against the plan's), the window layers' keeps the model's dtype, and the run fills
+    both with finite rows; the report gives the cache's bytes against one all in the model's
+    dtype."""
+    from swattn.demo.report import summary
+    e4m3 = torch.float8_e4m3fn
+    engine, requests, done = _engine_run(2, 6, full_kv_dtype=e4m3)
+    assert sorted(done) == [0, 1] and all(len(t) == 6 for t in done.values())
+    kinds = {kind: engine.caches[i][0].dtype for i, kind in enumerate(engine.layer_kinds)}
+    assert kinds == {"window": torch.float32, "full": e4m3}
+    for k_cache, _ in engine.caches:
+        written = ~k_cache.float().isnan()
+        assert written.any() and k_cache.float()[written].isfinite().all()
+    text = summary(engine, requests, {"engine": engine.stats}, [], 30)
+    assert "KV cache" in text and "float8_e4m3fn" in text

@@ -141,9 +141,13 @@ class Engine:
     """Runs requests to completion on ``model`` (a Hugging Face causal LM whose layers have a
     ``layer_type`` of "sliding_attention" or "full_attention")."""
 
-    def __init__(self, model, *, page_size, num_pages, token_budget, device, dtype):
+    def __init__(self, model, *, page_size, num_pages, token_budget, device, dtype,
+                 full_kv_dtype=None):
+        """``full_kv_dtype``: the full layers' cache dtype where it is not ``dtype`` (an fp8
+        one, scale 1: the window layers keep ``dtype``, each kind its own plan)."""
         cfg = model.config
         self.model, self.device, self.dtype = model, device, dtype
+        self.kv_dtypes = {"window": dtype, "full": full_kv_dtype or dtype}
         self.page_size, self.token_budget = page_size, token_budget
         self.num_q_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
@@ -151,9 +155,10 @@ class Engine:
         self.layer_kinds = ["window" if t == "sliding_attention" else "full" for t in cfg.layer_types]
         shape = (num_pages, page_size, self.num_kv_heads, self.head_dim)
         self.caches = []
-        for _ in self.layer_kinds:  # unwritten rows are NaN: a read of one would show
-            self.caches.append((torch.full(shape, float("nan"), dtype=dtype, device=device),
-                                torch.full(shape, float("nan"), dtype=dtype, device=device)))
+        for kind in self.layer_kinds:  # unwritten rows are NaN: a read of one would show
+            kv = self.kv_dtypes[kind]
+            self.caches.append((torch.full(shape, float("nan"), dtype=dtype, device=device).to(kv),
+                                torch.full(shape, float("nan"), dtype=dtype, device=device).to(kv)))
         self.pools = {kind: PagePool(num_pages) for kind in KINDS}
         self.prefix = PrefixCache(self.pools, page_size, self.window_left)
         self.step_state = None
@@ -242,6 +247,7 @@ class Engine:
                 head_dim=self.head_dim, page_size=P,
                 window_left=self.window_left if kind == "window" else None,
                 block_table=table, num_pages=self.pools[kind].num_pages, dtype=self.dtype,
+                kv_dtype=self.kv_dtypes[kind] if self.kv_dtypes[kind] != self.dtype else None,
                 device=self.device)
             state["tables"][kind] = table.to(self.device)
             state["slots"][kind] = torch.tensor(slots[kind], dtype=torch.int64, device=self.device)

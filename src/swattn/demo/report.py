@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import sys
+import torch
 
 try:
     import rich.console
@@ -65,6 +66,14 @@ def _rows(engine, requests, rows, checks, longest):
     out.append(("pages held (peak)", f"full layers {full}, window layers {window}; a window-"
                                      f"unaware cache holds {full} in the window layers "
                                      f"({saved:.0%} saved there)"))
+    if engine.kv_dtypes["full"] != engine.dtype:
+        held = sum(c.numel() * c.element_size() for pair in engine.caches for c in pair)
+        size = torch.empty((), dtype=engine.dtype).element_size()
+        wide = sum(c.numel() * size for pair in engine.caches for c in pair)
+        out.append(("KV cache", f"full layers {str(engine.kv_dtypes['full'])[6:]} (scale 1), "
+                                f"window layers {str(engine.dtype)[6:]}: {held / 2**20:.2f} MiB "
+                                f"against {wide / 2**20:.2f} MiB all in "
+                                f"{str(engine.dtype)[6:]}"))
     tiles, unbounded = s["tiles"], s["tiles_unbounded"]
     out.append(("key tiles, window layers", f"{tiles} walked; an unbounded kernel walks "
                                             f"{unbounded} ({tiles / max(unbounded, 1):.2f}x)"))
