@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import os
 
-from .sizes import SIZES
-
-# --full-kv's choices: the fp8 formats a full layer's cache may take.
-FULL_KV = {"fp8-e4m3": "float8_e4m3fn", "fp8-e5m2": "float8_e5m2"}
+from .sizes import FULL_KV, SIZES
 
 
 def add_arguments(parser):

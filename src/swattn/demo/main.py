@@ -7,10 +7,9 @@ import time
 
 import torch
 
-from . import FULL_KV
 from .engine import Engine, Request
 from .report import Progress, summary
-from .sizes import SIZES as sizes_of
+from .sizes import FULL_KV, SIZES as sizes_of
 
 ENGINE_IMPL = "swattn_engine"
 _ENGINES = []  # the engine whose step is running (the attention function's target)

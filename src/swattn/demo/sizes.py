@@ -1,4 +1,5 @@
-"""The demo's sizes: the model, the pages and token budget, the requests, by name."""
+"""The demo's sizes: the model, the pages and token budget, the requests, by name; and the fp8
+formats --full-kv takes."""
 
 SIZES = {
     # name: model sizes, pages and budget, requests
@@ -9,3 +10,6 @@ SIZES = {
                 experts=8, top_k=2, vocab=4096, page=16, budget=2048, requests=16,
                 system=512, user=(64, 768), new=(96, 192), arrivals=1),
 }
+
+# --full-kv's choices: the fp8 formats a full layer's cache may take (torch dtype names).
+FULL_KV = {"fp8-e4m3": "float8_e4m3fn", "fp8-e5m2": "float8_e5m2"}
