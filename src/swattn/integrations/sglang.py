@@ -27,8 +27,9 @@ difference: the new tokens' ``k_extend``/``v_extend`` are taken as the pool will
 (rounded to fp8), where SGLang's extend kernel uses them unrounded within the chunk (so a chunk's
 result does not depend on whether a key is new or cached).
 
-Not served (a NotImplementedError, never a wrong answer): ``page_size > 1``, ``xai_temperature_len``, ``score_mod``, a custom mask together with
-``window_kv_offsets``, MLA's shared 4-D buffers, the lean decode.
+Not served (a NotImplementedError, never a wrong answer): ``page_size > 1``,
+``xai_temperature_len``, ``score_mod``, a custom mask together with ``window_kv_offsets``, MLA's
+shared 4-D buffers, the lean decode.
 
 Each call reads the longest prefix back to the host once (the block table's width): SGLang's
 backend knows it on the host; an engine that wants no sync plans with ``swattn.plan_extend``.
