@@ -139,9 +139,6 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None, fp8_p
 # The variants an extend run times, in the order of the table, and one case.
 # --------------------------------------------------------------------------------------
 
-# The Hopper path's 128-row tiling: two warpgroups share each K/V tile, one program an SM.
-BM128 = HOPPER_EXTEND_128_ROWS
-
 VARIANTS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i, bounds="tight", layout="window")),
     Variant("swattn tight (control)", "control", "control",
@@ -151,19 +148,19 @@ VARIANTS = (
     Variant("swattn tight, Hopper path", "hopper", "ours",
             lambda i: ours(i, bounds="tight", layout="window", hopper=True)),
     Variant("swattn tight, Hopper path, 128 rows (two warpgroups)", "bm128", "ours",
-            lambda i: ours(i, hopper=True, config=BM128)),
+            lambda i: ours(i, hopper=True, config=HOPPER_EXTEND_128_ROWS)),
     Variant("swattn tight, Hopper path, 128 rows, 3 ring stages", "bm128-3stages", "ours",
-            lambda i: ours(i, hopper=True, config=dict(BM128, stages=3))),
+            lambda i: ours(i, hopper=True, config=dict(HOPPER_EXTEND_128_ROWS, stages=3))),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
     Variant("swattn tight, fp8 e4m3 cache, Hopper path, 128 rows", "fp8-bm128", "ours",
-            lambda i: ours_fp8(i, hopper=True, config=BM128)),
+            lambda i: ours_fp8(i, hopper=True, config=HOPPER_EXTEND_128_ROWS)),
     Variant("swattn tight, fp8 e4m3 cache, Hopper path, 128 rows, 3 ring stages",
             "fp8-bm128-3stages", "ours",
-            lambda i: ours_fp8(i, hopper=True, config=dict(BM128, stages=3))),
+            lambda i: ours_fp8(i, hopper=True, config=dict(HOPPER_EXTEND_128_ROWS, stages=3))),
     Variant("swattn tight, fp8 e4m3 cache, fp8 products", "fp8-products", "ours",
             lambda i: ours_fp8(i, fp8_products=True)),
     Variant("swattn tight, fp8 e4m3 cache, fp8 products, 128 rows", "fp8-products-bm128", "ours",
-            lambda i: ours_fp8(i, fp8_products=True, config=BM128)),
+            lambda i: ours_fp8(i, fp8_products=True, config=HOPPER_EXTEND_128_ROWS)),
     Variant("swattn tight, fp8 e4m3 cache, fp8 products, 3 ring stages", "fp8-products-3stages",
             "ours", lambda i: ours_fp8(i, fp8_products=True, config={"stages": 3})),
     Variant("swattn tight, fp8 e4m3 cache, fp8 products, one converter warp",

@@ -7,8 +7,8 @@ from ..ops import config as _config
 from ..ops import extend as _extend
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
-from ..ops._validate import (KEYS, check_extend_lengths, check_int, check_pages_read, check_window,
-                             expect, host_ints)
+from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
+                             check_window, expect, host_ints)
 from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
                       expect_first, remember, replace_spec, resolve_device, scale_args,
                       to_device)
@@ -282,9 +282,6 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     if not isinstance(fp8_products, bool):
         raise TypeError(f"fp8_products must be a bool, got {type(fp8_products).__name__}")
     if fp8_products:
-        from ..ops._validate import FP8_DTYPES
-        if kv_dtype not in FP8_DTYPES:
-            raise ValueError(f"fp8_products=True needs an fp8 cache (kv_dtype), got {kv_dtype}")
         if hopper is False or deterministic:
             raise ValueError("fp8_products=True runs on the Hopper path: it takes neither "
                              "hopper=False nor deterministic=True")
@@ -293,6 +290,9 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
                             f"config fields, got {type(config).__name__}")
         config = dict(config or {}, fp8_products=True)
         hopper = True
+    if isinstance(config, dict) and config.get("fp8_products") and kv_dtype not in FP8_DTYPES:
+        # Asked for by the plan option or by the Hopper config's field alike.
+        raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
     cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
     tiling_asked = config is not None
     if isinstance(config, dict) and not hopper:
@@ -316,8 +316,6 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
             hopper_cfg = _config.hopper_extend_config(head_dim, dtype)
             if isinstance(config, dict) and hopper:
                 hopper_cfg = replace_spec(hopper_cfg, **config)  # hopper=True: a dict tunes it
-            if hopper_cfg.fp8_products and kv_dtype == dtype:
-                raise ValueError("config fp8_products needs an fp8 cache (kv_dtype)")
             return "hopper", hopper_cfg
     return "triton", cfg
 
