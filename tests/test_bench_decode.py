@@ -363,7 +363,8 @@ def test_decode_variant_keys():
     assert {v.role for v in dbench.VARIANTS} == {"tight", "control", "ours", "peer"}
     known = {v.key for v in ebench.VARIANTS} | set(keys)
     assert [v.key for v in peers.select(dbench.VARIANTS, ["split1", "flex"], known)] == \
-        ["tight", "control", "skip", "triton", "fp8", "fp8-triton", "sglang", "vllm", "vllm-fp8", "flashinfer"]
+        ["tight", "control", "skip", "triton", "fp8", "fp8-triton", "sglang", "vllm", "vllm-fp8", "flashinfer",
+             "flashinfer-fp8"]
     assert "split1" not in {v.key for v in ebench.VARIANTS}
     assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)  # a decode-only key
     with pytest.raises(ValueError, match="unknown variant"):

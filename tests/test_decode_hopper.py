@@ -31,14 +31,25 @@ variants = [dict(), dict(bounds="skip"), dict(bounds="none"), dict(head_dim=64, 
 for flags in variants:
     c, ptx = asm.compile_hopper_decode(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c)
-    assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor" in ptx, flags
-    # An fp8 cache's tiles widen to fp16 by the packed conversion, none through fp32 in
-    # the tile loop.
+    assert "cp.async.bulk.tensor" in ptx, flags
     fp8 = flags.get("kv_dtype")
-    if fp8 is not None:
+    if fp8 is None:
+        assert ptx.count("wgmma.mma_async") > 0, flags
+    else:
+        # An fp8 cache's tiles widen to fp16 in registers by the packed conversion (none
+        # through fp32) for mma.sync products, and no widened tile is written back: in the
+        # tile loop the only shared-memory accesses are the fp8 tiles' reads: at d128 two
+        # 16-byte reads a K row and one a V row, at d64 one 16-byte read a K row and one of 8
+        # bytes a V row, each thread 2 K rows and 4 V rows (ops.decode_hopper._k_read).
         name = "e4m3" if fp8 == torch.float8_e4m3fn else "e5m2"
-        assert f"cvt.rn.f16x2.{name}x2" in ptx, flags
-        assert not [i for i in sum(asm.mma_loops(c.sass), []) if i.startswith("F2F.")], flags
+        assert f"cvt.rn.f16x2.{name}x2" in ptx and "wgmma" not in ptx, flags
+        assert "mma.sync.aligned.m16n8k16" in ptx, flags
+        body = sum(asm.mma_loops(c.sass), [])
+        assert not [i for i in body if i.startswith("F2F.")], flags
+        shared = [i.split()[0] for i in body if i.startswith(("LDS", "STS", "LDSM", "STSM"))]
+        reads = (["LDS.128"] * 8 if flags.get("head_dim", 128) == 128
+                 else ["LDS.128"] * 2 + ["LDS.64"] * 4)
+        assert sorted(shared) == reads, (flags, shared)
     # The split merge's PDL trigger exactly where asked for.
     assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
     # The tile loop's branches warp-uniform to ptxas: no divergence handling around its

@@ -139,6 +139,8 @@ VARIANTS = (
             lambda i: vllm_decode(i, fp8=torch.float8_e4m3fn)),
     Variant("FlexAttention", "flex", "peer", flex_decode),
     Variant("FlashInfer", "flashinfer", "peer", flashinfer_decode),
+    Variant("FlashInfer, fp8 e4m3 cache", "flashinfer-fp8", "peer",
+            lambda i: flashinfer_decode(i, fp8=torch.float8_e4m3fn)),
 )
 
 

@@ -258,13 +258,15 @@ def flex_decode(inputs):
 
 # FlashInfer ---------------------------------------------------------------------------
 
-def flashinfer_decode(inputs):
+def flashinfer_decode(inputs, *, fp8=None):
     """FlashInfer ``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page 16,
     ``use_tensor_cores=True``), planned once, ``window_left=W-1``, over each sequence's pages
     from the one holding its first window key (as engines hand window layers their trimmed
     page lists). Its FA2/FA3 paths on the H200 ignore sinks (peers/README.md): run without
     them, marked as a different function where the workload has sinks. S is skipped (head
-    dims 576/512 differ, sparse rows)."""
+    dims 576/512 differ, sparse rows). ``fp8`` (a torch fp8 dtype): over an fp8 copy of the
+    cache with one scale for the tensor (its ``kv_data_type`` and ``k_scale``/``v_scale``,
+    queries in their own dtype), checked against the reference over the same fp8 cache."""
     need_cuda(inputs)
     case = inputs.case
     if case.head_dim != case.head_dim_v or inputs.sparse is not None:
@@ -276,15 +278,32 @@ def flashinfer_decode(inputs):
     ends = [-(-s // size) for s in case.seq_lens]
     indptr, indices, last = flashinfer_page_lists(inputs.seq_pages, firsts, ends, case.seq_lens,
                                                   size)
+    k_cache, v_cache, scales, want = inputs.k_cache, inputs.v_cache, {}, None
+    if fp8 is not None:
+        from .. import reference
+        k_cache, v_cache, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8,
+                                                       per_head=False)
+        scales = {"k_scale": k_scale.item(), "v_scale": v_scale.item()}
+
+        def want():
+            n = min(4, case.batch)
+            return reference.decode_attention(
+                inputs.q[:n], k_cache, v_cache, inputs.block_table_window[:n],
+                inputs.seq_lens[:n], window_left=case.window_left, k_scale=k_scale,
+                v_scale=v_scale)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, case.num_q_heads, case.num_kv_heads, case.head_dim, size,
                  window_left=to_flashinfer(case.window_left), q_data_type=inputs.q.dtype,
-                 kv_data_type=inputs.k_cache.dtype, sm_scale=softmax_scale(case))
+                 kv_data_type=k_cache.dtype, sm_scale=softmax_scale(case))
     out = empty_out(inputs)
 
     def fn():
-        wrapper.run(inputs.q, (inputs.k_cache, inputs.v_cache), out=out)
+        wrapper.run(inputs.q, (k_cache, v_cache), out=out, **scales)
 
-    return Prepared(fn, lambda: out, "paged 16 NHD, window pages, planned once; no sinks", False,
-                    poisoner(out), [workspace, wrapper, indices, indptr, last])
+    note = "paged 16 NHD, window pages, planned once; no sinks"
+    if fp8 is not None:
+        note += f"; {str(fp8)[6:]} cache, one scale for the tensor (k_scale, v_scale)"
+    return Prepared(fn, lambda: out, note, False, poisoner(out),
+                    [workspace, wrapper, indices, indptr, last, k_cache, v_cache],
+                    reference=want, kv_bytes=1 if fp8 is not None else 2)

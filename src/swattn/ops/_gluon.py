@@ -59,36 +59,40 @@ Rule = namedtuple("Rule", "qk_scale softcap window_left window_right")
 
 @gluon.jit
 def weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags, MASKED: gl.constexpr,
-            ROWS: gl.constexpr = False, P_LOG2: gl.constexpr = 0):
+            ROWS: gl.constexpr = False, P_LOG2: gl.constexpr = 0, keep=None,
+            AXIS: gl.constexpr = 1):
     """The softmax half of one tile (_common.scores_log2, extend.visible, the first half
     of _common.softmax_step): (m, l, p, alpha). A fully masked tile leaves m and l
     bit-unchanged and p 0. ``ROWS``: ``rule.qk_scale`` holds a scale a row (the query
     rows' quantization scales joined to it); ``P_LOG2``: the weights (p and l alike) come
-    out times 2^P_LOG2, the row max staying the scores'."""
+    out times 2^P_LOG2, the row max staying the scores'. ``keep``: the mask itself, in the
+    place of window.visible's (q_pos and k_pos then unused); ``AXIS``: the keys' axis, the
+    last (2: scores batched by warp, as the fp8 decode path's)."""
     qk_scale, softcap = rule.qk_scale, rule.softcap
     # The mask goes on before the scale in both paths, so the multiply and the subtraction
     # of the row max compile to the same arithmetic (contracted or not) with and without it.
     scale = qk_scale
     if flags.USE_SOFTCAP:
         if ROWS:
-            s = tanh(s * qk_scale[:, None])
+            s = tanh(s * gl.expand_dims(qk_scale, AXIS))
         else:
             s = tanh(s * qk_scale)
         scale = softcap * 1.4426950408889634
     if MASKED:
-        keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
-                       flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
+        if keep is None:
+            keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
         s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * scale)
+    m_new = gl.maximum(m_i, gl.max(s, AXIS) * scale)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = gl.exp2(m_i - m_safe)
     if ROWS and not flags.USE_SOFTCAP:
-        p = gl.exp2(s * scale[:, None] - (m_safe - P_LOG2)[:, None])
+        p = gl.exp2(s * gl.expand_dims(scale, AXIS) - gl.expand_dims(m_safe - P_LOG2, AXIS))
     elif P_LOG2 != 0:
-        p = gl.exp2(s * scale - (m_safe - P_LOG2)[:, None])
+        p = gl.exp2(s * scale - gl.expand_dims(m_safe - P_LOG2, AXIS))
     else:
-        p = gl.exp2(s * scale - m_safe[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
+        p = gl.exp2(s * scale - gl.expand_dims(m_safe, AXIS))
+    l_i = l_i * alpha + gl.sum(p, AXIS)
     return m_new, l_i, p, alpha
 
 

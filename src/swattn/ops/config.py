@@ -102,6 +102,11 @@ class DecodeConfig:
         return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
 
+def _is_fp8(kv_dtype, dtype):
+    """Whether a cache of ``kv_dtype`` beside queries of ``dtype`` is an fp8 one."""
+    return kv_dtype is not None and kv_dtype != dtype and getattr(kv_dtype, "itemsize", 2) == 1
+
+
 def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
     """The decode kernel's tiles for a shape (fp16/bf16; fp32 takes the same tiles) and
     the cache's dtype ``kv_dtype`` (None: the queries').
@@ -118,7 +123,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
     hopper-decode). An fp8 cache at d128 takes 128-key tiles (a tile is half the bytes):
     338 us against 430 on C-B (the fp8 results).
     """
-    fp8 = kv_dtype is not None and kv_dtype != dtype and getattr(kv_dtype, "itemsize", 2) == 1
+    fp8 = _is_fp8(kv_dtype, dtype)
     block_h = dot_side(group)
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h=block_h, block_n=16, num_warps=4, num_stages=1)
@@ -205,10 +210,11 @@ def hopper_extend_config(head_dim, dtype):
 @dataclass(frozen=True, kw_only=True)
 class HopperDecodeConfig:
     """The Gluon decode path's tiling (ops.decode_hopper): the query heads of a KV group as
-    the 64 rows of one warpgroup's product, 64-key tiles from a ring of ``num_stages``
-    stages filled by a producer warp. Why these values: the hopper-decode results."""
+    the 64 rows of one warpgroup's product (over an fp8 cache 16 rows, mma.sync's, a larger
+    group taking several programs), 64-key tiles from a ring of ``num_stages`` stages
+    filled by a producer warp. Why these values: the hopper-decode results."""
 
-    block_h: int = 64  # query-head rows a program (a group of up to 64)
+    block_h: int = 64  # query-head rows a program (a group of up to 64; 16 over fp8)
     block_n: int = 64  # keys a tile
     num_stages: int = 2  # K/V ring stages
     num_warps: int = 4  # one warpgroup
@@ -216,10 +222,6 @@ class HopperDecodeConfig:
     # producer producer_regs), so the registers hold two programs an SM.
     maxnreg: int = 128
     producer_regs: int = 24
-    # Over an fp8 cache: the warps that widen the ring's tiles to fp16 beside the
-    # warpgroup, and their registers.
-    convert_warps: int = 2
-    convert_regs: int = 80
     # The plan takes this path for windows of min_keys keys or more (and full attention):
     # ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it on C-A (129 keys).
     min_keys: int = 1024
@@ -243,17 +245,20 @@ class HopperDecodeConfig:
 def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
     stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
-    memory with the query tile). Over an fp8 cache a stage is half the bytes and the
-    converter's two stages of widened fp16 K/V tiles take 32 / 64 KB: 4 stages at d64, 2 at
-    d128 (72 KB / 112 KB, still two programs an SM; a third stage at d128 leaves one, and ran
-    at 346 us against 211 on C-B: the fp8-decode results)."""
-    del dtype, kv_dtype  # the same stages either way
+    memory with the query tile). Over an fp8 cache (``kv_dtype`` of one byte) 16 query
+    rows a program and 4 stages of half the bytes (32 KB / 64 KB, with the warps' merge
+    still two programs an SM)."""
+    if _is_fp8(kv_dtype, dtype):
+        return HopperDecodeConfig(block_h=16, num_stages=4)
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
 
 
 def head_blocking(config, group):
     """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
-    (at least 16, tl.dot's smallest side; a power of two), one program each."""
+    (at least 16, tl.dot's smallest side; a power of two), one program each; the Hopper
+    decode path's blocks are its config's rows, whatever the group."""
+    if isinstance(config, HopperDecodeConfig):
+        return config.block_h, -(-group // config.block_h)
     block_h = dot_side(min(config.block_h, group))
     return block_h, -(-group // block_h)
 

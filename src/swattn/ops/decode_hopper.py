@@ -31,10 +31,18 @@ zeros); the tiles and their arithmetic are otherwise the same, so the three are
 bit-identical for every split count.
 
 An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the bytes a
-stage), and converter warps widen each stage's K and V to fp16 tiles in a second ring
-(V's rows outside the keys zeroed there) for the warpgroup, whose products then run in
-fp16 (a bf16 query converted once); K's scale joins qk_scale and V's multiplies the output.
-A page not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only).
+stage), and the four warps read them straight into registers, widen them there to fp16
+(exactly, one packed conversion a pair) and take the products by mma.sync, so no widened
+tile is written to shared memory (writing one cost most of fp8's gain: the fp8-hopper-decode
+results). Each warp owns a quarter of every tile, 16 keys, and keeps its own softmax state
+over its keys (the scores batched by warp: :func:`_fp8_layout`); the four states merge once
+at the end. A program's rows are 16 query heads of the group (mma.sync's M), a larger group
+taking several programs a KV head (head blocks, side by side on the grid). K's fragment
+reads its head dim in another order than the query's natural one (both the same order:
+the scores' sum is the same), and V's columns come out of P @ V permuted and are put back
+before the store (:func:`_k_operand`, :func:`_v_operand`): each thread then reads 16 or 32
+contiguous bytes of a row. K's scale joins qk_scale and V's multiplies the output. A page
+not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
@@ -47,6 +55,7 @@ from collections import namedtuple
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
@@ -74,20 +83,15 @@ DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUS
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
                          "V_SCALE_STRIDE")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
-# barriers on which a stage is released to the producer; over an fp8 cache, the ring of
-# WIDE_STAGES fp16 K/V tiles the converter widens the stages into, and its barriers: full
-# (for the warpgroup) and empty (for the converter). None over a 16-bit cache.
-DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty k_wide v_wide wide_full "
-                        "wide_empty")
-# Shared memory stages of the widened ring (config.HopperDecodeConfig's fp8 budget).
-WIDE_STAGES = gl.constexpr(2)
+# barriers on which a stage is released to the producer.
+DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
 # Where the output goes: out and lse, or with split-KV the split's partial state; an fp8
 # cache's V scale (None over a 16-bit one).
 DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
                          "stride_lb stride_pb stride_ph stride_ps stride_plb stride_plh v_scale")
-# The program's sequence, KV head and split, the sequence's length and first visible key,
-# the split's tiles [t_start, t_stop).
-Split = namedtuple("Split", "i_seq i_kvh i_split seq_len lo t_start t_stop")
+# The program's sequence, KV head, head block (over an fp8 cache; 0 otherwise) and split,
+# the sequence's length and first visible key, the split's tiles [t_start, t_stop).
+Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop")
 
 
 @gluon.jit
@@ -133,66 +137,10 @@ def _zero_outside(buf, key0, lo, key_end, BN: gl.constexpr, D: gl.constexpr):
 
 
 @gluon.jit
-def _widen(src, dst, key0, lo, key_end, MASKED: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-           WARPS: gl.constexpr):
-    """An fp8 tile of the ring (``src``, [BN, D]) converted to fp16 into ``dst`` for the
-    products (exactly: every fp8 value is an fp16 value; one packed conversion a pair), 16
-    rows at a time. MASKED (a V tile at the window's edges): rows outside
-    ``[lo, key_end)`` are written as 0, as :func:`_zero_outside` does for a 16-bit tile."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (D // 16), D // 16], [WARPS, 1],
-                                            [1, 0])
-    rows: gl.constexpr = (32 // (D // 16)) * WARPS
-    for r in gl.static_range(BN // rows):
-        b = src.slice(r * rows, rows).load(layout).to(gl.float16)  # [rows, D]
-        if MASKED:
-            keys = key0 + r * rows + gl.arange(0, rows, layout=gl.SliceLayout(1, layout))
-            b = gl.where(((keys >= lo) & (keys < key_end))[:, None], b, gl.zeros_like(b))
-        dst.slice(r * rows, rows).store(b)
-
-
-@gluon.jit
-def _convert(ring, split, flags):
-    """The converter warps (over an fp8 cache): for the i-th tile with work, once the
-    producer's copies have landed and the warpgroup has released widened stage i %
-    WIDE_STAGES, its K and V widened into that stage (V's rows outside the keys zeroed in
-    an edge tile), then the fp8 stage released to the producer and the widened one handed
-    to the warpgroup. Off the warpgroup's path, so the conversion runs beside the products."""
-    BN: gl.constexpr = flags.BN
-    D: gl.constexpr = flags.D
-    STAGES: gl.constexpr = flags.STAGES
-    WARPS: gl.constexpr = gl.num_warps()
-    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
-    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
-    i = 0  # tiles widened so far
-    for j in range(t_start, t_stop):
-        key0 = j * BN
-        if _has_work(key0, lo, seq_len, BN, flags.SKIP):
-            st = i % STAGES
-            w = i % WIDE_STAGES
-            mbarrier.wait(ring.wide_empty.index(w), ((i // WIDE_STAGES) & 1) ^ 1)
-            mbarrier.wait(ring.bar_k.index(st), (i // STAGES) & 1)
-            _widen(ring.k_smem.index(st), ring.k_wide.index(w), key0, lo, seq_len, False, BN, D,
-                   WARPS)
-            mbarrier.wait(ring.bar_v.index(st), (i // STAGES) & 1)
-            if (key0 >= lo) & (key0 + BN <= seq_len):
-                _widen(ring.v_smem.index(st), ring.v_wide.index(w), key0, lo, seq_len, False, BN,
-                       D, WARPS)
-            else:
-                _widen(ring.v_smem.index(st), ring.v_wide.index(w), key0, lo, seq_len, True, BN,
-                       D, WARPS)
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(ring.empty.index(st))
-            mbarrier.arrive(ring.wide_full.index(w))
-            i += 1
-
-
-@gluon.jit
 def _consume(q_smem, ring, store, split, rule, flags):
-    """The warpgroup: tile j's scores, softmax and P @ V once its K/V copies have landed
-    (over an fp8 cache: once the converter has widened them), then its stage released to
-    the producer (or the widened one to the converter); the output (or the split's
-    partial) stored."""
+    """The warpgroup over a 16-bit cache: tile j's scores, softmax and P @ V once its K/V
+    copies have landed, then its stage released to the producer; the output (or the
+    split's partial) stored."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
@@ -208,7 +156,6 @@ def _consume(q_smem, ring, store, split, rule, flags):
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     dtype: gl.constexpr = q_smem.dtype
 
     # Every row is the query at seq_len - 1: window.visible's predicate with the key end.
@@ -224,17 +171,10 @@ def _consume(q_smem, ring, store, split, rule, flags):
         if _has_work(key0, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
             phase = (i // STAGES) & 1
-            if flags.FP8:
-                # The converter's widened stage (fp16 K and V, V's rows outside the keys 0).
-                w = i % WIDE_STAGES
-                mbarrier.wait(ring.wide_full.index(w), (i // WIDE_STAGES) & 1)
-                s_tok = warpgroup_mma(q_smem, ring.k_wide.index(w).permute((1, 0)), s_zero,
-                                      use_acc=False, is_async=True)
-            else:
-                mbarrier.wait(ring.bar_k.index(st), phase)
-                mbarrier.wait(ring.bar_v.index(st), phase)
-                s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
-                                      use_acc=False, is_async=True)
+            mbarrier.wait(ring.bar_k.index(st), phase)
+            mbarrier.wait(ring.bar_v.index(st), phase)
+            s_tok = warpgroup_mma(q_smem, k_smem.index(st).permute((1, 0)), s_zero,
+                                  use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             if (key0 >= lo) & (key0 + BN <= seq_len):
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
@@ -242,23 +182,165 @@ def _consume(q_smem, ring, store, split, rule, flags):
             else:
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
                                              True)
-                if not flags.FP8:
-                    _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
+                _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
             p_op = gl.convert_layout(p.to(dtype), p_layout)
-            if flags.FP8:
-                acc_tok = warpgroup_mma(p_op, ring.v_wide.index(w), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-                mbarrier.arrive(ring.wide_empty.index(w))
+            acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
+            mbarrier.arrive(ring.empty.index(st))
+            i += 1
+    _finish(m_i, l_i, acc, store, split, flags, o_layout)
+
+
+@gluon.constexpr_function
+def _fp8_layout():
+    """The registers of the fp8 path's products (mma.sync, 16 x 8 x 16 instructions): the
+    scores [4, BM, 16] and the output [4, BM, D] batched by warp, warp w holding batch
+    entry w (its 16 keys of each tile, and its own softmax state over them)."""
+    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1, 1],
+                                     instr_shape=[1, 16, 8])
+
+
+@gluon.constexpr_function
+def _k_read(D):
+    """How the four warps read an fp8 [64, D] K tile: warp w its rows 16w.., lane 4g + t
+    rows g and g + 8 of them (mma.sync's B columns) and the D / 4 contiguous bytes from
+    column t * D / 4 (two or four 16-byte reads a row)."""
+    regs = [[0, 1 << b] for b in range((D // 4).bit_length() - 1)] + [[8, 0]]
+    lanes = [[0, D // 4], [0, D // 2], [1, 0], [2, 0], [4, 0]]
+    return gl.DistributedLinearLayout(regs, lanes, [[16, 0], [32, 0]], [], [64, D])
+
+
+@gluon.constexpr_function
+def _v_read(D):
+    """How the four warps read an fp8 [64, D] V tile: warp w its rows 16w.., lane 4g + t
+    rows 2t, 2t + 1, 2t + 8 and 2t + 9 of them (mma.sync's B rows) and the D / 8 contiguous
+    bytes from column g * D / 8 (one 16- or 8-byte read a row)."""
+    regs = [[0, 1 << b] for b in range((D // 8).bit_length() - 1)] + [[1, 0], [8, 0]]
+    lanes = [[2, 0], [4, 0], [0, D // 8], [0, D // 4], [0, D // 2]]
+    return gl.DistributedLinearLayout(regs, lanes, [[16, 0], [32, 0]], [], [64, D])
+
+
+@gluon.jit
+def _head_dim_order(x):
+    """``x`` [A, B, D] with its last axis in the order the K fragment reads the head dim:
+    column 8u + 2t + e of the result is column (D / 4) t + 2u + e of ``x`` (a relabelling of
+    the registers each thread holds, no data moved). Applied to the query and to K alike."""
+    A: gl.constexpr = x.shape[0]
+    B: gl.constexpr = x.shape[1]
+    D: gl.constexpr = x.shape[2]
+    x = gl.permute(gl.reshape(x, [A, B, 4, D // 8, 2]), (0, 1, 3, 2, 4))
+    return gl.reshape(x, [A, B, D])
+
+
+@gluon.jit
+def _k_operand(tile, D: gl.constexpr, b_layout: gl.constexpr):
+    """An fp8 K tile of the ring as the scores' B operand, [4, D, 16] fp16 (warp w's keys
+    16w..16w + 15, the head dim in :func:`_head_dim_order`'s order): read, widened and
+    relabelled in registers."""
+    k = tile.load(_k_read(D)).to(gl.float16)  # [64, D]
+    k = _head_dim_order(gl.reshape(k, [4, 16, D]))
+    return gl.convert_layout(gl.permute(k, (0, 2, 1)), b_layout)
+
+
+@gluon.jit
+def _v_operand(tile, D: gl.constexpr, b_layout: gl.constexpr):
+    """An fp8 V tile of the ring as P @ V's B operand, [4, 16, D] fp16 (warp w's keys): read
+    and widened in registers, its column 8r + g being the tile's column (D / 8) g + r (the
+    output comes out so: :func:`_output_order` puts it back)."""
+    v = tile.load(_v_read(D)).to(gl.float16)  # [64, D]
+    v = gl.permute(gl.reshape(v, [4, 16, 8, D // 8]), (0, 1, 3, 2))
+    return gl.convert_layout(gl.reshape(v, [4, 16, D]), b_layout)
+
+
+@gluon.jit
+def _output_order(o, BM: gl.constexpr, D: gl.constexpr):
+    """The output [BM, D] of :func:`_v_operand`'s columns in the head dim's order."""
+    o = gl.permute(gl.reshape(o, [BM, D // 8, 8]), (0, 2, 1))
+    return gl.reshape(o, [BM, D])
+
+
+@gluon.jit
+def _consume_fp8(q_smem, ring, store, split, rule, flags):
+    """The four warps over an fp8 cache: each tile's K and V read from the ring into
+    registers and widened there once its copies have landed, the stage released to the
+    producer, then each warp's scores, softmax and P @ V over its 16 keys; at the end the
+    warps' states merged and the output (or the split's partial) stored."""
+    D: gl.constexpr = flags.D
+    BM: gl.constexpr = flags.BM
+    BN: gl.constexpr = flags.BN
+    STAGES: gl.constexpr = flags.STAGES
+    KW: gl.constexpr = BN // 4  # keys a warp a tile
+    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
+    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
+    mma: gl.constexpr = _fp8_layout()
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    b_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+    rows3: gl.constexpr = gl.SliceLayout(2, mma)
+
+    # The query rows (fp16) in the K fragment's head-dim order, the same for every warp.
+    q_read: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    q = _head_dim_order(gl.reshape(q_smem.load(q_read), [1, BM, D]))
+    q, _ = gl.broadcast(gl.convert_layout(q, a_layout), gl.zeros([4, BM, D], gl.float16, a_layout))
+    # Warp w's keys of a tile, from its first: w * KW + column (scores) and + row (V).
+    s_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, rows3))[:, None, None]
+              + gl.arange(0, KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, mma)))[None, None, :])
+    v_rows: gl.constexpr = gl.SliceLayout(2, b_layout)
+    v_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, v_rows))[:, None, None]
+              + gl.arange(0, KW, layout=gl.SliceLayout(0, v_rows))[None, :, None])
+    m_i = gl.full([4, BM], float("-inf"), gl.float32, layout=rows3)
+    l_i = gl.zeros([4, BM], gl.float32, layout=rows3)
+    acc = gl.zeros([4, BM, D], gl.float32, layout=mma)
+    s_zero = gl.zeros([4, BM, KW], gl.float32, layout=mma)
+    i = 0  # tiles taken from the ring so far
+    for j in range(t_start, t_stop):
+        key0 = j * BN
+        if _has_work(key0, lo, seq_len, BN, flags.SKIP):
+            st = i % STAGES
+            phase = (i // STAGES) & 1
+            mbarrier.wait(ring.bar_k.index(st), phase)
+            k = _k_operand(ring.k_smem.index(st), D, b_layout)
+            mbarrier.wait(ring.bar_v.index(st), phase)
+            v = _v_operand(ring.v_smem.index(st), D, b_layout)
+            gl.thread_barrier()
+            mbarrier.arrive(ring.empty.index(st))
+            s = mma_v2(q, k, s_zero)
+            if (key0 >= lo) & (key0 + BN <= seq_len):
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
+                                             False, AXIS=2)
             else:
-                acc_tok = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-                mbarrier.arrive(ring.empty.index(st))
+                # V's rows outside the keys 0 (unwritten rows: NaN times a weight of 0).
+                keys = key0 + s_keys
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
+                                             True, keep=(keys >= lo) & (keys < seq_len), AXIS=2)
+                keys = key0 + v_keys
+                v = gl.where((keys >= lo) & (keys < seq_len), v, gl.zeros_like(v))
+            acc = acc * gl.expand_dims(alpha, 2)
+            acc = mma_v2(gl.convert_layout(p.to(gl.float16), a_layout), v, acc)
             i += 1
 
-    # _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is visible,
-    # NaN where a visible key's page was bad.
+    # The warps' states merged (a warp that saw no key holds m = -inf, l = 0, acc = 0).
+    m = gl.max(m_i, 0)
+    shift = gl.exp2(m_i - gl.expand_dims(gl.where(m == float("-inf"), 0.0, m), 0))
+    o_layout: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+    l_o = gl.sum(l_i * shift, 0)
+    acc = gl.sum(acc * gl.expand_dims(shift, 2), 0)
+    acc = gl.convert_layout(_output_order(acc, BM, D), o_layout)
+    _finish(m, l_o, acc, store, split, flags, o_layout)
+
+
+@gluon.jit
+def _finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
+    """_common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is
+    visible, NaN where a visible key's page was bad; stored as the output (and lse) or the
+    split's partial. ``acc`` [BM, D] in ``o_layout``, ``m_i`` and ``l_i`` [BM]."""
+    BM: gl.constexpr = flags.BM
+    D: gl.constexpr = flags.D
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     rows = gl.arange(0, BM, layout=row_o)
+    if flags.FP8:
+        rows = rows + split.i_hb * BM  # the head block's rows of the group
     head = split.i_kvh * flags.GROUP + rows
     m_row = rows < flags.GROUP
     m_safe = gl.convert_layout(gl.where(m_i == float("-inf"), 0.0, m_i), row_o)
@@ -324,9 +406,8 @@ def _hopper_decode_kernel(
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, WIDE_LAYOUT: gl.constexpr,
-    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, CONVERT_WARPS: gl.constexpr,
-    CONVERT_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
+    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -335,10 +416,17 @@ def _hopper_decode_kernel(
                                   dtype=gl.int32, is_pure=False, pack=1)
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
-    # Axis 0 runs over (sequence, KV head), the heads fastest: a sequence's programs start
-    # side by side and read its pages' rows (every KV head of a token, one run) together.
+    # Axis 0 runs over (sequence, KV head, head block), the heads fastest: a sequence's
+    # programs start side by side and read its pages' rows (every KV head of a token, one
+    # run) together, a KV head's head blocks (over an fp8 cache) the same tiles.
+    FP8: gl.constexpr = kc_desc.dtype.is_fp8()
     i_seq = gl.program_id(0) // num_kv_heads
     i_kvh = gl.program_id(0) % num_kv_heads
+    i_hb = 0
+    if FP8:
+        i_hb = gl.program_id(0) % HEAD_BLOCKS
+        i_seq = gl.program_id(0) // HEAD_BLOCKS // num_kv_heads
+        i_kvh = gl.program_id(0) // HEAD_BLOCKS % num_kv_heads
     i_split = gl.program_id(1)
     seq_len = gl.load(seq_lens + i_seq)
     lo, t_start, t_stop = _tile_range(seq_len, window_left, i_split, num_splits, BN, USE_WINDOW,
@@ -346,32 +434,21 @@ def _hopper_decode_kernel(
     i_seq = i_seq.to(gl.int64)
     bt_row = block_table + i_seq * stride_bt
 
-    # The group's query rows, zero past the group, into shared memory for the products.
-    # Over an fp8 cache (value / scale in the ring) the products run in fp16: the tiles
-    # widen to fp16 in one packed conversion a pair (to bf16 they would go through fp32),
-    # and a bf16 query within fp16's range is an fp16 value; K's scale joins qk_scale.
-    FP8: gl.constexpr = kc_desc.dtype.is_fp8()
+    # The group's query rows (the head block's), zero past the group, into shared memory
+    # for the products. Over an fp8 cache (value / scale in the ring) the products run in
+    # fp16: the tiles widen to fp16 in one packed conversion a pair (to bf16 they would go
+    # through fp32), and a bf16 query within fp16's range is an fp16 value; K's scale joins
+    # qk_scale.
     q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
     cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
+    if FP8:
+        rows = rows + i_hb * BM
     p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
     b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
-    k_wide = None
-    v_wide = None
-    wide_full = None
-    wide_empty = None
     if FP8:
         b_q = b_q.to(gl.float16)
         qk_scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
-        k_wide = gl.allocate_shared_memory(gl.float16, [WIDE_STAGES, BN, D], WIDE_LAYOUT)
-        v_wide = gl.allocate_shared_memory(gl.float16, [WIDE_STAGES, BN, D], WIDE_LAYOUT)
-        wide_full = gl.allocate_shared_memory(gl.int64, [WIDE_STAGES, 1],
-                                              mbarrier.MBarrierLayout())
-        wide_empty = gl.allocate_shared_memory(gl.int64, [WIDE_STAGES, 1],
-                                               mbarrier.MBarrierLayout())
-        for i in gl.static_range(WIDE_STAGES):
-            mbarrier.init(wide_full.index(i), count=1)
-            mbarrier.init(wide_empty.index(i), count=1)
     q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
     k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
     v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
@@ -390,23 +467,19 @@ def _hopper_decode_kernel(
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
                                       FP8, V_SCALE_STRIDE)
-    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty, k_wide, v_wide, wide_full, wide_empty)
+    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
-    split = Split(i_seq, i_kvh, i_split, seq_len, lo, t_start, t_stop)
+    split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop)
     # (one call a case: Gluon takes a partition's function only inside the call)
     if FP8:
         gl.warp_specialize([
-            (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
-                        flags)),
+            (_consume_fp8, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
+                            flags)),
             (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                         seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
                         STAGES, SKIP)),
-            (_convert, (ring, split, flags)),
-        ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
-        for i in gl.static_range(WIDE_STAGES):
-            mbarrier.invalidate(wide_full.index(i))
-            mbarrier.invalidate(wide_empty.index(i))
+        ], [1], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
@@ -457,16 +530,13 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=
 
 @functools.lru_cache(maxsize=64)
 def shared_layouts(dtype, head_dim, page_size, block_h, block_n, kv_dtype=None):
-    """(cache tile layout, query tile layout, widened tile layout or None) of one shape:
-    over an fp8 cache (``kv_dtype``) the query tile and the widened K/V tiles are fp16."""
+    """(cache tile layout, query tile layout) of one shape: over an fp8 cache
+    (``kv_dtype``) the query tile is fp16."""
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     page_rows = min(page_size, block_n)
     cache = gl.NVMMASharedLayout.get_default_for([page_rows, head_dim], GL_DTYPES[kv_dtype])
-    if kv_dtype == dtype:
-        query = gl.NVMMASharedLayout.get_default_for([block_h, head_dim], GL_DTYPES[dtype])
-        return cache, query, None
-    return (cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], gl.float16),
-            gl.NVMMASharedLayout.get_default_for([block_n, head_dim], gl.float16))
+    q_dtype = GL_DTYPES[dtype] if kv_dtype == dtype else gl.float16
+    return cache, gl.NVMMASharedLayout.get_default_for([block_h, head_dim], q_dtype)
 
 
 def descriptors(cfg, q, k_cache, v_cache):
@@ -508,19 +578,19 @@ _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "strid
 def _launcher(spec, dtype):
     cfg = spec.config  # a config.HopperDecodeConfig
     kv_dtype = spec.kv_dtype or dtype
-    _, q_layout, wide = shared_layouts(dtype, spec.head_dim, spec.page_size, cfg.block_h,
-                                       cfg.block_n, kv_dtype)
+    block_h, head_blocks = spec.head_blocking
+    _, q_layout = shared_layouts(dtype, spec.head_dim, spec.page_size, block_h, cfg.block_n,
+                                 kv_dtype)
     fixed = dict(
         num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits, qk_scale=spec.qk_scale,
         softcap=float(spec.softcap), window_left=spec.window_left or 0,
-        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=cfg.block_h, BN=cfg.block_n,
+        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=block_h, BN=cfg.block_n,
         STAGES=cfg.num_stages, Q_LAYOUT=q_layout, USE_WINDOW=spec.window_left is not None,
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, WIDE_LAYOUT=wide,
-        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
-        CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs)
+        PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, HEAD_BLOCKS=head_blocks,
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 
@@ -534,7 +604,7 @@ class HopperDecodeLaunch:
 
     def __init__(self, spec, dtype):
         self.launch = _launcher(spec, dtype)
-        self.num_kv_heads = spec.num_kv_heads
+        self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
         self.num_splits = spec.num_splits
 
     def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs,
@@ -543,7 +613,7 @@ class HopperDecodeLaunch:
         lse_t = out if lse is None else lse
         qs, os_ = q.stride(), out.stride()
         return self.launch(
-            (batch * self.num_kv_heads, self.num_splits, 1),
+            (batch * self.head_programs, self.num_splits, 1),
             (descs[0], descs[1], descs[2], q, block_table, seq_lens,
              lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
             (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),

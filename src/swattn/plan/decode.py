@@ -241,7 +241,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     if num_splits is None:
         sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if device.type == "cuda" else _config.DECODE_CPU_SMS)
-        programs = num_kv_heads * (1 if path == "hopper" else _config.head_blocking(cfg, group)[1])
+        programs = num_kv_heads * _config.head_blocking(cfg, group)[1]
         num_splits = cfg.splits(batch, programs, max_keys + sparse_keys, sms)
     # The split merge by PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
     pdl = (num_splits > 1 and device.type == "cuda" and torch.version.hip is None

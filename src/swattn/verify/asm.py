@@ -255,12 +255,12 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                                     kv_dtype)
     kc, vc, poison = hopper.descriptors(cfg, q, cache, cache)
     constexprs = dict(D=head_dim, GROUP=group, PAGE=page_size, BM=cfg.block_h,
+                      HEAD_BLOCKS=-(-group // cfg.block_h),
                       BN=cfg.block_n, STAGES=cfg.num_stages, Q_LAYOUT=layouts[1],
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-                      PRODUCER_REGS=cfg.producer_regs, PDL=False, WIDE_LAYOUT=layouts[2],
-                      K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, CONVERT_WARPS=cfg.convert_warps,
-                      CONVERT_REGS=cfg.convert_regs)
+                      PRODUCER_REGS=cfg.producer_regs, PDL=False, K_SCALE_STRIDE=0,
+                      V_SCALE_STRIDE=0)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
     descs = {"kc_desc": kc, "vc_desc": vc}
@@ -279,15 +279,16 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
 
 
 def mma_loops(sass):
-    """The loops of ``sass`` (Compiled.sass) holding warpgroup products: the bodies of
-    conditional backward branches with an HGMMA (16-bit operands) or QGMMA (fp8) in them
-    (the spin-waits' returns are unconditional)."""
+    """The loops of ``sass`` (Compiled.sass) holding tensor-core products: the bodies of
+    conditional backward branches with an HGMMA (warpgroup, 16-bit operands), QGMMA
+    (warpgroup, fp8) or HMMA (one warp's mma.sync) in them (the spin-waits' returns are
+    unconditional)."""
     loops = []
     for end, ins in enumerate(sass):
         m = re.search(r"^@!?U?P\d+ BRA (0x[0-9a-f]+)", ins)
         if m and int(m.group(1), 16) // 16 < end:
             body = sass[int(m.group(1), 16) // 16:end + 1]
-            if any("HGMMA" in i or "QGMMA" in i for i in body):
+            if any("HGMMA" in i or "QGMMA" in i or "HMMA" in i for i in body):
                 loops.append(body)
     return loops
 
