@@ -305,8 +305,8 @@ def test_gpu_bf16_queries_over_fp8_caches(fp8, per_head):
 
 
 # The Hopper decode path over fp8 caches: windows starting mid-page and mid-tile, a key of
-# one, pages below, at and above the 64-key tile, groups of 1 to 64, splits, sinks,
-# soft-cap, lse, fp16 and bf16 queries, d64 and d128.
+# one, pages below, at and above the 64-key tile, groups of 4 to 64 (20: a second head
+# block of 4 rows), splits, sinks, soft-cap, lse, fp16 and bf16 queries, d64 and d128.
 HOPPER_FP8_CASES = [
     (DecodeCase([1, 63, 64, 65, 200, 4133], num_q_heads=32, num_kv_heads=8, head_dim=128,
                 head_dim_v=128, page_size=16, window_left=127, dtype=torch.bfloat16, seed=81),
@@ -320,6 +320,9 @@ HOPPER_FP8_CASES = [
     (DecodeCase([300, 1, 129], num_q_heads=64, num_kv_heads=1, head_dim=128, head_dim_v=128,
                 page_size=128, window_left=100, dtype=torch.bfloat16, seed=84),
      {"return_lse": True}),
+    (DecodeCase([700, 2048], num_q_heads=40, num_kv_heads=2, head_dim=64, head_dim_v=64,
+                page_size=64, window_left=1000, dtype=torch.float16, seed=85),
+     {"num_splits": 2, "return_lse": True}),
 ]
 
 
@@ -343,10 +346,11 @@ def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale, config=N
 @pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
 @pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
 def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
-    """The Gluon decode path over an fp8 cache (TMA'd fp8 pages widened to fp16 in shared
-    memory): its bounds variants bit-identical, within rounding of the float64 reference
-    over the same cache, and a bad page's rows NaN (the poison rows read in its place)
-    with every other row the good run's bits."""
+    """The Gluon decode path over an fp8 cache (TMA'd fp8 pages widened to fp16 in registers
+    for mma.sync, groups of 4 and 8 in one 16-row program, 20 and 64 in head blocks): its
+    bounds variants bit-identical, within rounding of the float64 reference over the same
+    cache, and a bad page's rows NaN (the poison rows read in its place) with every other
+    row the good run's bits."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     for case, kwargs in HOPPER_FP8_CASES:
