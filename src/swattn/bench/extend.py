@@ -185,6 +185,8 @@ VARIANTS = (
             lambda i: vllm_unified(i, fp8=torch.float8_e4m3fn)),
     Variant("FlexAttention", "flex", "peer", flex),
     Variant("FlashInfer", "flashinfer", "peer", flashinfer),
+    Variant("FlashInfer, fp8 e4m3 pool", "flashinfer-fp8", "peer",
+            lambda i: flashinfer(i, fp8=torch.float8_e4m3fn)),
 )
 
 

@@ -251,11 +251,14 @@ def flex(inputs):
 # FlashInfer, only where it imports.
 # --------------------------------------------------------------------------------------
 
-def flashinfer(inputs):
+def flashinfer(inputs, *, fp8=None):
     """FlashInfer ``BatchPrefillWithPagedKVCacheWrapper`` (NHD, page 16), planned once,
     ``window_left=W-1``, over every page of each sequence (new tokens included). Its FA2/FA3
     paths on the H200 ignore sinks (peers/README.md), so it runs without them and is marked
-    as computing a different function on workloads with sinks."""
+    as computing a different function on workloads with sinks. ``fp8`` (a torch fp8 dtype):
+    over an fp8 copy of the pool with one scale for the tensor (its ``kv_data_type`` and
+    ``k_scale``/``v_scale``, queries in their own dtype), checked against the reference over
+    the same fp8 pool."""
     need_cuda(inputs)
     fi = import_peer("flashinfer")
     case = inputs.case
@@ -264,16 +267,32 @@ def flashinfer(inputs):
     pages = [(n + case.page_size - 1) // case.page_size for n in lengths]
     kv_indptr, kv_indices, last = flashinfer_page_lists(inputs.seq_pages, [0] * case.batch, pages,
                                                         lengths, case.page_size)
+    k_pool, v_pool, scales, want = inputs.k_pool, inputs.v_pool, {}, None
+    note = "paged 16 NHD, planned once; no sinks"
+    if fp8 is not None:
+        from .. import reference
+        k_pool, v_pool, k_scale, v_scale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8,
+                                                     per_head=False)
+        scales = {"k_scale": k_scale.item(), "v_scale": v_scale.item()}
+        note += f"; {str(fp8)[6:]} pool, one scale for the tensor (k_scale, v_scale)"
+
+        def want():
+            new = case.seqs[0][1]
+            return reference.extend_attention(
+                inputs.q[:new], inputs.k[:new], inputs.v[:new], k_pool, v_pool,
+                inputs.block_table_window[:1], inputs.cu_seqlens[:2], inputs.prefix_lens[:1],
+                window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
     wrapper.plan(inputs.cu_seqlens.cpu(), kv_indptr, kv_indices, last, case.num_q_heads,
                  case.num_kv_heads, case.head_dim, case.page_size, causal=True,
                  window_left=to_flashinfer(case.window_left), q_data_type=inputs.q.dtype,
-                 kv_data_type=inputs.k_pool.dtype, sm_scale=softmax_scale(case))
+                 kv_data_type=k_pool.dtype, sm_scale=softmax_scale(case))
     out = empty_out(inputs)
 
     def fn():
-        wrapper.run(inputs.q, (inputs.k_pool, inputs.v_pool), out=out)
+        wrapper.run(inputs.q, (k_pool, v_pool), out=out, **scales)
 
-    return Prepared(fn, lambda: out, "paged 16 NHD, planned once; no sinks", False,
-                    poisoner(out), [workspace, wrapper])
+    return Prepared(fn, lambda: out, note, False, poisoner(out),
+                    [workspace, wrapper, k_pool, v_pool], reference=want,
+                    kv_bytes=1 if fp8 is not None else 2)
