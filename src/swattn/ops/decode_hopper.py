@@ -374,35 +374,26 @@ def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_r
              lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
              NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
              SKIP: gl.constexpr):
-    """The producer warp: for the i-th tile with work (:func:`_has_work`), its K and V page
-    copies into stage i % STAGES once the warpgroup has released that stage's previous tile
-    (the first round passes at once). The block-table entries are read two tiles ahead
-    (those of tiles past the split, within the sequence, are read and not used), so their
-    latency overlaps the copies of the two tiles before: read just before its copies, a
-    tile's entries set the producer's pace over an fp8 cache (the fp8-decode-registers
-    results). ``poison``: an fp8 cache's NaN rows, read for K in the place of a page not
-    copied (None: K's descriptor pads with NaN)."""
+    """The producer warp: for the i-th tile with work (:func:`_has_work`), its block-table
+    entries, then its K and V page copies into stage i % STAGES once the warpgroup has
+    released that stage's previous tile (the first round passes at once). ``poison``: an
+    fp8 cache's NaN rows, read for K in the place of a page not copied (None: K's
+    descriptor pads with NaN)."""
     seq_len, lo = uniform(seq_len), uniform(lo)
     t_start, t_stop = uniform(t_start), uniform(t_stop)
-    start = t_start * BN
-    cur = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
-    nxt = tile_pages(bt_row, start + BN, seq_len, lo, True, oob_row, PAGE, PR, NP)
     i = 0  # tiles put in the ring so far
     for j in range(t_start, t_stop):
         start = j * BN
-        ahead = tile_pages(bt_row, start + 2 * BN, seq_len, lo, True, oob_row, PAGE, PR, NP)
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
-            pages, valid = cur
+            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
             mbarrier.wait(empty.index(st), free)
             issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D, poison)
             issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             i += 1
-        cur = nxt
-        nxt = ahead
 
 
 @gluon.jit
