@@ -302,6 +302,9 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
             k = _k_operand(ring.k_smem.index(st), D, b_layout)
             mbarrier.wait(ring.bar_v.index(st), phase)
             v = _v_operand(ring.v_smem.index(st), D, b_layout)
+            # The reads ordered before the copy engine's next writes to the stage (another
+            # proxy), then the stage released once every warp has read it.
+            fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(ring.empty.index(st))
             s = mma_v2(q, k, s_zero)
