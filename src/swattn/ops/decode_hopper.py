@@ -271,6 +271,9 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     BN: gl.constexpr = flags.BN
     STAGES: gl.constexpr = flags.STAGES
     KW: gl.constexpr = BN // 4  # keys a warp a tile
+    # The read layouts (_k_read, _v_read) are written for 64-key tiles, 16 keys and 16 query
+    # rows a warp.
+    gl.static_assert(BN == 64 and BM == 16, "the fp8 decode path takes 64-key tiles, 16 rows")
     seq_len, lo = uniform(split.seq_len), uniform(split.lo)
     t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
     mma: gl.constexpr = _fp8_layout()
@@ -425,6 +428,7 @@ def _hopper_decode_kernel(
     FP8: gl.constexpr = kc_desc.dtype.is_fp8()
     i_seq = gl.program_id(0) // num_kv_heads
     i_kvh = gl.program_id(0) % num_kv_heads
+    gl.static_assert(FP8 or HEAD_BLOCKS == 1, "head blocks are the fp8 path's")
     i_hb = 0
     if FP8:
         i_hb = gl.program_id(0) % HEAD_BLOCKS
