@@ -59,6 +59,17 @@ def test_hopper_decode_matrix_covers_the_path():
     assert all(kw["hopper"] for _, _, kw, _ in rows)
 
 
+def test_hopper_decode_fp8_rows_cover_every_feature():
+    """A third of the Hopper decode matrix over fp8, the third moving by one each window, so
+    soft-cap, full attention and every split count run over fp8 too."""
+    rows = identity.FAMILIES["decode-hopper-fp8"][0](gpu=True)
+    assert len(rows) == len(identity.hopper_decode_matrix(gpu=True)) // 3
+    assert {kw["num_splits"] for _, _, kw, _ in rows} == {1, 2, 3, 4, 8, None}
+    assert any("softcap" in kw for _, _, kw, _ in rows)
+    assert any(c.window_left is None for _, c, _, _ in rows)
+    assert {kw["kv"] for _, _, kw, _ in rows} == set(identity.FP8_KINDS)
+
+
 def test_a_one_bit_difference_fails_the_row(monkeypatch):
     real = identity.run_decode
 

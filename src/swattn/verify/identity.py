@@ -242,12 +242,19 @@ def hopper_decode_matrix(gpu=True):
 FP8_KINDS = ((torch.float8_e4m3fn, False), (torch.float8_e5m2, True))
 
 
-def _fp8_rows(matrix, config=None):
+def _fp8_rows(matrix, config=None, period=None):
     """Every third row of ``matrix`` over an fp8 cache, the formats and scale kinds in turn;
-    ``config``: a dict tuning the Hopper path, in the place of the rows' own tiling."""
+    ``config``: a dict tuning the Hopper path, in the place of the rows' own tiling;
+    ``period``: the matrix's rows come in runs of this many features a window (a multiple
+    of 3), and the third taken moves by one each run, so every feature is covered."""
     def rows(gpu=True):
         out = []
-        for n, (name, case, kwargs, tiling) in enumerate(matrix(gpu)[::3]):
+        every = matrix(gpu)
+        if period is None:
+            picked = every[::3]
+        else:
+            picked = [row for n, row in enumerate(every) if (n + n // period) % 3 == 0]
+        for n, (name, case, kwargs, tiling) in enumerate(picked):
             fp8, per_head = FP8_KINDS[n % 2]
             label = f"{str(fp8)[6:]} {'per-head' if per_head else 'per-tensor'}"
             out.append((f"{name} {label}", case, dict(kwargs, kv=(fp8, per_head)),
@@ -329,7 +336,8 @@ FAMILIES = {
     "unified-fp8": (_fp8_rows(unified_matrix), lambda row, device: _run_extend_row(row, device, True)),
     "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
-    "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix), _run_decode_row),
+    "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix, period=len(HOPPER_DECODE_FEATURES)),
+                          _run_decode_row),
     "hopper-fp8-products": (_fp8_rows(hopper_matrix, {"fp8_products": True}),
                             lambda row, device: _run_extend_row(row, device, False)),
 }
