@@ -104,6 +104,22 @@ def sglang_decode(inputs, *, core_count=None):
                     [kv_indptr, kv_indices, num_kv_splits, attn_logits, attn_lse, uneven])
 
 
+def _fp8_copy(inputs, fp8, sinks):
+    """A peer's fp8 copy of the case's cache under one scale for the tensor, and the float64
+    reference over it on the first 4 sequences (``sinks``: the case's, or None for a peer
+    that drops them): ``(k, v, k_scale, v_scale, want)``."""
+    from .. import reference
+    case = inputs.case
+    k, v, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8, per_head=False)
+
+    def want():
+        n = min(4, case.batch)
+        return reference.decode_attention(
+            inputs.q[:n], k, v, inputs.block_table_window[:n], inputs.seq_lens[:n],
+            window_left=case.window_left, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+    return k, v, k_scale, v_scale, want
+
+
 # vLLM 0.33.0: unified_attention, decode -----------------------------------------------
 
 def vllm_capture_sizes(max_size=512):
@@ -164,17 +180,8 @@ def vllm_decode(inputs, *, fp8=None):
     out = empty_out(inputs)
     k_cache, v_cache, k_descale, v_descale, mode, want = inputs.k_cache, inputs.v_cache, ones, ones, {}, None
     if fp8 is not None:
-        from .. import reference
-        k_cache, v_cache, k_descale, v_descale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8,
-                                                           per_head=False)
+        k_cache, v_cache, k_descale, v_descale, want = _fp8_copy(inputs, fp8, inputs.sinks)
         mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
-
-        def want():
-            n = min(4, case.batch)
-            return reference.decode_attention(
-                inputs.q[:n], k_cache, v_cache, inputs.block_table_window[:n],
-                inputs.seq_lens[:n], window_left=case.window_left, sinks=inputs.sinks,
-                k_scale=k_descale, v_scale=v_descale)
 
     def fn():
         mod.unified_attention(
@@ -280,17 +287,8 @@ def flashinfer_decode(inputs, *, fp8=None):
                                                   size)
     k_cache, v_cache, scales, want = inputs.k_cache, inputs.v_cache, {}, None
     if fp8 is not None:
-        from .. import reference
-        k_cache, v_cache, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8,
-                                                       per_head=False)
+        k_cache, v_cache, k_scale, v_scale, want = _fp8_copy(inputs, fp8, None)
         scales = {"k_scale": k_scale.item(), "v_scale": v_scale.item()}
-
-        def want():
-            n = min(4, case.batch)
-            return reference.decode_attention(
-                inputs.q[:n], k_cache, v_cache, inputs.block_table_window[:n],
-                inputs.seq_lens[:n], window_left=case.window_left, k_scale=k_scale,
-                v_scale=v_scale)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, case.num_q_heads, case.num_kv_heads, case.head_dim, size,

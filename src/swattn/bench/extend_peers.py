@@ -141,6 +141,24 @@ def sglang_unified(inputs):
 # vLLM 0.33.0 Triton unified attention over [pages, 16, Hkv, D].
 # --------------------------------------------------------------------------------------
 
+def _fp8_copy(inputs, fp8, sinks):
+    """A peer's fp8 copy of the case's pool under one scale for the tensor, and the float64
+    reference over it on the first sequence (``sinks``: the case's, or None for a peer that
+    drops them): ``(k_pool, v_pool, k_scale, v_scale, want)``."""
+    from .. import reference
+    case = inputs.case
+    k_pool, v_pool, k_scale, v_scale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8,
+                                                 per_head=False)
+
+    def want():
+        new = case.seqs[0][1]
+        return reference.extend_attention(
+            inputs.q[:new], inputs.k[:new], inputs.v[:new], k_pool, v_pool,
+            inputs.block_table_window[:1], inputs.cu_seqlens[:2], inputs.prefix_lens[:1],
+            window_left=case.window_left, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+    return k_pool, v_pool, k_scale, v_scale, want
+
+
 def vllm_unified(inputs, *, fp8=None):
     """vLLM ``unified_attention`` (2D path: multi-token queries) over the paged pool, new
     tokens already in their pages, ``window_size=(W-1, 0)``, sinks. ``fp8`` (a torch fp8
@@ -177,20 +195,10 @@ def vllm_unified(inputs, *, fp8=None):
                                                         {}, None)
     note = "paged 16, pages below the window -> null page"
     if fp8 is not None:
-        from .. import reference
-        k_pool, v_pool, k_descale, v_descale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8,
-                                                         per_head=False)
+        k_pool, v_pool, k_descale, v_descale, want = _fp8_copy(inputs, fp8, inputs.sinks)
         mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
         note += (f"; {str(fp8)[6:]} pool, one scale for the tensor (FP8_PER_TENSOR); checked "
                  "against the reference over the same fp8 pool")
-
-        def want():
-            new = case.seqs[0][1]
-            return reference.extend_attention(
-                inputs.q[:new], inputs.k[:new], inputs.v[:new], k_pool, v_pool,
-                inputs.block_table_window[:1], inputs.cu_seqlens[:2], inputs.prefix_lens[:1],
-                window_left=case.window_left, sinks=inputs.sinks, k_scale=k_descale,
-                v_scale=v_descale)
 
     def fn():
         mod.unified_attention(
@@ -270,18 +278,9 @@ def flashinfer(inputs, *, fp8=None):
     k_pool, v_pool, scales, want = inputs.k_pool, inputs.v_pool, {}, None
     note = "paged 16 NHD, planned once; no sinks"
     if fp8 is not None:
-        from .. import reference
-        k_pool, v_pool, k_scale, v_scale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8,
-                                                     per_head=False)
+        k_pool, v_pool, k_scale, v_scale, want = _fp8_copy(inputs, fp8, None)
         scales = {"k_scale": k_scale.item(), "v_scale": v_scale.item()}
         note += f"; {str(fp8)[6:]} pool, one scale for the tensor (k_scale, v_scale)"
-
-        def want():
-            new = case.seqs[0][1]
-            return reference.extend_attention(
-                inputs.q[:new], inputs.k[:new], inputs.v[:new], k_pool, v_pool,
-                inputs.block_table_window[:1], inputs.cu_seqlens[:2], inputs.prefix_lens[:1],
-                window_left=case.window_left, k_scale=k_scale, v_scale=v_scale)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=device)
     wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
     wrapper.plan(inputs.cu_seqlens.cpu(), kv_indptr, kv_indices, last, case.num_q_heads,
