@@ -18,6 +18,7 @@ from conftest import DEVICE
 
 SCRIPT = """
 import torch
+from swattn.ops.config import hopper_decode_config
 from swattn.verify import asm
 variants = [dict(), dict(bounds="skip"), dict(bounds="none"), dict(head_dim=64, dtype="fp16"),
             dict(page_size=64, group=1), dict(page_size=128, group=64, USE_WINDOW=False),
@@ -40,15 +41,17 @@ for flags in variants:
         # through fp32) for mma.sync products, and no widened tile is written back: in the
         # tile loop the only shared-memory accesses are the fp8 tiles' reads: at d128 two
         # 16-byte reads a K row and one a V row, at d64 one 16-byte read a K row and one of 8
-        # bytes a V row, each thread 2 K rows and 4 V rows (ops.decode_hopper._k_read).
+        # bytes a V row, each thread 2 K rows and 4 V rows of each 64-key sub-tile
+        # (ops.decode_hopper._k_read), a tile holding block_n / 64 of them.
         name = "e4m3" if fp8 == torch.float8_e4m3fn else "e5m2"
         assert f"cvt.rn.f16x2.{name}x2" in ptx and "wgmma" not in ptx, flags
         assert "mma.sync.aligned.m16n8k16" in ptx, flags
         body = sum(asm.mma_loops(c.sass), [])
         assert not [i for i in body if i.startswith("F2F.")], flags
         shared = [i.split()[0] for i in body if i.startswith(("LDS", "STS", "LDSM", "STSM"))]
-        reads = (["LDS.128"] * 8 if flags.get("head_dim", 128) == 128
-                 else ["LDS.128"] * 2 + ["LDS.64"] * 4)
+        subs = hopper_decode_config(128, torch.bfloat16, fp8).block_n // 64
+        reads = (["LDS.128"] * 8 * subs if flags.get("head_dim", 128) == 128
+                 else ["LDS.128"] * 2 * subs + ["LDS.64"] * 4 * subs)
         assert sorted(shared) == reads, (flags, shared)
     # The split merge's PDL trigger exactly where asked for.
     assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
@@ -86,6 +89,19 @@ def test_hopper_must_be_a_bool():
     case = DecodeCase([5], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=3)
     with pytest.raises(TypeError, match="hopper"):
         run_decode(*build_decode(case, DEVICE), window_left=3, hopper="yes")
+
+
+def test_hopper_decode_pages_fit_the_tile():
+    # A tile's pages: a page size divides the tile (64 keys, 128 over an fp8 cache) or is
+    # divided by it; pages of 192 fit 64-key tiles only.
+    from swattn.ops import decode_hopper
+    from swattn.ops.config import hopper_decode_config
+    fp8 = hopper_decode_config(128, torch.bfloat16, torch.float8_e4m3fn).block_n
+    assert fp8 == 128 and hopper_decode_config(128, torch.bfloat16).block_n == 64
+    for page, fits64, fits128 in ((16, True, True), (128, True, True), (192, True, False),
+                                  (256, True, True), (24, False, False)):
+        assert decode_hopper.takes_shape(128, 128, 4, page) == fits64, page
+        assert decode_hopper.takes_shape(128, 128, 4, page, fp8) == fits128, page
 
 
 def _case(lens, hq, hkv, d, page, window, dtype=torch.bfloat16, seed=0, **kwargs):

@@ -97,25 +97,35 @@ def weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags, MASKED: gl.constexp
 
 
 @gluon.jit
+def _page_entry(bt_row, start, key_end, lowest, ok, num_pages, K: gl.constexpr,
+                PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr):
+    """Copy ``K`` of a cache tile (:func:`tile_pages`): its block-table entry (-1 where not
+    loaded) and whether it is issued."""
+    v = ok & (start + K * PR < key_end) & (start + (K + 1) * PR > lowest) & (NP > K)
+    page = gl.load(bt_row + (start + K * PR) // PAGE, mask=v, other=-1)
+    return page, (page >= 0) & (page < num_pages)
+
+
+@gluon.jit
 def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
                 NP: gl.constexpr):
     """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
-    of a page larger than the tile) and which copies are issued: those holding a key in
-    [lowest, key_end) whose entry is a page of the cache (``[0, oob_row / PAGE)``; a bad
-    entry's copy is left out, so its keys read as the K descriptor's NaN padding).
-    ``ok``: the tile is a cache tile that will be loaded."""
-    num_pages = oob_row // PAGE
-    v0 = ok & (start < key_end) & (start + PR > lowest)
-    p0 = gl.load(bt_row + start // PAGE, mask=v0, other=-1)
-    v1 = ok & (start + PR < key_end) & (start + 2 * PR > lowest) & (NP > 1)
-    p1 = gl.load(bt_row + (start + PR) // PAGE, mask=v1, other=-1)
-    v2 = ok & (start + 2 * PR < key_end) & (start + 3 * PR > lowest) & (NP > 2)
-    p2 = gl.load(bt_row + (start + 2 * PR) // PAGE, mask=v2, other=-1)
-    v3 = ok & (start + 3 * PR < key_end) & (start + 4 * PR > lowest) & (NP > 3)
-    p3 = gl.load(bt_row + (start + 3 * PR) // PAGE, mask=v3, other=-1)
-    valid = ((p0 >= 0) & (p0 < num_pages), (p1 >= 0) & (p1 < num_pages),
-             (p2 >= 0) & (p2 < num_pages), (p3 >= 0) & (p3 < num_pages))
-    return (p0, p1, p2, p3), valid
+    of a page larger than the tile; NP at most 8) and which copies are issued: those
+    holding a key in [lowest, key_end) whose entry is a page of the cache (``[0, oob_row /
+    PAGE)``; a bad entry's copy is left out, so its keys read as the K descriptor's NaN
+    padding). ``ok``: the tile is a cache tile that will be loaded. Entries past NP are
+    never loaded (their masks fold to false)."""
+    gl.static_assert(NP <= 8, "a tile takes at most 8 page copies")
+    n = oob_row // PAGE
+    p0, g0 = _page_entry(bt_row, start, key_end, lowest, ok, n, 0, PAGE, PR, NP)
+    p1, g1 = _page_entry(bt_row, start, key_end, lowest, ok, n, 1, PAGE, PR, NP)
+    p2, g2 = _page_entry(bt_row, start, key_end, lowest, ok, n, 2, PAGE, PR, NP)
+    p3, g3 = _page_entry(bt_row, start, key_end, lowest, ok, n, 3, PAGE, PR, NP)
+    p4, g4 = _page_entry(bt_row, start, key_end, lowest, ok, n, 4, PAGE, PR, NP)
+    p5, g5 = _page_entry(bt_row, start, key_end, lowest, ok, n, 5, PAGE, PR, NP)
+    p6, g6 = _page_entry(bt_row, start, key_end, lowest, ok, n, 6, PAGE, PR, NP)
+    p7, g7 = _page_entry(bt_row, start, key_end, lowest, ok, n, 7, PAGE, PR, NP)
+    return (p0, p1, p2, p3, p4, p5, p6, p7), (g0, g1, g2, g3, g4, g5, g6, g7)
 
 
 @gluon.jit

@@ -34,7 +34,9 @@ An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the
 stage), and the four warps read them straight into registers, widen them there to fp16
 (exactly, one packed conversion a pair) and take the products by mma.sync, so no widened
 tile is written to shared memory (writing one cost most of fp8's gain: the fp8-hopper-decode
-results). Each warp owns a quarter of every tile, 16 keys, and keeps its own softmax state
+results). A stage holds a tile of 128 keys (config.hopper_decode_config), taken as two
+64-key sub-tiles in key order, the stage released after the second's reads. Each warp owns a
+quarter of every sub-tile, 16 keys, and keeps its own softmax state
 over its keys (the scores batched by warp: :func:`_fp8_layout`); the four states merge once
 at the end. A program's rows are 16 query heads of the group (mma.sync's M), a larger group
 taking several programs a KV head (head blocks, side by side on the grid). K's fragment
@@ -46,7 +48,7 @@ not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
-divided by 64, no sparse keys; :func:`unsupported` says why a launch cannot take it.
+divided by the tile (64 keys, over fp8 128), no sparse keys; :func:`unsupported` says why a launch cannot take it.
 """
 
 import functools
@@ -65,7 +67,7 @@ from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_
                      tile_pages, uniform, weights, wgmma_layout)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
-from .config import HopperDecodeConfig
+from .config import HopperDecodeConfig, hopper_decode_config
 from .merge import split_scratch
 
 # The head dims the kernel is written for; its tiling is a frozen config of the plan
@@ -262,18 +264,21 @@ def _output_order(o, BM: gl.constexpr, D: gl.constexpr):
 
 @gluon.jit
 def _consume_fp8(q_smem, ring, store, split, rule, flags):
-    """The four warps over an fp8 cache: each tile's K and V read from the ring into
-    registers and widened there once its copies have landed, the stage released to the
-    producer, then each warp's scores, softmax and P @ V over its 16 keys; at the end the
-    warps' states merged and the output (or the split's partial) stored."""
+    """The four warps over an fp8 cache: for each 64-key sub-tile of a stage's tile, its K
+    and V read from the ring into registers and widened there once the copies have landed
+    (the stage released to the producer after the last sub-tile's reads), then each warp's
+    scores, softmax and P @ V over its 16 keys; at the end the warps' states merged and the
+    output (or the split's partial) stored."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
     STAGES: gl.constexpr = flags.STAGES
-    KW: gl.constexpr = BN // 4  # keys a warp a tile
-    # The read layouts (_k_read, _v_read) are written for 64-key tiles, 16 keys and 16 query
-    # rows a warp.
-    gl.static_assert(BN == 64 and BM == 16, "the fp8 decode path takes 64-key tiles, 16 rows")
+    SUB: gl.constexpr = 64  # keys a sub-tile: what the read layouts take
+    KW: gl.constexpr = SUB // 4  # keys a warp a sub-tile
+    # The read layouts (_k_read, _v_read) are written for 64-key sub-tiles, 16 keys and 16
+    # query rows a warp; a ring tile holds one or more sub-tiles.
+    gl.static_assert(BN % SUB == 0 and BM == 16,
+                     "the fp8 decode path takes tiles of 64-key sub-tiles, 16 rows")
     seq_len, lo = uniform(split.seq_len), uniform(split.lo)
     t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
     mma: gl.constexpr = _fp8_layout()
@@ -285,7 +290,7 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     q_read: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     q = _head_dim_order(gl.reshape(q_smem.load(q_read), [1, BM, D]))
     q, _ = gl.broadcast(gl.convert_layout(q, a_layout), gl.zeros([4, BM, D], gl.float16, a_layout))
-    # Warp w's keys of a tile, from its first: w * KW + column (scores) and + row (V).
+    # Warp w's keys of a sub-tile, from its first: w * KW + column (scores) and + row (V).
     s_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, rows3))[:, None, None]
               + gl.arange(0, KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, mma)))[None, None, :])
     v_rows: gl.constexpr = gl.SliceLayout(2, b_layout)
@@ -297,32 +302,39 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     s_zero = gl.zeros([4, BM, KW], gl.float32, layout=mma)
     i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
-        key0 = j * BN
-        if _has_work(key0, lo, seq_len, BN, flags.SKIP):
+        if _has_work(j * BN, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
             phase = (i // STAGES) & 1
-            mbarrier.wait(ring.bar_k.index(st), phase)
-            k = _k_operand(ring.k_smem.index(st), D, b_layout)
-            mbarrier.wait(ring.bar_v.index(st), phase)
-            v = _v_operand(ring.v_smem.index(st), D, b_layout)
-            # The reads ordered before the copy engine's next writes to the stage (another
-            # proxy), then the stage released once every warp has read it.
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(ring.empty.index(st))
-            s = mma_v2(q, k, s_zero)
-            if (key0 >= lo) & (key0 + BN <= seq_len):
-                m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
-                                             False, AXIS=2)
-            else:
-                # V's rows outside the keys 0 (unwritten rows: NaN times a weight of 0).
-                keys = key0 + s_keys
-                m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
-                                             True, keep=(keys >= lo) & (keys < seq_len), AXIS=2)
-                keys = key0 + v_keys
-                v = gl.where((keys >= lo) & (keys < seq_len), v, gl.zeros_like(v))
-            acc = acc * gl.expand_dims(alpha, 2)
-            acc = mma_v2(gl.convert_layout(p.to(gl.float16), a_layout), v, acc)
+            # Every sub-tile of the tile, in key order (a sub-tile with no visible key is
+            # computed under the mask: no weight, the same bits as leaving it out).
+            for h in gl.static_range(BN // SUB):
+                key0 = j * BN + h * SUB
+                if h == 0:
+                    mbarrier.wait(ring.bar_k.index(st), phase)
+                k = _k_operand(ring.k_smem.index(st).slice(h * SUB, SUB), D, b_layout)
+                if h == 0:
+                    mbarrier.wait(ring.bar_v.index(st), phase)
+                v = _v_operand(ring.v_smem.index(st).slice(h * SUB, SUB), D, b_layout)
+                if h == BN // SUB - 1:
+                    # The reads ordered before the copy engine's next writes to the stage
+                    # (another proxy), then the stage released once every warp has read it.
+                    fence_async_shared()
+                    gl.thread_barrier()
+                    mbarrier.arrive(ring.empty.index(st))
+                s = mma_v2(q, k, s_zero)
+                if (key0 >= lo) & (key0 + SUB <= seq_len):
+                    m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
+                                                 False, AXIS=2)
+                else:
+                    # V's rows outside the keys 0 (unwritten rows: NaN times a weight of 0).
+                    keys = key0 + s_keys
+                    m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
+                                                 True, keep=(keys >= lo) & (keys < seq_len),
+                                                 AXIS=2)
+                    keys = key0 + v_keys
+                    v = gl.where((keys >= lo) & (keys < seq_len), v, gl.zeros_like(v))
+                acc = acc * gl.expand_dims(alpha, 2)
+                acc = mma_v2(gl.convert_layout(p.to(gl.float16), a_layout), v, acc)
             i += 1
 
     # The warps' states merged (a warp that saw no key holds m = -inf, l = 0, acc = 0).
@@ -506,9 +518,10 @@ def _hopper_decode_kernel(
 # Host side.
 # --------------------------------------------------------------------------------------
 
-def takes_shape(head_dim, head_dim_v, group, page_size):
-    """Whether the path takes these sizes (a pure function: the plan asks it too)."""
-    rows, block_n = HopperDecodeConfig.block_h, HopperDecodeConfig.block_n  # every head dim's
+def takes_shape(head_dim, head_dim_v, group, page_size, block_n=HopperDecodeConfig.block_n):
+    """Whether the path takes these sizes with tiles of ``block_n`` keys (a pure function:
+    the plan asks it too)."""
+    rows = HopperDecodeConfig.block_h  # every head dim's (over fp8 the group in head blocks)
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > rows or page_size % 16:
         return False
     if page_size < block_n:
@@ -528,10 +541,11 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=
         return f"it takes fp16 or bf16, got {dtype}"
     if kv_dtype not in (None, dtype) + FP8_DTYPES:
         return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
-    if not takes_shape(head_dim, head_dim_v, group, page_size):
+    block_n = hopper_decode_config(head_dim, dtype, kv_dtype).block_n
+    if not takes_shape(head_dim, head_dim_v, group, page_size, block_n):
         return (f"it needs D = Dv in {HEAD_DIMS}, at most {HopperDecodeConfig.block_h} query "
                 f"heads a KV head and page_size a multiple of 16 that divides or is divided by "
-                f"{HopperDecodeConfig.block_n}")
+                f"{block_n} (its tile{', over fp8' if kv_dtype in FP8_DTYPES else ''})")
     return None
 
 
