@@ -219,8 +219,9 @@ class HopperDecodeConfig:
     block_n: int = 64  # keys a tile
     num_stages: int = 2  # K/V ring stages
     num_warps: int = 4  # one warpgroup
-    # 128 registers a thread at launch (the warpgroup then takes 232 by setmaxnreg, the
-    # producer producer_regs), so the registers hold two programs an SM.
+    # 128 registers a thread at launch (by setmaxnreg the producer then takes producer_regs
+    # and the warpgroup the rest: 232 beside 24, 224 beside 32), so the registers hold two
+    # programs an SM.
     maxnreg: int = 128
     producer_regs: int = 24
     # The plan takes this path for windows of min_keys keys or more (and full attention):

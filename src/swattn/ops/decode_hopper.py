@@ -48,7 +48,8 @@ not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
-divided by the tile (64 keys, over fp8 128), no sparse keys; :func:`unsupported` says why a launch cannot take it.
+divided by the tile (64 keys, over fp8 128), no sparse keys; :func:`unsupported` says why a
+launch cannot take it.
 """
 
 import functools
