@@ -179,7 +179,8 @@ def test_fp8_scales_default_to_one():
 @pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
 def test_new_rows_are_what_write_kv_stores(fp8):
     """The Hopper extend path over an fp8 cache reads the new keys and values from rows
-    quantized before it (ops.cache.NewRowsLaunch): the bits write_kv stores for them."""
+    quantized before it (ops.cache.NewRowsLaunch): the bits write_kv stores for them, or
+    their values in fp16."""
     from swattn.ops.cache import NewRowsLaunch
     g = torch.Generator().manual_seed(41)
     tokens, heads, d, dv = 7, 3, 24, 20
@@ -197,6 +198,14 @@ def test_new_rows_are_what_write_kv_stores(fp8):
                     k_scale=k_scale, v_scale=v_scale)
     assert torch.equal(k_rows.view(torch.uint8), k_cache[:, 0].view(torch.uint8))
     assert torch.equal(v_rows.view(torch.uint8), v_cache[:, 0].view(torch.uint8))
+    # As fp16 rows holding the fp8 values (what the default products' copies read): the
+    # same values, exactly (the cache's NaN-free rows: every fp8 value is an fp16 one).
+    k16 = torch.full((tokens, heads, d), float("nan"), device=DEVICE, dtype=torch.float16)
+    v16 = torch.full((tokens, heads, dv), float("nan"), device=DEVICE, dtype=torch.float16)
+    NewRowsLaunch(heads, d, dv, (1, 0), (torch.float16, torch.float16, fp8), fp8)(
+        k, v, k16, v16, (k_scale, v_scale))
+    assert torch.equal(k16, k_cache[:, 0].to(torch.float16))
+    assert torch.equal(v16, v_cache[:, 0].to(torch.float16))
 
 
 def _fp8_extend_inputs(case, fp8, per_head):

@@ -21,6 +21,7 @@ from ._launch import Launch
 from ._validate import FP8_DTYPES, check_tensor
 
 _UNITS = {}  # device -> a float32 1.0 there: the scale of an fp8 cache given none
+_TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e5m2: tl.float8e5}
 
 
 def unit_scale(device):
@@ -39,7 +40,9 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
                      page_size, num_kv_heads, num_slots,
                      D: tl.constexpr, DV: tl.constexpr, BLOCK_H: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, K_SCALE_STRIDE: tl.constexpr,
-                     V_SCALE_STRIDE: tl.constexpr):
+                     V_SCALE_STRIDE: tl.constexpr, CODES: tl.constexpr = None):
+    # CODES (NewRowsLaunch): the fp8 format whose values go to fp16 rows (else None: the
+    # rows are stored in K_cache's type).
     i_t = tl.program_id(0).to(tl.int64)
     if slot_mapping is None:
         slot = i_t  # token t to slot t (NewRowsLaunch)
@@ -55,7 +58,12 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
         m_v = (o_h < num_kv_heads)[:, None] & (o_dv < DV)[None, :]
         b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :], mask=m_k)  # [BH, BD]
         b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :], mask=m_v)  # [BH, BDV]
-        if K_cache.dtype.element_ty.is_fp8():
+        if CODES is not None:
+            ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
+            vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
+            b_k = fp8_cached(b_k, ks[:, None], CODES).to(tl.float16)
+            b_v = fp8_cached(b_v, vs[:, None], CODES).to(tl.float16)
+        elif K_cache.dtype.element_ty.is_fp8():
             ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
             vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
             b_k = fp8_cached(b_k, ks[:, None], K_cache.dtype.element_ty)
@@ -118,17 +126,20 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
 
 class NewRowsLaunch:
     """The new tokens' ``k``/``v`` ``[T, Hkv, D | Dv]`` as an fp8 cache stores them, into
-    ``[T, Hkv, D | Dv]`` buffers of the cache's dtype (row t: token t): write_kv's kernel,
-    for an extend whose kernel then reads the new keys as it reads the cache's (the Hopper
-    path). Bound once for a plan's shape and scale strides; a call launches without a host
-    sync and returns what ``ops._launch.relaunch`` takes, or None."""
+    ``[T, Hkv, D | Dv]`` buffers (row t: token t): write_kv's kernel, for an extend whose
+    kernel then reads the new keys as it reads the cache's (the Hopper path). The buffers
+    are of the cache's dtype (``dtypes``: the queries', the cache's), or with ``codes``
+    (the cache's fp8 dtype) fp16 holding the same values (exact: every e4m3 and e5m2 value
+    is an fp16 one). Bound once for a plan's shape and scale strides; a call launches
+    without a host sync and returns what ``ops._launch.relaunch`` takes, or None."""
 
-    def __init__(self, num_kv_heads, head_dim, head_dim_v, scale_strides, dtypes):
+    def __init__(self, num_kv_heads, head_dim, head_dim_v, scale_strides, dtypes, codes=None):
         fixed = dict(slot_mapping=None, page_size=1, num_kv_heads=num_kv_heads, D=head_dim,
                      DV=head_dim_v, BLOCK_H=triton.next_power_of_2(num_kv_heads),
                      BLOCK_D=triton.next_power_of_2(head_dim),
                      BLOCK_DV=triton.next_power_of_2(head_dim_v),
-                     K_SCALE_STRIDE=scale_strides[0], V_SCALE_STRIDE=scale_strides[1])
+                     K_SCALE_STRIDE=scale_strides[0], V_SCALE_STRIDE=scale_strides[1],
+                     CODES=None if codes is None else _TL_FP8[codes])
         self.launch = Launch(_write_kv_kernel, fixed, {},
                              ("K", "V", "K_cache", "V_cache", "k_scale", "v_scale"),
                              ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",

@@ -35,13 +35,18 @@ overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) 
 compute them under the mask (none).
 
 An fp8 cache (e4m3fn or e5m2, value / scale) runs warp-specialized with converter warps
-beside the producer. The new keys and values come quantized as the cache stores them (the
-launch before, ops.cache.NewRowsLaunch: once, not once a query head and block), so every
-tile is fp8: a ring stage keeps its 16-bit size, a tile's copies land as fp8 in its upper
-half, and the converter widens it (exactly) in place to the fp16 tile the warpgroup reads,
-handing the stage over on its own barriers. The products then run in fp16 (a bf16 query
-tile converted once), K's scale joins qk_scale and V's multiplies the output. The copy
-engine pads fp8 with zeros only, so a page not copied reads rows of fp8 NaN for K
+beside the producer. The new keys and values come quantized as the cache stores them, as
+fp16 rows holding those values (the launch before, ops.cache.NewRowsLaunch: once, not
+once a query head and block), so a new tokens' tile is copied into its stage as over a
+16-bit cache and the converter hands it over as it lands. A cache tile's copies land as
+fp8 in the upper half of its stage (a stage keeps its 16-bit size), and the converter
+widens it (exactly) in place to the fp16 tile the warpgroup reads, handing the stage over
+on its own barriers. Widening costs the SM's shared-memory port the fp8 tile's write and
+read beside the fp16 tile's write, and B's tiles are bound by that port: a tile widened
+takes about 1.5x a 16-bit tile's time, a copied fp16 tile none more (the
+fp8-extend-new-rows results). The products run in fp16 (a bf16 query tile converted
+once), K's scale joins qk_scale and V's multiplies the output. The copy engine pads fp8
+with zeros only, so a page not copied reads rows of fp8 NaN for K
 (``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
 kernel's.
 
@@ -52,7 +57,8 @@ joining the row's scores' scale); P @ V the weights, times 256 in e4m3 (:data:`P
 their own registers (:func:`_key_order`), against V tiles the converter transposes
 (:func:`_transpose`: fp8 products read B with the keys contiguous). Relative error a few
 1e-2 against the reference over the same cache, within 1% to 8% of bf16's time on B where the
-default fp8 path takes 1.5x it (the fp8-extend-products results).
+default fp8 path then took 1.5x it (the fp8-extend-products results). Its new rows stay fp8
+(the products read them as they are).
 
 A program of 128 rows (config.HOPPER_EXTEND_128_ROWS: two warpgroups sharing each K/V tile,
 one program an SM) is a config of the plan, not the default: on B it ran 1.21x slower than 64
@@ -579,13 +585,15 @@ def _stage(bufs, st, flags):
 
 
 @gluon.jit
-def _produce(descs, ring, walk, at, flags):
+def _produce(descs, ring, walk, at, flags, wide):
     """The producer warp of a warp-specialized program (WS): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
     first round passes at once), its block-table entries loaded just before. Over an fp8
-    cache ``ring`` holds the stages' fp8 views. The arguments come through shared
-    memory: made warp-uniform again (_gluon.uniform)."""
+    cache ``ring`` holds the stages' fp8 views, and with the default products a new
+    tokens' tile (fp16 rows holding fp8 values) is copied whole into the 16-bit stage
+    of ``wide`` (else ``ring`` itself). The arguments come through shared memory: made
+    warp-uniform again (_gluon.uniform)."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     n, n1, lo1, lo2 = uniform(walk.n), uniform(walk.n1), uniform(walk.lo1), uniform(walk.lo2)
@@ -599,37 +607,68 @@ def _produce(descs, ring, walk, at, flags):
                                   flags.PAGE, flags.PR, flags.NP)
         # Over an fp8 cache K's pages not copied read the poison rows (else None).
         mbarrier.wait(ring.empty_k.index(st), free)
-        issue(descs.k, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags), True,
-              is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-              flags.NP, BN, flags.D, descs.poison)
+        if flags.FP8 and not flags.F8P:
+            if is_new:
+                _issue_rows(descs.k, ring.bar_k.index(st), wide.k_smem.index(st),
+                            at.row0 + start, at.col)
+            else:
+                issue(descs.kc, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags),
+                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                      flags.PR, flags.NP, BN, flags.D, descs.poison)
+        else:
+            issue(descs.k, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags), True,
+                  is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                  flags.NP, BN, flags.D, descs.poison)
         mbarrier.wait(ring.empty_v.index(st), free)
-        issue(descs.v, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags), True,
-              is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-              flags.NP, BN, flags.D)
+        if flags.FP8 and not flags.F8P:
+            if is_new:
+                _issue_rows(descs.v, ring.bar_v.index(st), wide.v_smem.index(st),
+                            at.row0 + start, at.col)
+            else:
+                issue(descs.vc, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags),
+                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
+                      flags.PR, flags.NP, BN, flags.D)
+        else:
+            issue(descs.v, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags), True,
+                  is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                  flags.NP, BN, flags.D)
+
+
+@gluon.jit
+def _issue_rows(desc, bar, dest, row, col):
+    """The copy of a new tokens' tile (``dest``'s rows from ``row``) completing on ``bar``."""
+    mbarrier.expect(bar, dest.shape[0] * dest.shape[1] * (dest.dtype.primitive_bitwidth // 8))
+    tma.async_copy_global_to_shared(desc, [row, col], bar, dest)
 
 
 @gluon.jit
 def _convert(ring, wide, walk, flags):
-    """The converter warps (over an fp8 cache): tile j's K, then its V, widened in place
-    to the fp16 tile the warpgroup reads once its copy has landed (``ring``: the
+    """The converter warps (over an fp8 cache): a cache tile's K, then its V, widened in
+    place to the fp16 tile the warpgroup reads once its copy has landed (``ring``: the
     producer's barriers and fp8 views; ``wide``: the fp16 views and the barriers that hand
-    a tile over; _gluon.widen_in_place). The warpgroup releases a stage to the producer as
-    over a 16-bit cache: a stage is refilled only after its tiles were widened and used."""
+    a tile over; _gluon.widen_in_place); a new tokens' tile, copied as fp16, handed over
+    as it landed. The warpgroup releases a stage to the producer as over a 16-bit cache: a
+    stage is refilled only after its tiles were widened and used."""
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     D: gl.constexpr = flags.D
     WARPS: gl.constexpr = gl.num_warps()
+    n1 = uniform(walk.n1)
     for j in range(uniform(walk.n)):
         st = j % STAGES
         phase = (j // STAGES) & 1
         mbarrier.wait(ring.bar_k.index(st), phase)
-        widen_in_place(ring.k_smem.index(st).slice(BN, BN), wide.k_smem.index(st), BN, D, WARPS)
-        fence_async_shared()
+        if j < n1:
+            widen_in_place(ring.k_smem.index(st).slice(BN, BN), wide.k_smem.index(st), BN, D,
+                           WARPS)
+            fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(wide.bar_k.index(st))
         mbarrier.wait(ring.bar_v.index(st), phase)
-        widen_in_place(ring.v_smem.index(st).slice(BN, BN), wide.v_smem.index(st), BN, D, WARPS)
-        fence_async_shared()
+        if j < n1:
+            widen_in_place(ring.v_smem.index(st).slice(BN, BN), wide.v_smem.index(st), BN, D,
+                           WARPS)
+            fence_async_shared()
         gl.thread_barrier()
         mbarrier.arrive(wide.bar_v.index(st))
 
@@ -800,7 +839,7 @@ def _hopper_extend_kernel(
                                                     empty_v), descs, at, walk, mids,
                            Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
                            flags)),
-                (_produce, (descs, copies, walk, at, flags)),
+                (_produce, (descs, copies, walk, at, flags, copies)),
                 (_transpose, (copies, vt_smem, full_v, walk, flags)),
             ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
         else:
@@ -812,7 +851,7 @@ def _hopper_extend_kernel(
                 (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
                            Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
                            flags)),
-                (_produce, (descs, copies, walk, at, flags)),
+                (_produce, (descs, copies, walk, at, flags, wide)),
                 (_convert, (copies, wide, walk, flags)),
             ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
         for i in gl.static_range(STAGES):
@@ -823,7 +862,7 @@ def _hopper_extend_kernel(
         # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
             (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
-            (_produce, (descs, ring, walk, at, flags)),
+            (_produce, (descs, ring, walk, at, flags, ring)),
         ], [1], [PRODUCER_REGS])
     else:
         for i in gl.static_range(STAGES):

@@ -120,20 +120,25 @@ class ExtendPlan(Plan):
     def _new_rows(self, k, v, scales, strides):
         """The Hopper path over an fp8 cache: ``(k rows, v rows, the launch's ready)``, the
         new rows as the cache stores them (ops.cache.NewRowsLaunch) in buffers kept for
-        the run's row count and device with the plan's launches (a relaunch reuses them)."""
+        the run's row count and device with the plan's launches (a relaunch reuses them):
+        fp16 holding the fp8 values, copied into the ring as they are, or with fp8 products
+        fp8, the products' operands."""
         from ..ops.cache import NewRowsLaunch
         s = self.spec
+        fp16 = not s.config.fp8_products
+        rows_dtype = torch.float16 if fp16 else self.kv_dtype
         rows = self._launches.get(("new rows", k.shape[0], k.device))
         if rows is None:
             rows = self._launches[("new rows", k.shape[0], k.device)] = (
-                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim, dtype=self.kv_dtype,
+                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim, dtype=rows_dtype,
                             device=k.device),
-                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim_v, dtype=self.kv_dtype,
+                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim_v, dtype=rows_dtype,
                             device=k.device))
         launch = self._launches.get(("quantize", strides))
         if launch is None:
             launch = self._launches[("quantize", strides)] = NewRowsLaunch(
-                s.num_kv_heads, s.head_dim, s.head_dim_v, strides, (self.dtype, self.kv_dtype))
+                s.num_kv_heads, s.head_dim, s.head_dim_v, strides,
+                (self.dtype, rows_dtype, self.kv_dtype), self.kv_dtype if fp16 else None)
         return (*rows, launch(k, v, *rows, scales))
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):

@@ -206,7 +206,9 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     cfg = config or hopper_extend_config(head_dim, torch_dtype)
     t = torch.empty(4 * cfg.block_m, 2, head_dim, dtype=torch_dtype)
     cache = torch.empty(8, page_size, 2, head_dim, dtype=kv_dtype or torch_dtype)
-    new = t if kv_dtype is None else t.to(kv_dtype)  # the new rows as the cache stores them
+    # The new rows as the plan hands them over: fp16 holding the fp8 values, or with fp8
+    # products fp8.
+    new = t if kv_dtype is None else t.to(kv_dtype if cfg.fp8_products else torch.float16)
     descs = hopper.descriptors(cfg, t, new, new, cache, cache)
     assert isinstance(descs, tuple), descs
     fp8 = kv_dtype is not None
