@@ -55,6 +55,12 @@ CASES = [
 ]
 
 
+# The CPU ranks run under the interpreter, which a process with a GPU does not set up: on
+# a GPU machine test_gpu_parallel_on_one_gpu_over_gloo runs the ranks' kernels instead.
+cpu_only = pytest.mark.skipif(DEVICE == "cuda", reason="CPU ranks (the CPU suite runs these)")
+
+
+@cpu_only
 @pytest.mark.parametrize("case, world", CASES)
 def test_parallel_equals_the_single_process_call(case, world):
     results = _run(case, world)
@@ -120,6 +126,7 @@ def test_run_bounds_hold_for_every_full_window(layout, world):
                 assert (fewest, most) == (min(counts), max(counts))
 
 
+@cpu_only
 def test_the_parallel_benchmark_runs_its_ranks():
     """scripts/parallel_bench.py on 2 gloo ranks (tiny sizes): a row a rank and workload,
     kernel and merge times apart, each rank's share of one GPU's keys, and under a window a

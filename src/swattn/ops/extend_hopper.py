@@ -43,7 +43,8 @@ fp8 in the upper half of its stage (a stage keeps its 16-bit size), and the conv
 widens it (exactly) in place to the fp16 tile the warpgroup reads, handing the stage over
 on its own barriers. Widening costs the SM's shared-memory port the fp8 tile's write and
 read beside the fp16 tile's write, and B's tiles are bound by that port: a tile widened
-takes about 1.5x a 16-bit tile's time, a copied fp16 tile none more (the
+takes about 1.5x a 16-bit tile's time, a copied fp16 tile a 16-bit tile's (B at P0, all new
+tiles, within 0.6% of bf16; at P8192, a quarter of its tiles the prefix's, 1.12x: the
 fp8-extend-new-rows results). The products run in fp16 (a bf16 query tile converted
 once), K's scale joins qk_scale and V's multiplies the output. The copy engine pads fp8
 with zeros only, so a page not copied reads rows of fp8 NaN for K
@@ -607,31 +608,33 @@ def _produce(descs, ring, walk, at, flags, wide):
                                   flags.PAGE, flags.PR, flags.NP)
         # Over an fp8 cache K's pages not copied read the poison rows (else None).
         mbarrier.wait(ring.empty_k.index(st), free)
-        if flags.FP8 and not flags.F8P:
-            if is_new:
-                _issue_rows(descs.k, ring.bar_k.index(st), wide.k_smem.index(st),
-                            at.row0 + start, at.col)
-            else:
-                issue(descs.kc, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags),
-                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                      flags.PR, flags.NP, BN, flags.D, descs.poison)
-        else:
-            issue(descs.k, descs.kc, ring.bar_k.index(st), _stage(ring.k_smem, st, flags), True,
-                  is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                  flags.NP, BN, flags.D, descs.poison)
+        _copy_tile(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem, wide.k_smem, st, is_new,
+                   start, pages, valid, at, flags, descs.poison)
         mbarrier.wait(ring.empty_v.index(st), free)
-        if flags.FP8 and not flags.F8P:
-            if is_new:
-                _issue_rows(descs.v, ring.bar_v.index(st), wide.v_smem.index(st),
-                            at.row0 + start, at.col)
-            else:
-                issue(descs.vc, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags),
-                      True, False, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE,
-                      flags.PR, flags.NP, BN, flags.D)
+        _copy_tile(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem, wide.v_smem, st, is_new,
+                   start, pages, valid, at, flags, None)
+
+
+@gluon.jit
+def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, valid, at, flags,
+               poison):
+    """Tile j's K or V copies into ring stage ``st`` (_gluon.issue; ``bufs``: the producer's
+    stages, ``wide``: the 16-bit ones). Over an fp8 cache with the default products a new
+    tokens' tile goes whole into the 16-bit stage and a cache tile's pages into the fp8
+    view of its upper half."""
+    if flags.FP8 and not flags.F8P:
+        if is_new:
+            _issue_rows(new_desc, bar, wide.index(st), at.row0 + start, at.col)
         else:
-            issue(descs.v, descs.vc, ring.bar_v.index(st), _stage(ring.v_smem, st, flags), True,
-                  is_new, start, at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                  flags.NP, BN, flags.D)
+            # The cache's descriptor in the new rows' place too: the copies of a branch not
+            # taken still compile against the stage's type.
+            issue(cache_desc, cache_desc, bar, _stage(bufs, st, flags), True, False, start,
+                  at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP,
+                  flags.BN, flags.D, poison)
+    else:
+        issue(new_desc, cache_desc, bar, _stage(bufs, st, flags), True, is_new, start, at.row0,
+              at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D,
+              poison)
 
 
 @gluon.jit
