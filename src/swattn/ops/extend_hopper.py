@@ -624,7 +624,8 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
     view of its upper half."""
     if flags.FP8 and not flags.F8P:
         if is_new:
-            _issue_rows(new_desc, bar, wide.index(st), at.row0 + start, at.col)
+            issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
+                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
         else:
             # The cache's descriptor in the new rows' place too: the copies of a branch not
             # taken still compile against the stage's type.
@@ -635,13 +636,6 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
         issue(new_desc, cache_desc, bar, _stage(bufs, st, flags), True, is_new, start, at.row0,
               at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D,
               poison)
-
-
-@gluon.jit
-def _issue_rows(desc, bar, dest, row, col):
-    """The copy of a new tokens' tile (``dest``'s rows from ``row``) completing on ``bar``."""
-    mbarrier.expect(bar, dest.shape[0] * dest.shape[1] * (dest.dtype.primitive_bitwidth // 8))
-    tma.async_copy_global_to_shared(desc, [row, col], bar, dest)
 
 
 @gluon.jit
