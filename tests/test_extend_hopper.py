@@ -38,6 +38,11 @@ variants += [dict(config=f8p(128), kv_dtype=e4m3),
                   USE_SOFTCAP=True, RETURN_LSE=True),
              dict(config=f8p(128, **HOPPER_EXTEND_128_ROWS), kv_dtype=e5m2, bounds="skip",
                   page_size=128)]
+# Over an fp8 cache with the window's prefix widened before the kernel: every tile 16-bit.
+prefix_rows = lambda d: replace(hopper_extend_config(d, torch.bfloat16), prefix_rows=True)
+variants += [dict(config=prefix_rows(128), kv_dtype=e4m3),
+             dict(config=prefix_rows(64), kv_dtype=e5m2, head_dim=64, bounds="none",
+                  HAS_SINKS=True, RETURN_LSE=True)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c.stack)
@@ -58,7 +63,10 @@ for flags in variants:
         # register halves: carried as bf16 across the two loops, the weights were swapped
         # and swapped back every step (32 PRMT; 4% of B's time).
         assert not any("PRMT" in i for i in min(loops, key=len)), flags
-    if "kv_dtype" in flags and not getattr(flags.get("config"), "fp8_products", False):
+    if getattr(flags.get("config"), "prefix_rows", False):
+        # Nothing widened in the kernel: the prefix's rows and the new ones come as fp16.
+        assert "cvt.rn.f16x2.e" not in ptx, flags
+    elif "kv_dtype" in flags and not getattr(flags.get("config"), "fp8_products", False):
         # The widening: packed conversions, a pair of fp8 values to fp16 an instruction.
         assert "cvt.rn.f16x2.e" in ptx, flags
     elif "kv_dtype" in flags:
@@ -153,3 +161,23 @@ def test_descriptors_say_when_the_copy_engine_cannot_take_the_strides():
     assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), heads, v.cpu(), kc.cpu(), vc.cpu()), tuple)
     odd = torch.zeros(k.shape[0], 2, 72, dtype=torch.bfloat16)[..., :64]
     assert "strides" in extend_hopper.descriptors(cfg, q.cpu(), odd, v.cpu(), kc.cpu(), vc.cpu())
+
+
+def test_fp8_plans_widen_a_windows_prefix_before_the_kernel_when_it_is_small():
+    """Over an fp8 cache under a window (default products) the plan widens each sequence's
+    visible prefix into fp16 rows before the kernel when those rows (window + a tile a
+    sequence) are at most twice its new rows; full attention, fp8 products, new keys only
+    and a one-shot plan (no max_tokens) keep the kernel's widening."""
+    from dataclasses import replace
+
+    from swattn.ops.config import hopper_extend_config
+    from swattn.plan.extend import _prefix_rows
+    cfg = hopper_extend_config(128, torch.bfloat16)
+    e4m3 = torch.float8_e4m3fn
+    assert _prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192)  # B: 4 x 4159 rows
+    assert not _prefix_rows(cfg, e4m3, 4095, "all", 64, 64 * 128)  # short chunks, long window
+    assert not _prefix_rows(cfg, e4m3, None, "all", 4, 4 * 8192)
+    assert not _prefix_rows(cfg, torch.bfloat16, 4095, "all", 4, 4 * 8192)
+    assert not _prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
+    assert not _prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
+    assert not _prefix_rows(cfg, e4m3, 4095, "all", 4, None)

@@ -478,3 +478,42 @@ def test_an_fp8_cache_takes_128_key_tiles_at_d128():
     assert decode_config(128, 128, 4, bf16, "cuda", e4m3).block_n == 128
     assert decode_config(128, 128, 4, bf16, "cuda").block_n == 64
     assert decode_config(576, 512, 64, bf16, "cuda", e4m3).block_n == 32  # 128 spilled there
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+def test_prefix_rows_are_the_window_widened(fp8):
+    """The Hopper extend path under a window widens each sequence's visible prefix into
+    fp16 rows before the kernel (ops.cache.PrefixRowsLaunch): from the first key tile the
+    first new token sees to the prefix end, sequence after sequence; a position below the
+    window (its entry not read), or on a page that is not one of the cache's, reads K NaN
+    and V 0."""
+    from swattn.ops.cache import PrefixRowsLaunch, prefix_rows_base
+    g = torch.Generator().manual_seed(43)
+    heads, d, dv, page, window, bn = 2, 24, 20, 4, 9, 8
+    prefix = [23, 0, 5, 14]
+    num_pages = 30
+    k_cache = (torch.randn(num_pages, page, heads, d, generator=g) * 4).to(fp8).to(DEVICE)
+    v_cache = torch.randn(num_pages, page, heads, dv, generator=g).to(fp8).to(DEVICE)
+    # Every entry a page of the cache, below the windows too (a row read there would come
+    # out finite), but one bad entry inside sequence 3's window.
+    table = torch.randperm(num_pages, generator=g)[:4 * 6].view(4, 6).to(torch.int32)
+    table[3, 3] = num_pages + 5
+    table = table.to(DEVICE)
+    launch = PrefixRowsLaunch(len(prefix), page, heads, d, dv, window, bn,
+                              (fp8, torch.int32, torch.float16))
+    k_rows = torch.full((launch.capacity(), heads, d), 7.0, dtype=torch.float16, device=DEVICE)
+    v_rows = torch.full((launch.capacity(), heads, dv), 7.0, dtype=torch.float16, device=DEVICE)
+    launch(k_cache, v_cache, table, torch.tensor(prefix, dtype=torch.int32, device=DEVICE),
+           k_rows, v_rows)
+    row = 0
+    for i, p in enumerate(prefix):
+        for pos in range(prefix_rows_base(p, window, bn), p):
+            entry = int(table[i, pos // page])
+            if pos >= p - window and 0 <= entry < num_pages:
+                want_k = k_cache[entry, pos % page].to(torch.float16)
+                want_v = v_cache[entry, pos % page].to(torch.float16)
+                assert torch.equal(k_rows[row], want_k) and torch.equal(v_rows[row], want_v)
+            else:
+                assert torch.isnan(k_rows[row]).all() and (v_rows[row] == 0).all(), (i, pos)
+            row += 1
+    assert (k_rows[row:] == 7.0).all() and (v_rows[row:] == 7.0).all()  # nothing past them

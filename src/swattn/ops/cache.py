@@ -154,3 +154,91 @@ class NewRowsLaunch:
         ks, vs, kr, vr = k.stride(), v.stride(), k_rows.stride(), v_rows.stride()
         return self.launch((tokens, 1, 1), (k, v, k_rows, v_rows, *scales),
                            (ks[0], ks[1], vs[0], vs[1], kr[0], 0, kr[1], vr[0], 0, vr[1], tokens))
+
+
+def prefix_rows_base(prefix_len, window_left, block_n):
+    """The first position of a sequence's prefix that PrefixRowsLaunch widens: the first
+    key tile (tiles of ``block_n`` aligned to 0) holding a key its first new token sees
+    (window.first_key_tile at the prefix end). The Hopper extend kernel computes the same
+    in its own dialect."""
+    return max(prefix_len - window_left, 0) // block_n * block_n
+
+
+@triton.jit
+def _prefix_rows_kernel(K_cache, V_cache, block_table, prefix_lens, K_rows, V_rows,
+                        stride_bt, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
+                        stride_vch, num_seqs, num_pages, window_left,
+                        PAGE: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
+                        DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+                        BLOCK_DV: tl.constexpr, BN: tl.constexpr, SEQS_POW2: tl.constexpr):
+    # Program (i, r): row r of sequence i's widened prefix, position base_i + r.
+    i_s = tl.program_id(0)
+    r = tl.program_id(1)
+    o_s = tl.arange(0, SEQS_POW2)
+    p_all = tl.load(prefix_lens + o_s, mask=o_s < num_seqs, other=0)
+    base_all = tl.maximum(p_all - window_left, 0) // BN * BN
+    first = tl.sum(tl.where(o_s < i_s, p_all - base_all, 0))  # the sequence's first row
+    p = tl.load(prefix_lens + i_s)
+    pos = tl.maximum(p - window_left, 0) // BN * BN + r
+    if pos < p:
+        # A row below the first new token's window (its tile's head) is never seen: its
+        # block-table entry is not read, and it is written as a page not read.
+        read = pos >= p - window_left
+        page = tl.load(block_table + i_s.to(tl.int64) * stride_bt + pos // PAGE, mask=read,
+                       other=-1)
+        ok = (page >= 0) & (page < num_pages)
+        page = page.to(tl.int64)
+        o_h = tl.arange(0, BLOCK_H)
+        o_d = tl.arange(0, BLOCK_D)
+        o_dv = tl.arange(0, BLOCK_DV)
+        m_k = (o_h < HKV)[:, None] & (o_d < D)[None, :]
+        m_v = (o_h < HKV)[:, None] & (o_dv < DV)[None, :]
+        b_k = tl.load(K_cache + page * stride_kcp + (pos % PAGE) * stride_kcs
+                      + o_h[:, None] * stride_kch + o_d[None, :], mask=m_k & ok)
+        b_v = tl.load(V_cache + page * stride_vcp + (pos % PAGE) * stride_vcs
+                      + o_h[:, None] * stride_vch + o_dv[None, :], mask=m_v & ok)
+        # A page not read: K NaN (the rows seeing it come out NaN), V 0 (a zero weight
+        # times NaN would be NaN), as the kernel's copies of a page left out read.
+        b_k = tl.where(ok, b_k.to(tl.float16), float("nan"))
+        b_v = tl.where(ok, b_v.to(tl.float16), 0.0)
+        row = (first + r).to(tl.int64)
+        tl.store(K_rows + (row * HKV + o_h[:, None]) * D + o_d[None, :], b_k, mask=m_k)
+        tl.store(V_rows + (row * HKV + o_h[:, None]) * DV + o_dv[None, :], b_v, mask=m_v)
+
+
+class PrefixRowsLaunch:
+    """The visible prefix of every sequence of an extend under a window, widened from an
+    fp8 cache into fp16 rows ``[rows, Hkv, D | Dv]`` (the same values, exactly): sequence
+    i's positions ``[prefix_rows_base(P_i), P_i)`` one after another, sequence after
+    sequence, for the Hopper extend kernel to copy as 16-bit tiles (its prefix's tiles
+    otherwise widened in shared memory: 1.5x a 16-bit tile's traffic). At most
+    ``window_left + block_n`` rows a sequence (:meth:`capacity`). Bound once for a plan;
+    a call launches on the plan's device lengths without a host sync and returns what
+    ``ops._launch.relaunch`` takes."""
+
+    def __init__(self, num_seqs, page_size, num_kv_heads, head_dim, head_dim_v, window_left,
+                 block_n, dtypes):
+        self.num_seqs, self.rows_per_seq = num_seqs, window_left + block_n
+        self.window_left = window_left
+        fixed = dict(PAGE=page_size, HKV=num_kv_heads, D=head_dim, DV=head_dim_v,
+                     BLOCK_H=triton.next_power_of_2(num_kv_heads),
+                     BLOCK_D=triton.next_power_of_2(head_dim),
+                     BLOCK_DV=triton.next_power_of_2(head_dim_v), BN=block_n,
+                     SEQS_POW2=max(triton.next_power_of_2(num_seqs), 2))
+        self.launch = Launch(_prefix_rows_kernel, fixed, {},
+                             ("K_cache", "V_cache", "block_table", "prefix_lens", "K_rows",
+                              "V_rows"),
+                             ("stride_bt", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
+                              "stride_vcs", "stride_vch", "num_seqs", "num_pages", "window_left"),
+                             dtypes)
+
+    def capacity(self):
+        """The rows the buffers need for any lengths of the plan's sequences."""
+        return self.num_seqs * self.rows_per_seq
+
+    def __call__(self, k_cache, v_cache, block_table, prefix_lens, k_rows, v_rows):
+        kc, vc = k_cache.stride(), v_cache.stride()
+        return self.launch((self.num_seqs, self.rows_per_seq, 1),
+                           (k_cache, v_cache, block_table, prefix_lens, k_rows, v_rows),
+                           (block_table.stride(0), kc[0], kc[1], kc[2], vc[0], vc[1], vc[2],
+                            self.num_seqs, k_cache.shape[0], self.window_left))

@@ -170,6 +170,10 @@ class HopperExtendConfig:
     # Over an fp8 cache, opt-in: the products in fp8 (e4m3 query rows and weights against
     # the cache's K and V as stored; ops.extend_hopper), the converter transposing V only.
     fp8_products: bool = False
+    # Over an fp8 cache under a window, the plan's choice (plan.extend): the window's visible
+    # prefix widened to fp16 rows before the kernel (ops.cache.PrefixRowsLaunch), every tile
+    # then copied as a 16-bit one.
+    prefix_rows: bool = False
 
     def __post_init__(self):
         if self.block_m not in (64, 128) or self.num_warps != self.block_m // 16:

@@ -45,7 +45,11 @@ on its own barriers. Widening costs the SM's shared-memory port the fp8 tile's w
 read beside the fp16 tile's write, and B's tiles are bound by that port: a tile widened
 takes about 1.5x a 16-bit tile's time, a copied fp16 tile a 16-bit tile's (B at P0, all new
 tiles, within 0.6% of bf16; at P8192, a quarter of its tiles the prefix's, 1.12x: the
-fp8-extend-new-rows results). The products run in fp16 (a bf16 query tile converted
+fp8-extend-new-rows results). Under a window a plan may widen the visible prefix before
+the kernel too (config ``prefix_rows``, ops.cache.PrefixRowsLaunch: the rows from each
+sequence's first visible tile to its prefix end, sequence after sequence, K NaN and V 0
+where a page is not read), and every tile is then copied as a 16-bit one, with no converter
+(``PREFIX_ROWS``). The products run in fp16 (a bf16 query tile converted
 once), K's scale joins qk_scale and V's multiplies the output. The copy engine pads fp8
 with zeros only, so a page not copied reads rows of fp8 NaN for K
 (``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
@@ -105,7 +109,8 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # The arguments the warpgroup and the producer share, bundled once by the kernel (a
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
-                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P")  # constexprs
+                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P "
+                         "PREFIX_ROWS")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
@@ -116,8 +121,10 @@ Ring = namedtuple("Ring", "k_smem v_smem bar_k bar_v empty_k empty_v")
 # TMA descriptors: new k/v, the cache's K/V, an fp8 cache's poison rows (else None).
 Descs = namedtuple("Descs", "k v kc vc poison")
 # Where copies read: the sequence's block-table row, its first token's row of k/v, the
-# head's column, the row past the cache's last (a copy left out reads it).
-CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row")
+# head's column, the row past the cache's last (a copy left out reads it), and with the
+# prefix's rows widened before the kernel (PREFIX_ROWS) the row holding position 0 of the
+# sequence's prefix (else 0).
+CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row prefix_row0")
 # The program's tile list: n tiles, n1 of them the cache's, each stage's first key, the
 # lengths, the lowest visible key.
 Walk = namedtuple("Walk", "n n1 lo1 lo2 prefix_len extend_len lowest")
@@ -622,7 +629,12 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
     stages, ``wide``: the 16-bit ones). Over an fp8 cache with the default products a new
     tokens' tile goes whole into the 16-bit stage and a cache tile's pages into the fp8
     view of its upper half."""
-    if flags.FP8 and not flags.F8P:
+    if flags.PREFIX_ROWS:
+        if is_new:
+            _issue_rows(new_desc, bar, wide.index(st), at.row0 + start, at.col)
+        else:
+            _issue_rows(cache_desc, bar, wide.index(st), at.prefix_row0 + start, at.col)
+    elif flags.FP8 and not flags.F8P:
         if is_new:
             issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
                   pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
@@ -718,6 +730,7 @@ def _hopper_extend_kernel(
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
     CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
+    PREFIX_ROWS: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -774,7 +787,10 @@ def _hopper_extend_kernel(
     # run in fp16; the query tile's layout, a 16-bit [BM, D] one, swizzles as a 16-bit
     # [BN, D] tile's: it depends on D and the element size only), and the copies land in
     # their fp8 views.
-    FP8: gl.constexpr = kc_desc.dtype.is_fp8()
+    # PREFIX_ROWS (over an fp8 cache, a window, the default products): the window's visible
+    # prefix was widened before the kernel into fp16 rows (ops.cache.PrefixRowsLaunch), which
+    # kc_desc/vc_desc then copy, as the new rows' descriptors do.
+    FP8: gl.constexpr = PREFIX_ROWS or kc_desc.dtype.is_fp8()
     # With fp8 products (FP8_PRODUCTS, over an fp8 cache): the products read the copies'
     # fp8 K tiles and the converter's transposed fp8 V tiles, and the query tile and the
     # weights are quantized to e4m3.
@@ -808,10 +824,18 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8, F8P)
+                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
-    at = CopyAt(bt_row, row0, col, oob_row)
+    prefix_row0 = 0
+    if PREFIX_ROWS:
+        # The sequences' widened prefixes lie one after another, each from its first
+        # sequence's lowest visible tile (ops.cache.prefix_rows_base).
+        p_all = gl.load(prefix_lens + o_seq, mask=m_seq, other=0)
+        base = gl.maximum(p_all - window_left, 0) // BN * BN
+        prefix_row0 = uniform(gl.sum(gl.where(o_seq < i_seq, p_all - base, 0), 0)
+                              - gl.sum(gl.where(o_seq == i_seq, base, 0), 0))
+    at = CopyAt(bt_row, row0, col, oob_row, prefix_row0)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
     rule = Rule(qk_scale, softcap, window_left, window_right)
@@ -829,7 +853,15 @@ def _hopper_extend_kernel(
             mbarrier.init(full_v.index(i), count=1)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
                       v_mult)
-        if F8P:
+        if PREFIX_ROWS:
+            # Every tile copied as fp16 rows: the 16-bit loop, no converter.
+            gl.warp_specialize([
+                (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids,
+                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           flags)),
+                (_produce, (descs, ring, walk, at, flags, ring)),
+            ], [1], [PRODUCER_REGS])
+        elif F8P:
             copies = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
             gl.warp_specialize([
                 (_attend, (i_h, q_smem, bar_q, Ring(k_smem, vt_smem, bar_k, full_v, empty_k,
@@ -928,24 +960,29 @@ def _layout(dtype, rows, head_dim):
     return gl.NVMMASharedLayout.get_default_for([rows, head_dim], GL_DTYPES[dtype])
 
 
-def descriptors(cfg, q, k, v, k_cache, v_cache):
+def descriptors(cfg, q, k, v, k_cache, v_cache, prefix=None):
     """(q, k, v, k_cache, v_cache, poison or None) descriptors of one launch under the
     tiling ``cfg`` (the cache's K pads with NaN, or over an fp8 cache reads the poison
     rows: see the module docstring), or a sentence saying why the copy engine cannot take
     them. Over an fp8 cache ``k``/``v`` are the new rows as the cache stores them
     (ops.cache.NewRowsLaunch)."""
-    *lazy, poison = lazy_descriptors(cfg, q, k, v, k_cache, v_cache)
+    *lazy, poison = lazy_descriptors(cfg, q, k, v, k_cache, v_cache, prefix)
     descs = tuple(d.attempt() for d in lazy)
     if any(d is None for d in descs):
         return "the copy engine cannot take these strides (rows of heads * dim, 16-byte aligned)"
     return (*descs, poison)
 
 
-def lazy_descriptors(cfg, q, k, v, k_cache, v_cache):
+def lazy_descriptors(cfg, q, k, v, k_cache, v_cache, prefix=None):
     """:func:`descriptors` made only where a launch needs them (ops._launch.Descriptor):
     a layout whose tensor maps were encoded before costs no descriptor; one the copy
-    engine cannot take raises a ValueError at the launch."""
+    engine cannot take raises a ValueError at the launch. ``prefix``: with
+    ``cfg.prefix_rows`` the (K, V) fp16 rows of the widened prefixes, whose descriptors
+    stand in the cache's."""
     bm, bn, d = cfg.block_m, cfg.block_n, q.shape[-1]
+    if cfg.prefix_rows:
+        rows = (Descriptor(t, descriptor, bn, _layout(t.dtype, bn, d)) for t in (k, v, *prefix))
+        return (Descriptor(q, descriptor, bm, _layout(q.dtype, bm, d)), *rows, None)
     rows = min(k_cache.shape[1], bn)
     page = _layout(k_cache.dtype, rows, d)
     new = (Descriptor(q, descriptor, bm, _layout(q.dtype, bm, d)),
@@ -983,7 +1020,7 @@ def _launcher(spec, dtypes):
         HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-        FP8_PRODUCTS=cfg.fp8_products)
+        FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 

@@ -97,16 +97,20 @@ class ExtendPlan(Plan):
         scales, strides = scale_args(k_scale, v_scale, self._unit)
         ready = ()  # the launches, in order, for relaunch
         if self.path == "hopper":
+            prefix = None
             if self._unit is not None:
                 # An fp8 cache: the kernel reads the new rows as the cache stores them.
                 k, v, rows_ready = self._new_rows(k, v, scales, strides)
                 ready = (rows_ready,)
+                if s.config.prefix_rows:
+                    *prefix, prefix_ready = self._prefix_rows(k_cache, v_cache, block_table)
+                    ready += (prefix_ready,)
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
             ready += (self._launch(sinks is not None, False, False, strides)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
-                self._hopper.lazy_descriptors(self.spec.config, q, k, v, k_cache, v_cache), k_cache,
-                scales),)
+                self._hopper.lazy_descriptors(s.config, q, k, v, k_cache, v_cache, prefix),
+                k_cache, scales),)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
             ready = (self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
@@ -140,6 +144,25 @@ class ExtendPlan(Plan):
                 s.num_kv_heads, s.head_dim, s.head_dim_v, strides,
                 (self.dtype, rows_dtype, self.kv_dtype), self.kv_dtype if fp16 else None)
         return (*rows, launch(k, v, *rows, scales))
+
+    def _prefix_rows(self, k_cache, v_cache, block_table):
+        """The Hopper path over an fp8 cache with ``config.prefix_rows``: ``(k rows, v rows,
+        the launch's ready)``, the window's visible prefix of every sequence widened to fp16
+        rows (ops.cache.PrefixRowsLaunch) in buffers kept for the device with the plan's
+        launches."""
+        from ..ops.cache import PrefixRowsLaunch
+        s = self.spec
+        launch = self._launches.get("prefix rows")
+        if launch is None:
+            launch = self._launches["prefix rows"] = PrefixRowsLaunch(
+                s.num_seqs, s.page_size, s.num_kv_heads, s.head_dim, s.head_dim_v,
+                s.window_left, s.config.block_n, (self.kv_dtype, torch.float16))
+        rows = self._launches.get(("prefix rows", k_cache.device))
+        if rows is None:
+            rows = self._launches[("prefix rows", k_cache.device)] = tuple(
+                torch.empty(launch.capacity(), s.num_kv_heads, d, dtype=torch.float16,
+                            device=k_cache.device) for d in (s.head_dim, s.head_dim_v))
+        return (*rows, launch(k_cache, v_cache, block_table, self.prefix_lens, *rows))
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
         """Whether the run's tensors are what the plan takes: one expression over what each
@@ -325,6 +348,17 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     return "triton", cfg
 
 
+def _prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens):
+    """Whether a Hopper plan over an fp8 cache widens its window's visible prefix before the
+    kernel (ops.cache.PrefixRowsLaunch; config ``prefix_rows``): under a window, with the
+    default products, when the rows it keeps (``window_left + block_n`` a sequence) are at
+    most twice the batch's new rows (a plan knowing its ``max_tokens``); otherwise the
+    kernel widens the prefix's tiles in shared memory."""
+    return (kv_dtype in FP8_DTYPES and not cfg.fp8_products and window_left is not None
+            and keys != "new" and max_tokens is not None
+            and num_seqs * (window_left + cfg.block_n) <= 2 * max_tokens)
+
+
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
@@ -345,6 +379,9 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products)
+    if path == "hopper" and not (isinstance(config, dict) and "prefix_rows" in config):
+        cfg = replace_spec(cfg, prefix_rows=_prefix_rows(cfg, kv_dtype, window_left, keys,
+                                                         num_seqs, max_tokens))
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,

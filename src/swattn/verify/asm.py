@@ -209,7 +209,10 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     # The new rows as the plan hands them over: fp16 holding the fp8 values, or with fp8
     # products fp8.
     new = t if kv_dtype is None else t.to(kv_dtype if cfg.fp8_products else torch.float16)
-    descs = hopper.descriptors(cfg, t, new, new, cache, cache)
+    prefix = None
+    if cfg.prefix_rows:
+        prefix = (torch.empty(4 * cfg.block_n, 2, head_dim, dtype=torch.float16),) * 2
+    descs = hopper.descriptors(cfg, t, new, new, cache, cache, prefix)
     assert isinstance(descs, tuple), descs
     fp8 = kv_dtype is not None
     constexprs = dict(D=head_dim, GROUP=2, PAGE=page_size, BM=cfg.block_m, BN=cfg.block_n,
@@ -220,7 +223,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
                       CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-                      FP8_PRODUCTS=cfg.fp8_products)
+                      FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
