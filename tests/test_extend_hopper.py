@@ -181,3 +181,16 @@ def test_fp8_plans_widen_a_windows_prefix_before_the_kernel_when_it_is_small():
     assert not _prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
     assert not _prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
     assert not _prefix_rows(cfg, e4m3, 4095, "all", 4, None)
+    # The rule takes the tight bounds only; a config dict's prefix_rows is checked.
+    from swattn.plan.extend import _with_prefix_rows
+    assert _with_prefix_rows(cfg, None, e4m3, 4095, "all", "tight", 4, 4 * 8192).prefix_rows
+    assert not _with_prefix_rows(cfg, None, e4m3, 4095, "all", "skip", 4, 4 * 8192).prefix_rows
+    asked = replace(cfg, prefix_rows=True)
+    assert _with_prefix_rows(asked, {"prefix_rows": True}, e4m3, 4095, "all", "tight", 64,
+                             64).prefix_rows  # asked for: no size rule
+    for args, match in (((torch.bfloat16, 4095, "all", "tight"), "fp8"),
+                        ((e4m3, None, "all", "tight"), "window"),
+                        ((e4m3, 4095, "new", "tight"), "keys"),
+                        ((e4m3, 4095, "all", "none"), "tight")):
+        with pytest.raises(ValueError, match=f"prefix_rows=True.*{match}"):
+            _with_prefix_rows(asked, {"prefix_rows": True}, *args, 4, 4 * 8192)

@@ -4,6 +4,8 @@ reference on the dequantized cache, its bounds variants bit for bit, and the arg
 plan refuses. Runs under the interpreter on the CPU (fp16 queries) and on the GPU (bf16 too:
 tests/test_gpu.py)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -486,27 +488,29 @@ def test_prefix_rows_are_the_window_widened(fp8):
     fp16 rows before the kernel (ops.cache.PrefixRowsLaunch): from the first key tile the
     first new token sees to the prefix end, sequence after sequence; a position below the
     window (its entry not read), or on a page that is not one of the cache's, reads K NaN
-    and V 0."""
+    and V 0; a sequence with no new tokens has no rows."""
     from swattn.ops.cache import PrefixRowsLaunch, prefix_rows_base
     g = torch.Generator().manual_seed(43)
     heads, d, dv, page, window, bn = 2, 24, 20, 4, 9, 8
-    prefix = [23, 0, 5, 14]
+    prefix = [23, 0, 5, 14, 11]
+    new = [3, 2, 1, 4, 0]  # the last: no new tokens, no rows
     num_pages = 30
     k_cache = (torch.randn(num_pages, page, heads, d, generator=g) * 4).to(fp8).to(DEVICE)
     v_cache = torch.randn(num_pages, page, heads, dv, generator=g).to(fp8).to(DEVICE)
     # Every entry a page of the cache, below the windows too (a row read there would come
     # out finite), but one bad entry inside sequence 3's window.
-    table = torch.randperm(num_pages, generator=g)[:4 * 6].view(4, 6).to(torch.int32)
+    table = torch.randperm(num_pages, generator=g)[:5 * 6].view(5, 6).to(torch.int32)
     table[3, 3] = num_pages + 5
     table = table.to(DEVICE)
     launch = PrefixRowsLaunch(len(prefix), page, heads, d, dv, window, bn,
                               (fp8, torch.int32, torch.float16))
     k_rows = torch.full((launch.capacity(), heads, d), 7.0, dtype=torch.float16, device=DEVICE)
     v_rows = torch.full((launch.capacity(), heads, dv), 7.0, dtype=torch.float16, device=DEVICE)
-    launch(k_cache, v_cache, table, torch.tensor(prefix, dtype=torch.int32, device=DEVICE),
+    cu = torch.tensor([0] + list(itertools.accumulate(new)), dtype=torch.int32, device=DEVICE)
+    launch(k_cache, v_cache, table, cu, torch.tensor(prefix, dtype=torch.int32, device=DEVICE),
            k_rows, v_rows)
     row = 0
-    for i, p in enumerate(prefix):
+    for i, p in enumerate(prefix[:4]):
         for pos in range(prefix_rows_base(p, window, bn), p):
             entry = int(table[i, pos // page])
             if pos >= p - window and 0 <= entry < num_pages:

@@ -165,20 +165,25 @@ def prefix_rows_base(prefix_len, window_left, block_n):
 
 
 @triton.jit
-def _prefix_rows_kernel(K_cache, V_cache, block_table, prefix_lens, K_rows, V_rows,
+def _prefix_rows_kernel(K_cache, V_cache, block_table, cu_seqlens, prefix_lens, K_rows, V_rows,
                         stride_bt, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
                         stride_vch, num_seqs, num_pages, window_left,
                         PAGE: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                         DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
                         BLOCK_DV: tl.constexpr, BN: tl.constexpr, SEQS_POW2: tl.constexpr):
-    # Program (i, r): row r of sequence i's widened prefix, position base_i + r.
-    i_s = tl.program_id(0)
-    r = tl.program_id(1)
+    # Program (r, i): row r of sequence i's widened prefix, position base_i + r. A sequence
+    # with no new tokens has none (the kernel reads none of its keys; its block-table row
+    # need not cover its prefix).
+    r = tl.program_id(0)
+    i_s = tl.program_id(1)
     o_s = tl.arange(0, SEQS_POW2)
-    p_all = tl.load(prefix_lens + o_s, mask=o_s < num_seqs, other=0)
+    m_s = o_s < num_seqs
+    new = tl.load(cu_seqlens + 1 + o_s, mask=m_s, other=0) - tl.load(cu_seqlens + o_s, mask=m_s,
+                                                                       other=0)
+    p_all = tl.where(new > 0, tl.load(prefix_lens + o_s, mask=m_s, other=0), 0)
     base_all = tl.maximum(p_all - window_left, 0) // BN * BN
     first = tl.sum(tl.where(o_s < i_s, p_all - base_all, 0))  # the sequence's first row
-    p = tl.load(prefix_lens + i_s)
+    p = tl.sum(tl.where(o_s == i_s, p_all, 0))
     pos = tl.maximum(p - window_left, 0) // BN * BN + r
     if pos < p:
         # A row below the first new token's window (its tile's head) is never seen: its
@@ -210,7 +215,7 @@ class PrefixRowsLaunch:
     """The visible prefix of every sequence of an extend under a window, widened from an
     fp8 cache into fp16 rows ``[rows, Hkv, D | Dv]`` (the same values, exactly): sequence
     i's positions ``[prefix_rows_base(P_i), P_i)`` one after another, sequence after
-    sequence, for the Hopper extend kernel to copy as 16-bit tiles (its prefix's tiles
+    sequence (none for a sequence with no new tokens), for the Hopper extend kernel to copy as 16-bit tiles (its prefix's tiles
     otherwise widened in shared memory: 1.5x a 16-bit tile's traffic). At most
     ``window_left + block_n`` rows a sequence (:meth:`capacity`). Bound once for a plan;
     a call launches on the plan's device lengths without a host sync and returns what
@@ -226,8 +231,8 @@ class PrefixRowsLaunch:
                      BLOCK_DV=triton.next_power_of_2(head_dim_v), BN=block_n,
                      SEQS_POW2=max(triton.next_power_of_2(num_seqs), 2))
         self.launch = Launch(_prefix_rows_kernel, fixed, {},
-                             ("K_cache", "V_cache", "block_table", "prefix_lens", "K_rows",
-                              "V_rows"),
+                             ("K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens",
+                              "K_rows", "V_rows"),
                              ("stride_bt", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
                               "stride_vcs", "stride_vch", "num_seqs", "num_pages", "window_left"),
                              dtypes)
@@ -236,9 +241,10 @@ class PrefixRowsLaunch:
         """The rows the buffers need for any lengths of the plan's sequences."""
         return self.num_seqs * self.rows_per_seq
 
-    def __call__(self, k_cache, v_cache, block_table, prefix_lens, k_rows, v_rows):
+    def __call__(self, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows, v_rows):
         kc, vc = k_cache.stride(), v_cache.stride()
-        return self.launch((self.num_seqs, self.rows_per_seq, 1),
-                           (k_cache, v_cache, block_table, prefix_lens, k_rows, v_rows),
+        return self.launch((self.rows_per_seq, self.num_seqs, 1),
+                           (k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows,
+                            v_rows),
                            (block_table.stride(0), kc[0], kc[1], kc[2], vc[0], vc[1], vc[2],
                             self.num_seqs, k_cache.shape[0], self.window_left))

@@ -830,8 +830,9 @@ def _hopper_extend_kernel(
     prefix_row0 = 0
     if PREFIX_ROWS:
         # The sequences' widened prefixes lie one after another, each from its first
-        # sequence's lowest visible tile (ops.cache.prefix_rows_base).
-        p_all = gl.load(prefix_lens + o_seq, mask=m_seq, other=0)
+        # new token's lowest visible tile (ops.cache.prefix_rows_base); a sequence with no
+        # new tokens has none.
+        p_all = gl.where(seq_blocks > 0, gl.load(prefix_lens + o_seq, mask=m_seq, other=0), 0)
         base = gl.maximum(p_all - window_left, 0) // BN * BN
         prefix_row0 = uniform(gl.sum(gl.where(o_seq < i_seq, p_all - base, 0), 0)
                               - gl.sum(gl.where(o_seq == i_seq, base, 0), 0))

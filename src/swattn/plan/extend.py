@@ -59,7 +59,8 @@ class ExtendPlan(Plan):
         ``q``/``k``/``v`` may have more rows than the batch's tokens (a batch padded to a
         captured size: rows past ``cu_seqlens[-1]`` are left alone). No host sync; no
         allocation when ``out`` (and ``lse``) are given, but for the Hopper path's buffers
-        of the new rows over an fp8 cache, made at the first run of a row count."""
+        of the new rows over an fp8 cache, made at the first run of a row count, and of the
+        widened prefix (config ``prefix_rows``), made at the first run."""
         key = None
         if out is not None and (lse is not None or not self.spec.return_lse) and mask is None:
             # A run on the addresses, shapes, strides and dtypes of an earlier one (an
@@ -162,7 +163,8 @@ class ExtendPlan(Plan):
             rows = self._launches[("prefix rows", k_cache.device)] = tuple(
                 torch.empty(launch.capacity(), s.num_kv_heads, d, dtype=torch.float16,
                             device=k_cache.device) for d in (s.head_dim, s.head_dim_v))
-        return (*rows, launch(k_cache, v_cache, block_table, self.prefix_lens, *rows))
+        return (*rows, launch(k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens,
+                              *rows))
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
         """Whether the run's tensors are what the plan takes: one expression over what each
@@ -354,9 +356,37 @@ def _prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens):
     default products, when the rows it keeps (``window_left + block_n`` a sequence) are at
     most twice the batch's new rows (a plan knowing its ``max_tokens``); otherwise the
     kernel widens the prefix's tiles in shared memory."""
-    return (kv_dtype in FP8_DTYPES and not cfg.fp8_products and window_left is not None
-            and keys != "new" and max_tokens is not None
+    return (_prefix_rows_unfit(cfg, kv_dtype, window_left, keys) is None
+            and max_tokens is not None
             and num_seqs * (window_left + cfg.block_n) <= 2 * max_tokens)
+
+
+def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys):
+    """Why a Hopper plan cannot widen its prefix before the kernel (a sentence), or None."""
+    if kv_dtype not in FP8_DTYPES or cfg.fp8_products:
+        return "it widens an fp8 cache's prefix for the default products"
+    if window_left is None:
+        return "it widens a window's visible prefix (window_left is None)"
+    if keys == "new":
+        return "keys='new' reads no prefix"
+    return None
+
+
+def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens):
+    """The Hopper config with ``prefix_rows`` as a config dict asks (a ValueError where the
+    plan cannot take it) or as the plan's rule chooses (:func:`_prefix_rows`, the tight
+    bounds only: skip and none walk tiles below the window, which would read other
+    sequences' rows)."""
+    if isinstance(config, dict) and "prefix_rows" in config:
+        if cfg.prefix_rows:
+            reason = _prefix_rows_unfit(cfg, kv_dtype, window_left, keys)
+            if reason is not None:
+                raise ValueError(f"config prefix_rows=True: {reason}")
+            if bounds != "tight":
+                raise ValueError("config prefix_rows=True takes the tight bounds only")
+        return cfg
+    return replace_spec(cfg, prefix_rows=bounds == "tight" and _prefix_rows(
+        cfg, kv_dtype, window_left, keys, num_seqs, max_tokens))
 
 
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
@@ -379,9 +409,9 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products)
-    if path == "hopper" and not (isinstance(config, dict) and "prefix_rows" in config):
-        cfg = replace_spec(cfg, prefix_rows=_prefix_rows(cfg, kv_dtype, window_left, keys,
-                                                         num_seqs, max_tokens))
+    if path == "hopper":
+        cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
+                                max_tokens)
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,
