@@ -630,10 +630,15 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
     tokens' tile goes whole into the 16-bit stage and a cache tile's pages into the fp8
     view of its upper half."""
     if flags.PREFIX_ROWS:
+        # Every tile whole into the 16-bit stage: the new rows', or the widened prefix's
+        # (ops.cache.PrefixRowsLaunch) from the sequence's first row there.
         if is_new:
-            _issue_rows(new_desc, bar, wide.index(st), at.row0 + start, at.col)
+            issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
+                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
         else:
-            _issue_rows(cache_desc, bar, wide.index(st), at.prefix_row0 + start, at.col)
+            issue(cache_desc, cache_desc, bar, wide.index(st), True, True, start,
+                  at.prefix_row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
+                  flags.NP, flags.BN, flags.D)
     elif flags.FP8 and not flags.F8P:
         if is_new:
             issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
