@@ -43,7 +43,8 @@ def plan_note(plan):
     """What a plan runs, for the legend: its kernel, and the Triton kernel's tiling."""
     if plan.config is None:
         return f"{plan.path} path"
-    return f"{plan.path} kernel {plan.config.block_m}x{plan.config.block_n}"
+    rows = ", prefix widened before it" if getattr(plan.config, "prefix_rows", False) else ""
+    return f"{plan.path} kernel {plan.config.block_m}x{plan.config.block_n}{rows}"
 
 
 def ours(inputs, *, bounds="tight", layout="window", control=False, deterministic=False,
