@@ -32,7 +32,7 @@ def test_decode_matrix_covers_the_issue():
 
 def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
     for family in ("extend-fp8", "unified-fp8", "decode-fp8", "hopper-fp8", "decode-hopper-fp8",
-                   "hopper-fp8-products"):
+                   "hopper-fp8-products", "hopper-fp8-prefix-rows"):
         rows = identity.FAMILIES[family][0](gpu=True)
         assert {kw["kv"] for _, _, kw, _ in rows} == set(identity.FP8_KINDS)
         assert len(rows) >= 24, (family, len(rows))
@@ -41,6 +41,14 @@ def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
     assert all(tiling is None for *_, tiling in identity.FAMILIES["hopper-fp8"][0](gpu=True))
     assert all(tiling == {"fp8_products": True}
                for *_, tiling in identity.FAMILIES["hopper-fp8-products"][0](gpu=True))
+    # The prefix widened before the kernel: the tight bounds only, on every feature that
+    # reads a prefix under a window; skip and none widen in the kernel, the plan's rule.
+    rows = identity.FAMILIES["hopper-fp8-prefix-rows"][0](gpu=True)
+    assert {name.split()[1] for name, *_ in rows} == set(identity.PREFIX_ROWS_FEATURES)
+    assert all(c.window_left is not None for _, c, _, _ in rows)
+    kw = {"config": {"prefix_rows": True}, "hopper": True}
+    assert identity._tight_only(kw, "tight") is kw
+    assert identity._tight_only(kw, "skip") == {"config": {}, "hopper": True}
     # Its rows are held to the fp8 products' tolerance, the others to 1e-2.
     assert identity.TOLERANCES == {"hopper-fp8-products": 8e-2}
     row = dict(name="r", configs=1, max_abs_tight_skip=0.0, max_abs_tight_none=0.0,

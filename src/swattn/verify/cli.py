@@ -16,7 +16,8 @@ def add_arguments(parser):
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, hopper, decode-hopper, "
-                             "hopper-fp8, decode-hopper-fp8, hopper-fp8-products; "
+                             "hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
+                             "hopper-fp8-prefix-rows; "
                              "default all, the hopper ones on an sm_90 GPU only)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes sharing the matrix (compiles run in parallel; GPU only)")
@@ -49,7 +50,8 @@ def run(args):
     if families is None:
         hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
         families = ("extend,unified,decode,extend-fp8,unified-fp8,decode-fp8"
-                    + (",hopper,decode-hopper,hopper-fp8,decode-hopper-fp8,hopper-fp8-products"
+                    + (",hopper,decode-hopper,hopper-fp8,decode-hopper-fp8,hopper-fp8-products,"
+                          "hopper-fp8-prefix-rows"
                        if hopper else ""))
     for family in families.split(","):
         t0 = time.perf_counter()

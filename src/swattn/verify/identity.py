@@ -242,14 +242,15 @@ def hopper_decode_matrix(gpu=True):
 FP8_KINDS = ((torch.float8_e4m3fn, False), (torch.float8_e5m2, True))
 
 
-def _fp8_rows(matrix, config=None, period=None):
+def _fp8_rows(matrix, config=None, period=None, keep=None):
     """Every third row of ``matrix`` over an fp8 cache, the formats and scale kinds in turn;
     ``config``: a dict tuning the Hopper path, in the place of the rows' own tiling;
     ``period``: the matrix's rows come in runs of this many features a window (a multiple
-    of 3), and the third taken moves by one each run, so every feature is covered."""
+    of 3), and the third taken moves by one each run, so every feature is covered;
+    ``keep``: which of the matrix's rows ``(name, case, kwargs, tiling)`` may be taken."""
     def rows(gpu=True):
         out = []
-        every = matrix(gpu)
+        every = [row for row in matrix(gpu) if keep is None or keep(row)]
         if period is None:
             picked = every[::3]
         else:
@@ -303,11 +304,21 @@ def _run_extend_row(row, device, deterministic):
         kwargs = dict(kwargs, block_m=tiling[0], block_n=tiling[1], pack_gqa=tiling[2],
                       hopper=False)
     results = {b: run_extend(*tensors, window_left=case.window_left, bounds=b,
-                                              deterministic=deterministic, **kwargs)
+                             deterministic=deterministic, **_tight_only(kwargs, b))
                for b in ops_extend.BOUNDS}
     kwargs = {k: v for k, v in kwargs.items()
               if k not in ("block_m", "block_n", "pack_gqa", "hopper", "config")}
     return results, reference.extend_attention(*tensors, window_left=case.window_left, **kwargs)
+
+
+def _tight_only(kwargs, bounds):
+    """``kwargs`` for a run under ``bounds``: a config's ``prefix_rows`` (the window's prefix
+    widened before the kernel, the tight bounds only) left to the plan's rule elsewhere,
+    which widens in the kernel there."""
+    config = kwargs.get("config")
+    if bounds == "tight" or not isinstance(config, dict) or "prefix_rows" not in config:
+        return kwargs
+    return dict(kwargs, config={k: v for k, v in config.items() if k != "prefix_rows"})
 
 
 def _run_decode_row(row, device):
@@ -326,6 +337,10 @@ def _run_decode_row(row, device):
     return results, reference.decode_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
+# The Hopper matrix's features whose rows read a prefix under a window.
+PREFIX_ROWS_FEATURES = tuple(f for f in FEATURES
+                             if f not in ("mask+window", "keys=new+lse", "full-attention-bounds"))
+
 FAMILIES = {
     "extend": (extend_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "unified": (unified_matrix, lambda row, device: _run_extend_row(row, device, True)),
@@ -340,6 +355,12 @@ FAMILIES = {
                           _run_decode_row),
     "hopper-fp8-products": (_fp8_rows(hopper_matrix, {"fp8_products": True}),
                             lambda row, device: _run_extend_row(row, device, False)),
+    # tight with the window's prefix widened before the kernel, bit-identical to skip and
+    # none widening it in the kernel: the window's rows, those that read a prefix.
+    "hopper-fp8-prefix-rows": (
+        _fp8_rows(hopper_matrix, {"prefix_rows": True}, period=len(PREFIX_ROWS_FEATURES),
+                  keep=lambda row: row[0].split()[1] in PREFIX_ROWS_FEATURES),
+        lambda row, device: _run_extend_row(row, device, False)),
 }
 # Against the reference: 1e-2, but with fp8 products (the query rows and the weights
 # quantized to e4m3: a few 1e-2, the results of 2026-12-02-h200-fp8-extend-products).
@@ -354,7 +375,9 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "decode-fp8": "decode over an fp8 cache",
           "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)",
           "hopper-fp8-products": "two-stage extend over an fp8 cache, Hopper path with fp8 "
-                                 "products (opt-in)"}
+                                 "products (opt-in)",
+          "hopper-fp8-prefix-rows": "two-stage extend over an fp8 cache, Hopper path, tight "
+                                    "with the window's prefix widened before the kernel"}
 
 
 def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):
