@@ -58,16 +58,16 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
         m_v = (o_h < num_kv_heads)[:, None] & (o_dv < DV)[None, :]
         b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :], mask=m_k)  # [BH, BD]
         b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :], mask=m_v)  # [BH, BDV]
-        if CODES is not None:
+        if K_cache.dtype.element_ty.is_fp8() or CODES is not None:
             ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
             vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
-            b_k = fp8_cached(b_k, ks[:, None], CODES).to(tl.float16)
-            b_v = fp8_cached(b_v, vs[:, None], CODES).to(tl.float16)
-        elif K_cache.dtype.element_ty.is_fp8():
-            ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
-            vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
-            b_k = fp8_cached(b_k, ks[:, None], K_cache.dtype.element_ty)
-            b_v = fp8_cached(b_v, vs[:, None], V_cache.dtype.element_ty)
+            fmt_k: tl.constexpr = K_cache.dtype.element_ty if CODES is None else CODES
+            fmt_v: tl.constexpr = V_cache.dtype.element_ty if CODES is None else CODES
+            b_k = fp8_cached(b_k, ks[:, None], fmt_k)
+            b_v = fp8_cached(b_v, vs[:, None], fmt_v)
+            if CODES is not None:
+                b_k = b_k.to(tl.float16)
+                b_v = b_v.to(tl.float16)
         tl.store(K_cache + page * stride_kcp + offset * stride_kcs + o_h[:, None] * stride_kch
                  + o_d[None, :], b_k, mask=m_k)
         tl.store(V_cache + page * stride_vcp + offset * stride_vcs + o_h[:, None] * stride_vch
