@@ -1,8 +1,8 @@
 """How far an fp8 KV cache moves attention's output (GPU; CPU under the interpreter with fp16
 queries). For each kernel (decode and two-stage extend: the default path, the Hopper one on
 sm_90, and the Triton kernel; deterministic extend; on sm_90 the Hopper extend path with fp8
-products, opt-in), fp8 format and
-scale granularity, on random keys and on keys with outlier channels (a few channels 20x the
+products, opt-in, and with the window's prefix widened before the kernel and in it), fp8
+format and scale granularity, on random keys and on keys with outlier channels (a few channels 20x the
 others, as LLM keys have), the relative error (||out - ref|| / ||ref||) of:
 
   * the kernel over the fp8 cache against the float64 reference over the same fp8 cache
@@ -74,11 +74,15 @@ def main():
                  "extend, two-stage": swattn.extend_attention(*et, **kw_e),
                  "extend, two-stage, Triton kernel": run_extend(*et, hopper=False, **kw_e),
                  "extend, deterministic": swattn.extend_attention(*et, deterministic=True, **kw_e)}
-        products = {}
+        hopper_rows = {}
         if GPU and torch.cuda.get_device_capability() == (9, 0):
-            products = {"extend, Hopper path, fp8 products": {
-                "hopper": True, "config": {"fp8_products": True}}}
-            exact.update({name: exact["extend, two-stage"] for name in products})
+            hopper_rows = {"extend, Hopper path, fp8 products": {
+                "hopper": True, "config": {"fp8_products": True}},
+                "extend, Hopper path, prefix widened before the kernel": {
+                "hopper": True, "config": {"prefix_rows": True}},
+                "extend, Hopper path, prefix widened in the kernel": {
+                "hopper": True, "config": {"prefix_rows": False}}}
+            exact.update({name: exact["extend, two-stage"] for name in hopper_rows})
         for fp8 in (torch.float8_e4m3fn, torch.float8_e5m2):
             for per_head in (False, True):
                 k8, v8, ks, vs = fp8_cache(dt[1], dt[2], fp8, per_head)
@@ -95,7 +99,7 @@ def main():
                 for name, kw in (("extend, two-stage", {}),
                                  ("extend, two-stage, Triton kernel", {"hopper": False}),
                                  ("extend, deterministic", {"deterministic": True}),
-                                 *products.items()):
+                                 *hopper_rows.items()):
                     rows.append((name, run_extend(*e8, k_scale=ks, v_scale=vs, **kw, **kw_e),
                                  want))
                 for name, got, want in rows:
