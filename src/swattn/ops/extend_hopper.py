@@ -627,22 +627,19 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
                poison):
     """Tile j's K or V copies into ring stage ``st`` (_gluon.issue; ``bufs``: the producer's
     stages, ``wide``: the 16-bit ones). Over an fp8 cache with the default products a new
-    tokens' tile goes whole into the 16-bit stage and a cache tile's pages into the fp8
-    view of its upper half."""
-    if flags.PREFIX_ROWS:
-        # Every tile whole into the 16-bit stage: the new rows', or the widened prefix's
-        # (ops.cache.PrefixRowsLaunch) from the sequence's first row there.
+    tokens' tile goes whole into the 16-bit stage, and a cache tile's pages into the fp8
+    view of its upper half or, with the prefix widened before the kernel (PREFIX_ROWS), its
+    rows whole into the 16-bit stage."""
+    if flags.FP8 and not flags.F8P:  # PREFIX_ROWS among them
         if is_new:
             issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
                   pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
-        else:
+        elif flags.PREFIX_ROWS:
+            # The widened prefix's rows (ops.cache.PrefixRowsLaunch) whole into the 16-bit
+            # stage too, from the sequence's first row there.
             issue(cache_desc, cache_desc, bar, wide.index(st), True, True, start,
                   at.prefix_row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
                   flags.NP, flags.BN, flags.D)
-    elif flags.FP8 and not flags.F8P:
-        if is_new:
-            issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
-                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
         else:
             # The cache's descriptor in the new rows' place too: the copies of a branch not
             # taken still compile against the stage's type.
