@@ -171,16 +171,17 @@ def test_fp8_plans_widen_a_windows_prefix_before_the_kernel_when_it_is_small():
     from dataclasses import replace
 
     from swattn.ops.config import hopper_extend_config
-    from swattn.plan.extend import _prefix_rows
+    from swattn.plan.extend import _chooses_prefix_rows
     cfg = hopper_extend_config(128, torch.bfloat16)
     e4m3 = torch.float8_e4m3fn
-    assert _prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192)  # B: 4 x 4159 rows
-    assert not _prefix_rows(cfg, e4m3, 4095, "all", 64, 64 * 128)  # short chunks, long window
-    assert not _prefix_rows(cfg, e4m3, None, "all", 4, 4 * 8192)
-    assert not _prefix_rows(cfg, torch.bfloat16, 4095, "all", 4, 4 * 8192)
-    assert not _prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
-    assert not _prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
-    assert not _prefix_rows(cfg, e4m3, 4095, "all", 4, None)
+    assert _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192)  # B: 4 x 4159 rows
+    # Short chunks under a long window:
+    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 64, 64 * 128)
+    assert not _chooses_prefix_rows(cfg, e4m3, None, "all", 4, 4 * 8192)
+    assert not _chooses_prefix_rows(cfg, torch.bfloat16, 4095, "all", 4, 4 * 8192)
+    assert not _chooses_prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
+    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
+    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, None)
     # The rule takes the tight bounds only; a config dict's prefix_rows is checked.
     from swattn.plan.extend import _with_prefix_rows
     assert _with_prefix_rows(cfg, None, e4m3, 4095, "all", "tight", 4, 4 * 8192).prefix_rows

@@ -350,7 +350,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     return "triton", cfg
 
 
-def _prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens):
+def _chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens):
     """Whether a Hopper plan over an fp8 cache widens its window's visible prefix before the
     kernel (ops.cache.PrefixRowsLaunch; config ``prefix_rows``): under a window, with the
     default products, when the rows it keeps (``window_left + block_n`` a sequence) are at
@@ -374,7 +374,7 @@ def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys):
 
 def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens):
     """The Hopper config with ``prefix_rows`` as a config dict asks (a ValueError where the
-    plan cannot take it) or as the plan's rule chooses (:func:`_prefix_rows`, the tight
+    plan cannot take it) or as the plan's rule chooses (:func:`_chooses_prefix_rows`, the tight
     bounds only: skip and none walk tiles below the window, which would read other
     sequences' rows)."""
     if isinstance(config, dict) and "prefix_rows" in config:
@@ -385,7 +385,7 @@ def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs
             if bounds != "tight":
                 raise ValueError("config prefix_rows=True takes the tight bounds only")
         return cfg
-    return replace_spec(cfg, prefix_rows=bounds == "tight" and _prefix_rows(
+    return replace_spec(cfg, prefix_rows=bounds == "tight" and _chooses_prefix_rows(
         cfg, kv_dtype, window_left, keys, num_seqs, max_tokens))
 
 
