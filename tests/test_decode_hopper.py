@@ -102,6 +102,12 @@ def test_hopper_decode_pages_fit_the_tile():
                                   (256, True, True), (24, False, False)):
         assert decode_hopper.takes_shape(128, 128, 4, page) == fits64, page
         assert decode_hopper.takes_shape(128, 128, 4, page, fp8) == fits128, page
+    # Over an fp8 cache a tile is one or two 64-key sub-tiles.
+    e4m3 = torch.float8_e4m3fn
+    assert decode_hopper.takes_shape(128, 128, 4, 32, 64, e4m3)
+    assert decode_hopper.takes_shape(128, 128, 4, 32, 128, e4m3)
+    assert not decode_hopper.takes_shape(128, 128, 4, 32, 256, e4m3)
+    assert decode_hopper.takes_shape(128, 128, 4, 32, 256)
 
 
 def _case(lens, hq, hkv, d, page, window, dtype=torch.bfloat16, seed=0, **kwargs):

@@ -224,7 +224,7 @@ class HopperDecodeConfig:
     num_stages: int = 2  # K/V ring stages
     num_warps: int = 4  # one warpgroup
     # 128 registers a thread at launch (by setmaxnreg the producer then takes producer_regs
-    # and the warpgroup the rest: 232 beside 24, 224 beside 32), so the registers hold two
+    # and the warpgroup the rest: 232 beside 24, 216 beside 40), so the registers hold two
     # programs an SM.
     maxnreg: int = 128
     producer_regs: int = 24
@@ -254,8 +254,8 @@ def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     memory with the query tile). Over an fp8 cache (``kv_dtype`` of one byte) 16 query
     rows a program and 2 stages of 128-key tiles (64 KB at d128, with the warps' merge
     still two programs an SM; 1.2% faster on C-B than 4 stages of 64 keys), the producer
-    holding 40 registers for a tile's 8 page entries at pages of 16 (at 32 it spilled to
-    the stack once the warpgroup's loop was shortened)."""
+    holding 40 registers for a tile's 8 page entries at pages of 16 (at 32 its code used
+    16 bytes of stack: at d64 always, at d128 once the warpgroup's loop was shortened)."""
     if _is_fp8(kv_dtype, dtype):
         return HopperDecodeConfig(block_h=16, block_n=128, num_stages=2, producer_regs=40)
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)

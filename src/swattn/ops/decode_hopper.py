@@ -350,9 +350,9 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     SUB: gl.constexpr = 64  # keys a sub-tile: what the read layouts take
     KW: gl.constexpr = SUB // 4  # keys a warp a sub-tile
     # The read layouts (_k_read, _v_read) are written for 64-key sub-tiles, 16 keys and 16
-    # query rows a warp; a ring tile holds one or more sub-tiles.
-    gl.static_assert(BN % SUB == 0 and BM == 16,
-                     "the fp8 decode path takes tiles of 64-key sub-tiles, 16 rows")
+    # query rows a warp; a ring tile holds one or two sub-tiles.
+    gl.static_assert((BN == SUB or BN == 2 * SUB) and BM == 16,
+                     "the fp8 decode path takes tiles of one or two 64-key sub-tiles, 16 rows")
     seq_len, lo = uniform(split.seq_len), uniform(split.lo)
     t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
     mma: gl.constexpr = _fp8_layout()
@@ -395,7 +395,8 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
                     q, ring.k_smem.index(st).slice(SUB, SUB), j * BN + SUB, m_i, l_i, s_zero,
                     s_keys, seq_len, lo, rule, flags, b_layout)
                 # One rescale of the output a tile: the first sub-tile's weights are taken
-                # to the second's row max (KW / 2 products a thread in the place of D / 2).
+                # to the second's row max (a few products a thread on the weights in the
+                # place of a rescale of the output's D columns).
                 alpha = alpha * alpha_1
                 p_0 = p_0 * gl.expand_dims(alpha_1, 2)
             alpha = gl.expand_dims(alpha, 2)
@@ -602,11 +603,15 @@ def _hopper_decode_kernel(
 # Host side.
 # --------------------------------------------------------------------------------------
 
-def takes_shape(head_dim, head_dim_v, group, page_size, block_n=HopperDecodeConfig.block_n):
+def takes_shape(head_dim, head_dim_v, group, page_size, block_n=HopperDecodeConfig.block_n,
+                kv_dtype=None):
     """Whether the path takes these sizes with tiles of ``block_n`` keys (a pure function:
-    the plan asks it too)."""
+    the plan asks it too); over an fp8 cache (``kv_dtype``) a tile is one or two 64-key
+    sub-tiles (:func:`_consume_fp8`)."""
     rows = HopperDecodeConfig.block_h  # every head dim's (over fp8 the group in head blocks)
     if head_dim not in HEAD_DIMS or head_dim_v != head_dim or group > rows or page_size % 16:
+        return False
+    if kv_dtype in FP8_DTYPES and block_n not in (64, 128):
         return False
     if page_size < block_n:
         return block_n % page_size == 0
@@ -626,7 +631,7 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=
     if kv_dtype not in (None, dtype) + FP8_DTYPES:
         return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
     block_n = hopper_decode_config(head_dim, dtype, kv_dtype).block_n
-    if not takes_shape(head_dim, head_dim_v, group, page_size, block_n):
+    if not takes_shape(head_dim, head_dim_v, group, page_size, block_n, kv_dtype):
         return (f"it needs D = Dv in {HEAD_DIMS}, at most {HopperDecodeConfig.block_h} query "
                 f"heads a KV head and page_size a multiple of 16 that divides or is divided by "
                 f"{block_n} (its tile{', over fp8' if kv_dtype in FP8_DTYPES else ''})")
