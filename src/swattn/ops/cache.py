@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import window
 from ._common import fp8_cached
 from ._launch import Launch
 from ._validate import FP8_DTYPES, check_tensor
@@ -161,7 +162,7 @@ def prefix_rows_base(prefix_len, window_left, block_n):
     key tile (tiles of ``block_n`` aligned to 0) holding a key its first new token sees
     (window.first_key_tile at the prefix end). The Hopper extend kernel computes the same
     in its own dialect."""
-    return max(prefix_len - window_left, 0) // block_n * block_n
+    return window.first_key_tile(prefix_len, window_left, block_n)
 
 
 @triton.jit
