@@ -317,7 +317,8 @@ def test_gpu_bf16_queries_over_fp8_caches(fp8, per_head):
 
 # The Hopper decode path over fp8 caches: windows starting mid-page and mid-tile, a key of
 # one, pages below, at and above the 64-key tile, groups of 4 to 64 (20: a second head
-# block of 4 rows), splits, sinks, soft-cap, lse, fp16 and bf16 queries, d64 and d128.
+# block of 4 rows; 12: one block of 16 live rows), splits, sinks, soft-cap, lse, fp16 and
+# bf16 queries, d64 and d128.
 HOPPER_FP8_CASES = [
     (DecodeCase([1, 63, 64, 65, 200, 4133], num_q_heads=32, num_kv_heads=8, head_dim=128,
                 head_dim_v=128, page_size=16, window_left=127, dtype=torch.bfloat16, seed=81),
@@ -334,7 +335,21 @@ HOPPER_FP8_CASES = [
     (DecodeCase([700, 2048], num_q_heads=40, num_kv_heads=2, head_dim=64, head_dim_v=64,
                 page_size=64, window_left=1000, dtype=torch.float16, seed=85),
      {"num_splits": 2, "return_lse": True}),
+    # A group of 12: one 16-row program whose softmax runs over all 16 rows.
+    (DecodeCase([4200, 90, 129], num_q_heads=24, num_kv_heads=2, head_dim=128, head_dim_v=128,
+                page_size=16, window_left=1000, dtype=torch.bfloat16, seed=86),
+     {"return_lse": True, "sinks": True}),
 ]
+
+
+def _second_sub_tile_page(seq_len, window_left, page_size, tile=128):
+    """A page all of whose keys lie in the second 64-key half of a ``tile``-key tile and are
+    visible to a sequence of ``seq_len`` keys (the highest such), or None."""
+    lo = 0 if window_left is None else max(seq_len - 1 - window_left, 0)
+    if page_size > tile // 2:
+        return None
+    keys = [k for k in range(lo, seq_len) if k % tile >= tile // 2]
+    return keys[-1] // page_size if keys else None
 
 
 def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale, config=None, tol=1e-2,
@@ -358,10 +373,11 @@ def _hopper_fp8_run(run, want, tensors, case, kwargs, k_scale, v_scale, config=N
 @pytest.mark.parametrize("per_head", [False, True], ids=["per-tensor", "per-head"])
 def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
     """The Gluon decode path over an fp8 cache (TMA'd fp8 pages widened to fp16 in registers
-    for mma.sync, groups of 4 and 8 in one 16-row program, 20 and 64 in head blocks): its
-    bounds variants bit-identical, within rounding of the float64 reference over the same
-    cache, and a bad page's rows NaN (the poison rows read in its place) with every other
-    row the good run's bits."""
+    for mma.sync, groups of 4, 8 and 12 in one 16-row program, 20 and 64 in head blocks):
+    its bounds variants bit-identical, within rounding of the float64 reference over the
+    same cache, and a bad page's rows NaN (the poison rows read in its place; the page of
+    the last key, and one in a tile's second sub-tile) with every other row the good run's
+    bits."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     for case, kwargs in HOPPER_FP8_CASES:
@@ -375,6 +391,15 @@ def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
         bad = bad[0] if isinstance(bad, tuple) else bad
         assert torch.isnan(bad[0]).all()
         assert torch.equal(bad[1:], out[1:])
+        # A bad page confined to a tile's second 64-key sub-tile.
+        page = _second_sub_tile_page(case.seq_lens[0], case.window_left, case.page_size)
+        if page is not None:
+            table = tensors[3].clone()
+            table[0, page] = -1
+            bad = run_decode(*tensors[:3], table, tensors[4], hopper=True, **kw)
+            bad = bad[0] if isinstance(bad, tuple) else bad
+            assert torch.isnan(bad[0]).all(), page
+            assert torch.equal(bad[1:], out[1:])
 
 
 # The Hopper extend path over fp8 caches: windows long (tight runs warp-specialized for

@@ -170,54 +170,58 @@ def _prefix_rows_kernel(K_cache, V_cache, block_table, cu_seqlens, prefix_lens, 
                         stride_bt, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
                         stride_vch, num_seqs, num_pages, window_left,
                         PAGE: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                        DV: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-                        BLOCK_DV: tl.constexpr, BN: tl.constexpr, SEQS_POW2: tl.constexpr):
-    # Program (r, i): row r of sequence i's widened prefix, position base_i + r. A sequence
-    # with no new tokens has none (the kernel reads none of its keys; its block-table row
-    # need not cover its prefix).
-    r = tl.program_id(0)
+                        DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
+                        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BN: tl.constexpr,
+                        SEQS_POW2: tl.constexpr):
+    # Program (b, i): rows [b * BLOCK_R, (b + 1) * BLOCK_R) of sequence i's widened prefix,
+    # positions base_i + r. A sequence with no new tokens has none (the kernel reads none of
+    # its keys; its block-table row need not cover its prefix).
     i_s = tl.program_id(1)
     o_s = tl.arange(0, SEQS_POW2)
     m_s = o_s < num_seqs
     new = tl.load(cu_seqlens + 1 + o_s, mask=m_s, other=0) - tl.load(cu_seqlens + o_s, mask=m_s,
                                                                        other=0)
     p_all = tl.where(new > 0, tl.load(prefix_lens + o_s, mask=m_s, other=0), 0)
+    # window.first_key_tile of every sequence (its primitives take scalars: written out
+    # for the vector).
     base_all = tl.maximum(p_all - window_left, 0) // BN * BN
     first = tl.sum(tl.where(o_s < i_s, p_all - base_all, 0))  # the sequence's first row
     p = tl.sum(tl.where(o_s == i_s, p_all, 0))
-    pos = tl.maximum(p - window_left, 0) // BN * BN + r
-    if pos < p:
-        # A row below the first new token's window (its tile's head) is never seen: its
-        # block-table entry is not read, and it is written as a page not read.
-        read = pos >= p - window_left
-        page = tl.load(block_table + i_s.to(tl.int64) * stride_bt + pos // PAGE, mask=read,
-                       other=-1)
-        ok = (page >= 0) & (page < num_pages)
-        page = page.to(tl.int64)
-        o_h = tl.arange(0, BLOCK_H)
-        o_d = tl.arange(0, BLOCK_D)
-        o_dv = tl.arange(0, BLOCK_DV)
-        m_k = (o_h < HKV)[:, None] & (o_d < D)[None, :]
-        m_v = (o_h < HKV)[:, None] & (o_dv < DV)[None, :]
-        b_k = tl.load(K_cache + page * stride_kcp + (pos % PAGE) * stride_kcs
-                      + o_h[:, None] * stride_kch + o_d[None, :], mask=m_k & ok)
-        b_v = tl.load(V_cache + page * stride_vcp + (pos % PAGE) * stride_vcs
-                      + o_h[:, None] * stride_vch + o_dv[None, :], mask=m_v & ok)
-        # A page not read: K NaN (the rows seeing it come out NaN), V 0 (a zero weight
-        # times NaN would be NaN), as the kernel's copies of a page left out read.
-        b_k = tl.where(ok, b_k.to(tl.float16), float("nan"))
-        b_v = tl.where(ok, b_v.to(tl.float16), 0.0)
-        row = (first + r).to(tl.int64)
-        tl.store(K_rows + (row * HKV + o_h[:, None]) * D + o_d[None, :], b_k, mask=m_k)
-        tl.store(V_rows + (row * HKV + o_h[:, None]) * DV + o_dv[None, :], b_v, mask=m_v)
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    pos = tl.sum(tl.where(o_s == i_s, base_all, 0)) + r
+    rows = pos < p
+    # A row below the first new token's window (its tile's head) is never seen: its
+    # block-table entry is not read, and it is written as a page not read.
+    read = rows & (pos >= p - window_left)
+    page = tl.load(block_table + i_s.to(tl.int64) * stride_bt + pos // PAGE, mask=read, other=-1)
+    ok = ((page >= 0) & (page < num_pages))[:, None, None]
+    page = page.to(tl.int64)[:, None, None]
+    slot = (pos % PAGE)[:, None, None]
+    o_h = tl.arange(0, BLOCK_H)[None, :, None]
+    o_d = tl.arange(0, BLOCK_D)[None, None, :]
+    o_dv = tl.arange(0, BLOCK_DV)[None, None, :]
+    m_k = rows[:, None, None] & (o_h < HKV) & (o_d < D)
+    m_v = rows[:, None, None] & (o_h < HKV) & (o_dv < DV)
+    b_k = tl.load(K_cache + page * stride_kcp + slot * stride_kcs + o_h * stride_kch + o_d,
+                  mask=m_k & ok)
+    b_v = tl.load(V_cache + page * stride_vcp + slot * stride_vcs + o_h * stride_vch + o_dv,
+                  mask=m_v & ok)
+    # A page not read: K NaN (the rows seeing it come out NaN), V 0 (a zero weight times
+    # NaN would be NaN), as the kernel's copies of a page left out read.
+    b_k = tl.where(ok, b_k.to(tl.float16), float("nan"))
+    b_v = tl.where(ok, b_v.to(tl.float16), 0.0)
+    row = (first + r).to(tl.int64)[:, None, None]
+    tl.store(K_rows + (row * HKV + o_h) * D + o_d, b_k, mask=m_k)
+    tl.store(V_rows + (row * HKV + o_h) * DV + o_dv, b_v, mask=m_v)
 
 
 class PrefixRowsLaunch:
     """The visible prefix of every sequence of an extend under a window, widened from an
     fp8 cache into fp16 rows ``[rows, Hkv, D | Dv]`` (the same values, exactly): sequence
     i's positions ``[prefix_rows_base(P_i), P_i)`` one after another, sequence after
-    sequence (none for a sequence with no new tokens), for the Hopper extend kernel to copy as 16-bit tiles (its prefix's tiles
-    otherwise widened in shared memory: 1.5x a 16-bit tile's traffic). At most
+    sequence (none for a sequence with no new tokens), for the Hopper extend kernel to copy
+    as 16-bit tiles (its prefix's tiles otherwise widened in shared memory: 1.5x a 16-bit
+    tile's traffic). At most
     ``window_left + block_n`` rows a sequence (:meth:`capacity`). Bound once for a plan;
     a call launches on the plan's device lengths without a host sync and returns what
     ``ops._launch.relaunch`` takes."""
@@ -226,8 +230,13 @@ class PrefixRowsLaunch:
                  block_n, dtypes):
         self.num_seqs, self.rows_per_seq = num_seqs, window_left + block_n
         self.window_left = window_left
+        block_h = triton.next_power_of_2(num_kv_heads)
+        widest = triton.next_power_of_2(max(head_dim, head_dim_v))
+        # Rows a program: up to 8, about 8K elements of K and of V in registers (the
+        # sequences' row offsets are summed once for them).
+        self.block_r = max(1, min(8, 8192 // (block_h * widest)))
         fixed = dict(PAGE=page_size, HKV=num_kv_heads, D=head_dim, DV=head_dim_v,
-                     BLOCK_H=triton.next_power_of_2(num_kv_heads),
+                     BLOCK_R=self.block_r, BLOCK_H=block_h,
                      BLOCK_D=triton.next_power_of_2(head_dim),
                      BLOCK_DV=triton.next_power_of_2(head_dim_v), BN=block_n,
                      SEQS_POW2=max(triton.next_power_of_2(num_seqs), 2))
@@ -244,7 +253,7 @@ class PrefixRowsLaunch:
 
     def __call__(self, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows, v_rows):
         kc, vc = k_cache.stride(), v_cache.stride()
-        return self.launch((self.rows_per_seq, self.num_seqs, 1),
+        return self.launch((triton.cdiv(self.rows_per_seq, self.block_r), self.num_seqs, 1),
                            (k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows,
                             v_rows),
                            (block_table.stride(0), kc[0], kc[1], kc[2], vc[0], vc[1], vc[2],
