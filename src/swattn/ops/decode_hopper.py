@@ -273,26 +273,31 @@ def _widen_pairs(a, b):
 
 
 @gluon.jit
-def _v_operand(tile, D: gl.constexpr, b_layout: gl.constexpr):
-    """An fp8 V tile of the ring as P @ V's B operand, [4, 16, D] fp16 (warp w's keys): read
-    into registers, widened a key pair at a time (:func:`_widen_pairs`, on the pairs of rows
-    2i, 2i + 1 a thread reads) and relabelled, its column 8r + g being the tile's column
-    (D / 8) g + r (the output comes out so: :func:`_output_order` puts it back)."""
+def _v_operand(tile, D: gl.constexpr, a_layout: gl.constexpr):
+    """An fp8 V tile of the ring, transposed, as the A operand of the output's product taken
+    transposed (O^T = V^T P^T): [4, D, 16] fp16, warp w's keys as the last axis. Read into
+    registers, widened a key pair at a time (:func:`_widen_pairs`, on the pairs of rows
+    2i, 2i + 1 a thread reads) and relabelled: its row 16i + 8h + g is the tile's column
+    (D / 8) g + 2i + h, the D / 8 contiguous columns a thread reads (the output comes out so:
+    :func:`_output_order` puts it back)."""
     v = tile.load(_v_read(D))  # [64, D] fp8
     a, b = gl.split(gl.permute(gl.reshape(v, [32, 2, D]), (0, 2, 1)))  # rows 2i and 2i + 1
     w_0, w_1 = _widen_pairs(a, b)
     # w_o's element (i, 4c + 2p + e) holds row 2i + e, column 4c + 2o + p.
     w = gl.reshape(gl.join(w_0, w_1), [32, D // 4, 2, 2, 2])  # (i, c, p, e, o)
-    w = gl.reshape(gl.permute(w, (0, 3, 1, 4, 2)), [64, D])
-    v = gl.permute(gl.reshape(w, [4, 16, 8, D // 8]), (0, 1, 3, 2))
-    return gl.convert_layout(gl.reshape(v, [4, 16, D]), b_layout)
+    w = gl.reshape(gl.permute(w, (0, 3, 1, 4, 2)), [4, 16, D])  # the tile, by warp
+    w = gl.reshape(gl.permute(w, (0, 2, 1)), [4, 8, D // 16, 2, 16])  # (w, g, i, h, key)
+    w = gl.reshape(gl.permute(w, (0, 2, 3, 1, 4)), [4, D, 16])
+    return gl.convert_layout(w, a_layout)
 
 
 @gluon.jit
-def _output_order(o, BM: gl.constexpr, D: gl.constexpr):
-    """The output [BM, D] of :func:`_v_operand`'s columns in the head dim's order."""
-    o = gl.permute(gl.reshape(o, [BM, D // 8, 8]), (0, 2, 1))
-    return gl.reshape(o, [BM, D])
+def _output_order(o, D: gl.constexpr):
+    """The transposed output [D, R] of :func:`_v_operand`'s rows as [R, D] in the head
+    dim's order."""
+    R: gl.constexpr = o.shape[1]
+    o = gl.permute(gl.reshape(o, [D // 16, 2, 8, R]), (3, 2, 0, 1))  # (r, g, i, h)
+    return gl.reshape(o, [R, D])
 
 
 @gluon.jit
@@ -305,16 +310,6 @@ def _live_rows(x, LIVE: gl.constexpr):
         N: gl.constexpr = x.shape[2]
         x, _ = gl.split(gl.permute(gl.reshape(x, [A, 2, 8, N]), (0, 2, 3, 1)))
     return x
-
-
-@gluon.jit
-def _all_rows(x, rest, layout: gl.constexpr):
-    """[4, 16, N] in ``layout`` from :func:`_live_rows`' ``x`` and rows 8 to 15 ``rest``
-    (a tensor like ``x``), or ``x`` itself where it holds all 16."""
-    if x.shape[1] == 8:
-        x = gl.join(x, rest)  # [A, 8, N, 2]
-        x = gl.reshape(gl.permute(x, (0, 3, 1, 2)), [x.shape[0], 16, x.shape[2]])
-    return gl.convert_layout(x, layout)
 
 
 @gluon.jit
@@ -340,9 +335,11 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     """The four warps over an fp8 cache, each over its 16 keys of every 64-key sub-tile: a
     stage's K read from the ring into registers and widened there once its copies have
     landed, the scores and softmax a sub-tile at a time, the output rescaled once a tile,
-    then V the same way and P @ V a sub-tile at a time (the stage released to the producer
-    after the last V reads); at the end the warps' states merged and the output (or the
-    split's partial) stored."""
+    then V the same way and the output's product a sub-tile at a time, taken transposed
+    (O^T += V^T P^T: the head dim as mma.sync's M, the live rows as its N, so a group of up
+    to 8 takes half the products of P @ V; P^T's B fragment is the scores' own registers),
+    the stage released to the producer after the last V reads; at the end the warps' states
+    merged and the output (or the split's partial) stored."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
@@ -372,12 +369,13 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     LIVE: gl.constexpr = 8 if flags.GROUP <= 8 else BM
     s_zero = gl.zeros([4, BM, KW], gl.float32, layout=mma)
     s_keys = _live_rows(s_keys + gl.zeros([4, BM, KW], gl.int32, layout=mma), LIVE)
-    v_rows: gl.constexpr = gl.SliceLayout(2, b_layout)
-    v_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, v_rows))[:, None, None]
-              + gl.arange(0, KW, layout=gl.SliceLayout(0, v_rows))[None, :, None])
+    v_cols: gl.constexpr = gl.SliceLayout(1, a_layout)
+    v_keys = gl.expand_dims(KW * gl.arange(0, 4, layout=gl.SliceLayout(1, v_cols))[:, None]
+                            + gl.arange(0, KW, layout=gl.SliceLayout(0, v_cols))[None, :], 1)
     l_i = gl.sum(_live_rows(s_zero, LIVE), 2)
     m_i = l_i + float("-inf")
-    acc = gl.zeros([4, BM, D], gl.float32, layout=mma)
+    acc = gl.zeros([4, D, LIVE], gl.float32, layout=mma)  # the output transposed
+    cols3: gl.constexpr = gl.SliceLayout(1, mma)  # a row's value over acc's columns
     i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
         if _has_work(j * BN, lo, seq_len, BN, flags.SKIP):
@@ -399,11 +397,10 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
                 # place of a rescale of the output's D columns).
                 alpha = alpha * alpha_1
                 p_0 = p_0 * gl.expand_dims(alpha_1, 2)
-            alpha = gl.expand_dims(alpha, 2)
-            acc = acc * _all_rows(alpha, gl.full_like(alpha, 1.0), mma)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, cols3), 1)
             mbarrier.wait(ring.bar_v.index(st), phase)
             for h in gl.static_range(BN // SUB):
-                v = _v_operand(ring.v_smem.index(st).slice(h * SUB, SUB), D, b_layout)
+                v = _v_operand(ring.v_smem.index(st).slice(h * SUB, SUB), D, a_layout)
                 if h == BN // SUB - 1:
                     # The reads ordered before the copy engine's next writes to the stage
                     # (another proxy), then the stage released once every warp has read it.
@@ -415,8 +412,8 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
                     # V's rows outside the keys 0 (unwritten rows: NaN times a weight of 0).
                     keys = key0 + v_keys
                     v = gl.where((keys >= lo) & (keys < seq_len), v, gl.zeros_like(v))
-                p = (p_0 if h == 0 else p_1).to(gl.float16)
-                acc = mma_v2(_all_rows(p, gl.zeros_like(p), a_layout), v, acc)
+                p = gl.permute((p_0 if h == 0 else p_1).to(gl.float16), (0, 2, 1))
+                acc = mma_v2(v, gl.convert_layout(p, b_layout), acc)
             i += 1
 
     # The warps' states merged over the live rows (a warp that saw no key holds m = -inf,
@@ -425,10 +422,8 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     shift = gl.exp2(m_i - gl.expand_dims(gl.where(m == float("-inf"), 0.0, m), 0))
     o_layout: gl.constexpr = gl.BlockedLayout([1, D // 16], [2, 16], [4, 1], [1, 0])
     l_o = gl.sum(l_i * shift, 0)
-    acc = _live_rows(acc, LIVE)
-    shift = gl.convert_layout(shift, gl.SliceLayout(2, acc.type.layout))
-    acc = gl.sum(acc * gl.expand_dims(shift, 2), 0)
-    acc = gl.convert_layout(_output_order(acc, LIVE, D), o_layout)
+    acc = gl.sum(acc * gl.expand_dims(gl.convert_layout(shift, cols3), 1), 0)
+    acc = gl.convert_layout(_output_order(acc, D), o_layout)
     _finish(m, l_o, acc, store, split, flags, o_layout)
 
 
