@@ -313,21 +313,36 @@ def _live_rows(x, LIVE: gl.constexpr):
 
 
 @gluon.jit
-def _sub_tile_weights(q, tile, key0, m_i, l_i, s_zero, s_keys, seq_len, lo, rule, flags,
-                      b_layout: gl.constexpr):
-    """The scores of one sub-tile of K (``tile``, [64, D] of a ring stage, its first key
-    ``key0``) folded into the warps' softmax state over the live rows (``m_i``'s, of
-    :func:`_live_rows`): (m, l, p, alpha) as _gluon.weights'. A sub-tile holding a key
-    outside ``[lo, seq_len)`` is computed under the mask (``s_keys``: the keys' offsets,
-    live rows)."""
-    SUB: gl.constexpr = tile.shape[0]
-    k = _k_operand(tile, flags.D, b_layout)
-    s = _live_rows(mma_v2(q, k, s_zero), m_i.shape[1])
-    if (key0 >= lo) & (key0 + SUB <= seq_len):
-        return weights(s, m_i, l_i, None, None, seq_len, rule, flags, False, AXIS=2)
-    keys = key0 + s_keys
-    return weights(s, m_i, l_i, None, None, seq_len, rule, flags, True,
-                   keep=(keys >= lo) & (keys < seq_len), AXIS=2)
+def _tile_weights(q, tile, key0, m_i, l_i, s_zero, s_keys, seq_len, lo, rule, flags,
+                  b_layout: gl.constexpr):
+    """The scores of a ring stage's K tile (``tile``, [BN, D], its first key ``key0``),
+    both 64-key sub-tiles' products first, then folded into the warps' softmax state over
+    the live rows (``m_i``'s, of :func:`_live_rows`) at once: (m, l, p_0, p_1, alpha), as
+    _gluon.weights' with each sub-tile's weights apart (p_1 is p_0 where the tile is one
+    sub-tile). A tile holding a key outside ``[lo, seq_len)`` is computed under the mask
+    (``s_keys``: the keys' offsets, live rows, the sub-tiles' joined as the scores are)."""
+    SUB: gl.constexpr = 64
+    BN: gl.constexpr = tile.shape[0]
+    LIVE: gl.constexpr = m_i.shape[1]
+    s = mma_v2(q, _k_operand(tile.slice(0, SUB), flags.D, b_layout), s_zero)
+    if BN == 2 * SUB:
+        s_1 = mma_v2(q, _k_operand(tile.slice(SUB, SUB), flags.D, b_layout), s_zero)
+        s = gl.reshape(gl.join(_live_rows(s, LIVE), _live_rows(s_1, LIVE)),
+                       [s.shape[0], LIVE, 2 * s.shape[2]])
+    else:
+        s = _live_rows(s, LIVE)
+    if (key0 >= lo) & (key0 + BN <= seq_len):
+        m, l, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags, False, AXIS=2)
+    else:
+        keys = key0 + s_keys
+        m, l, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags, True,
+                                 keep=(keys >= lo) & (keys < seq_len), AXIS=2)
+    if BN == 2 * SUB:
+        p_0, p_1 = gl.split(gl.reshape(p, [p.shape[0], LIVE, p.shape[2] // 2, 2]))
+    else:
+        p_0 = p
+        p_1 = p
+    return m, l, p_0, p_1, alpha
 
 
 @gluon.jit
@@ -369,10 +384,12 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     LIVE: gl.constexpr = 8 if flags.GROUP <= 8 else BM
     s_zero = gl.zeros([4, BM, KW], gl.float32, layout=mma)
     s_keys = _live_rows(s_keys + gl.zeros([4, BM, KW], gl.int32, layout=mma), LIVE)
+    if BN == 2 * SUB:
+        s_keys = gl.reshape(gl.join(s_keys, s_keys + SUB), [4, LIVE, 2 * KW])
     v_cols: gl.constexpr = gl.SliceLayout(1, a_layout)
     v_keys = gl.expand_dims(KW * gl.arange(0, 4, layout=gl.SliceLayout(1, v_cols))[:, None]
                             + gl.arange(0, KW, layout=gl.SliceLayout(0, v_cols))[None, :], 1)
-    l_i = gl.sum(_live_rows(s_zero, LIVE), 2)
+    l_i = gl.sum(gl.zeros_like(s_keys).to(gl.float32), 2)  # laid out as the scores
     m_i = l_i + float("-inf")
     acc = gl.zeros([4, D, LIVE], gl.float32, layout=mma)  # the output transposed
     cols3: gl.constexpr = gl.SliceLayout(1, mma)  # a row's value over acc's columns
@@ -381,22 +398,13 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
         if _has_work(j * BN, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
             phase = (i // STAGES) & 1
-            # The tile's scores, a sub-tile at a time in key order, each folded into the
-            # softmax state (a sub-tile with no visible key is computed under the mask: no
-            # weight, the same bits as leaving it out).
+            # The tile's scores, both sub-tiles', folded into the softmax state at once (a
+            # tile with no visible key is computed under the mask: no weight, the same bits
+            # as leaving it out), then the output rescaled.
             mbarrier.wait(ring.bar_k.index(st), phase)
-            m_i, l_i, p_0, alpha = _sub_tile_weights(
-                q, ring.k_smem.index(st).slice(0, SUB), j * BN, m_i, l_i, s_zero, s_keys,
-                seq_len, lo, rule, flags, b_layout)
-            if BN // SUB == 2:
-                m_i, l_i, p_1, alpha_1 = _sub_tile_weights(
-                    q, ring.k_smem.index(st).slice(SUB, SUB), j * BN + SUB, m_i, l_i, s_zero,
-                    s_keys, seq_len, lo, rule, flags, b_layout)
-                # One rescale of the output a tile: the first sub-tile's weights are taken
-                # to the second's row max (a few products a thread on the weights in the
-                # place of a rescale of the output's D columns).
-                alpha = alpha * alpha_1
-                p_0 = p_0 * gl.expand_dims(alpha_1, 2)
+            m_i, l_i, p_0, p_1, alpha = _tile_weights(
+                q, ring.k_smem.index(st), j * BN, m_i, l_i, s_zero, s_keys, seq_len, lo, rule,
+                flags, b_layout)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, cols3), 1)
             mbarrier.wait(ring.bar_v.index(st), phase)
             for h in gl.static_range(BN // SUB):
