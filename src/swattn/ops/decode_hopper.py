@@ -34,20 +34,22 @@ An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the
 stage), and the four warps read them straight into registers, widen them there to fp16
 (exactly, one packed conversion a pair) and take the products by mma.sync, so no widened
 tile is written to shared memory (writing one cost most of fp8's gain: the fp8-hopper-decode
-results). A stage holds a tile of 128 keys (config.hopper_decode_config), taken as two
-64-key sub-tiles in key order, the stage released after the second's reads. Each warp owns a
-quarter of every sub-tile, 16 keys, and keeps its own softmax state over its keys (the
+results). A stage holds a tile of 128 keys (config.hopper_decode_config): two 64-key
+sub-tiles in key order, whose scores are taken together and folded into the softmax once a
+tile (:func:`_tile_weights`), the stage released after the second's V reads. Each warp owns
+a quarter of every sub-tile, 16 keys, and keeps its own softmax state over its keys (the
 scores batched by warp: :func:`_fp8_layout`); the four states merge once at the end. A
-program's rows are 16 query heads of the group (mma.sync's M), a larger group taking
-several programs a KV head (head blocks, side by side on the grid). K's fragment reads its
-head dim in another order than the query's natural one (both the same order: the scores'
-sum is the same), and V's columns come out of P @ V permuted and are put back before the
-store (:func:`_k_operand`, :func:`_v_operand`): each thread then reads 16 or 32 contiguous
-bytes of a row. V's bytes are paired by key before they widen (:func:`_widen_pairs`), the
-output is rescaled once a tile (the first sub-tile's weights taken to the second's row
-max), and a group of up to 8 runs the softmax and the rescale over its 8 live rows only
-(:func:`_live_rows`): a fifth of the loop's instructions fewer than without the three (the
-fp8-decode-consumer results). K's scale joins qk_scale and V's multiplies the output. A page
+program's rows are 16 query heads of the group (the scores' mma.sync M), a larger group
+taking several programs a KV head (head blocks, side by side on the grid); a group of up to
+8 runs the softmax over its 8 live rows only (:func:`_live_rows`). The output's product is
+taken transposed, O^T += V^T P^T, with the head dim as M and the live rows as N: for a group
+of up to 8, half the products of P @ V and half its registers, and P^T's operand is the
+scores' own registers. K's fragment reads its head dim in another order than the query's
+natural one (both the same order: the scores' sum is the same), and V's head dim comes out
+of the product permuted and is put back before the store (:func:`_k_operand`,
+:func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a row; V's bytes
+are paired by key before they widen (:func:`_widen_pairs`). Why: the fp8-decode-consumer
+and fp8-decode-products results. K's scale joins qk_scale and V's multiplies the output. A page
 not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
@@ -202,8 +204,9 @@ def _consume(q_smem, ring, store, split, rule, flags):
 @gluon.constexpr_function
 def _fp8_layout():
     """The registers of the fp8 path's products (mma.sync, 16 x 8 x 16 instructions): the
-    scores [4, BM, 16] and the output [4, BM, D] batched by warp, warp w holding batch
-    entry w (its 16 keys of each tile, and its own softmax state over them)."""
+    scores [4, BM, 16] and the output transposed [4, D, live rows] batched by warp, warp w
+    holding batch entry w (its 16 keys of each sub-tile, and its own softmax state over
+    them)."""
     return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1, 1],
                                      instr_shape=[1, 16, 8])
 
@@ -349,8 +352,8 @@ def _tile_weights(q, tile, key0, m_i, l_i, s_zero, s_keys, seq_len, lo, rule, fl
 def _consume_fp8(q_smem, ring, store, split, rule, flags):
     """The four warps over an fp8 cache, each over its 16 keys of every 64-key sub-tile: a
     stage's K read from the ring into registers and widened there once its copies have
-    landed, the scores and softmax a sub-tile at a time, the output rescaled once a tile,
-    then V the same way and the output's product a sub-tile at a time, taken transposed
+    landed, the scores of both sub-tiles and one softmax a tile, the output rescaled once
+    a tile, then V the same way and the output's product a sub-tile at a time, taken transposed
     (O^T += V^T P^T: the head dim as mma.sync's M, the live rows as its N, so a group of up
     to 8 takes half the products of P @ V; P^T's B fragment is the scores' own registers),
     the stage released to the producer after the last V reads; at the end the warps' states
