@@ -47,10 +47,11 @@ of up to 8, half the products of P @ V and half its registers, and P^T's operand
 scores' own registers. K's fragment reads its head dim in another order than the query's
 natural one (both the same order: the scores' sum is the same), and V's head dim comes out
 of the product permuted and is put back before the store (:func:`_k_operand`,
-:func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a row; V's bytes
-are paired by key before they widen (:func:`_widen_pairs`). Why: the fp8-decode-consumer
-and fp8-decode-products results. K's scale joins qk_scale and V's multiplies the output. A page
-not copied reads rows of fp8 NaN for K (the copy engine pads fp8 with zeros only).
+:func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a K row, 8 or 16 of
+a V row; V's bytes are paired by key before they widen (:func:`_widen_pairs`). Why: the
+fp8-decode-consumer and fp8-decode-products results. K's scale joins qk_scale and V's
+multiplies the output. A page not copied reads rows of fp8 NaN for K (the copy engine pads
+fp8 with zeros only).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
@@ -224,8 +225,9 @@ def _k_read(D):
 @gluon.constexpr_function
 def _v_read(D):
     """How the four warps read an fp8 [64, D] V tile: warp w its rows 16w.., lane 4g + t
-    rows 2t, 2t + 1, 2t + 8 and 2t + 9 of them (mma.sync's B rows) and the D / 8 contiguous
-    bytes from column g * D / 8 (one 16- or 8-byte read a row)."""
+    rows 2t, 2t + 1, 2t + 8 and 2t + 9 of them (keys: the A fragment's columns of V^T) and the
+    D / 8 contiguous bytes from column g * D / 8 (its rows g and g + 8 of every 16-row block,
+    relabelled: :func:`_v_operand`), one 16- or 8-byte read a row."""
     regs = [[0, 1 << b] for b in range((D // 8).bit_length() - 1)] + [[1, 0], [8, 0]]
     lanes = [[2, 0], [4, 0], [0, D // 8], [0, D // 4], [0, D // 2]]
     return gl.DistributedLinearLayout(regs, lanes, [[16, 0], [32, 0]], [], [64, D])
@@ -256,8 +258,8 @@ def _k_operand(tile, D: gl.constexpr, b_layout: gl.constexpr):
 @gluon.jit
 def _widen_pairs(a, b):
     """fp8 tensors ``a`` and ``b`` (the same shape and layout: two keys' bytes of the same
-    columns) widened to fp16 with each key pair in one register, as mma.sync's B fragment
-    holds consecutive keys of a column: (wide_0, wide_1). From the 4 bytes a thread's
+    columns) widened to fp16 with each key pair in one register, as mma.sync's A fragment
+    holds consecutive keys of a row of V^T: (wide_0, wide_1). From the 4 bytes a thread's
     register of ``a`` holds and the 4 of ``b``'s, wide_0's two registers hold (a0, b0) and
     (a1, b1), wide_1's (a2, b2) and (a3, b3): a byte permutation of the two registers for
     each two pairs, then one packed conversion a pair (widened first, the pairs took two
@@ -379,11 +381,12 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     q_read: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     q = _head_dim_order(gl.reshape(q_smem.load(q_read), [1, BM, D]))
     q, _ = gl.broadcast(gl.convert_layout(q, a_layout), gl.zeros([4, BM, D], gl.float16, a_layout))
-    # Warp w's keys of a sub-tile, from its first: w * KW + column (scores) and + row (V).
+    # Warp w's keys of a sub-tile, from its first: w * KW + column (of the scores, and of
+    # V^T's last axis).
     s_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, rows3))[:, None, None]
               + gl.arange(0, KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, mma)))[None, None, :])
-    # The softmax runs over the live rows only: a group of up to 8 leaves rows 8 to 15
-    # (zero queries, never stored) out of it, their weights 0 and their output 0.
+    # The softmax and the output run over the live rows only: for a group of up to 8, rows
+    # 8 to 15 of the scores (zero queries, never stored) are not computed past the products.
     LIVE: gl.constexpr = 8 if flags.GROUP <= 8 else BM
     s_zero = gl.zeros([4, BM, KW], gl.float32, layout=mma)
     s_keys = _live_rows(s_keys + gl.zeros([4, BM, KW], gl.int32, layout=mma), LIVE)
