@@ -3,9 +3,10 @@ whole ("full"), its ring of copies alone ("ring": the warpgroup replaced by one 
 waits for each stage's copies and releases it, so the time is the producer's and the
 memory's), and the cache read from L2 ("l2": every block-table entry mapped onto 32 pages,
 so the time is the warpgroup's). Each config is a dict of HopperDecodeConfig fields over the
-plan's own; the configs are timed interleaved, graph replays after an L2 flush, in one
-process a mode. The outputs are compared to the first config's (in "ring" and "l2" the
-outputs are not attention: their difference is not a check).
+plan's own; the configs are timed as the bench times its variants (harness.interleave:
+graph replays after an L2 flush, turn by turn), in one process a mode. The outputs are
+compared to the first config's (in "ring" and "l2" the outputs are not attention: their
+difference is not a check).
 
     PYTHONPATH=src python3 scripts/decode_probe.py --workload C-B --fp8 --modes full,ring,l2 \\
         --configs '{}' '{"num_stages": 3}'
@@ -52,7 +53,7 @@ def _ring_only(q_smem, ring, store, split, rule, flags):
             i += 1
 
 
-def probe(workload, fp8, mode, configs, rounds=20, reps=5):
+def probe(workload, fp8, mode, configs, rounds=3, reps=30):
     """Print one line a config: its median and 20th percentile (us) in ``mode``."""
     if mode == "ring":
         # Before anything compiles: the kernel resolves its warpgroup by name.
@@ -67,8 +68,8 @@ def probe(workload, fp8, mode, configs, rounds=20, reps=5):
     table = inputs.block_table_window
     if mode == "l2":
         table = torch.where(table >= 0, table % 32 + 1, table)
-    runs = []
-    for config in configs:
+    replays, runs = {}, {}
+    for n, config in enumerate(configs):
         plan = swattn.plan_decode(
             case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
             head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
@@ -82,19 +83,20 @@ def probe(workload, fp8, mode, configs, rounds=20, reps=5):
 
         run()
         torch.cuda.synchronize()
-        runs.append((json.dumps(config), harness.capture(run)[0], out, plan))
-    flush = harness.Flush()
-    times = [[] for _ in runs]
-    for r in range(rounds):
-        order = range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))
-        for i in order:
-            times[i] += harness.measure(runs[i][1], reps, flush)
-    first = runs[0][2].float()
-    for (label, _, out, plan), t in zip(runs, times):
-        t = torch.tensor(t)
+        label = f"{n} {json.dumps(config)}"  # (a config given twice is its own control)
+        replays[label] = harness.capture(run)[0]
+        runs[label] = (out, plan)
+    # Timed as the bench times its variants: turn by turn, the order rotated.
+    times, errors = harness.interleave(replays, reps, rounds, harness.Flush(), label=mode)
+    first = next(iter(runs.values()))[0].float()
+    for label, (out, plan) in runs.items():
+        if label in errors:
+            print(f"{workload} {mode:4s} {label:28s} failed: {errors[label]}", flush=True)
+            continue
+        stats = harness.summarize(times[label])
         diff = (out.float() - first).abs().max().item()
         print(f"{workload} {'fp8' if fp8 else 'bf16'} {mode:4s} {label:28s} "
-              f"median {t.median():7.1f} us  p20 {t.quantile(0.2):7.1f}  "
+              f"median {stats['median_us']:7.1f} us  p20 {stats['p20_us']:7.1f}  "
               f"diff to first {diff:.1e}  [{plan.config}]", flush=True)
 
 
