@@ -9,7 +9,7 @@ compared to the first config's (in "ring" and "l2" the outputs are not attention
 difference is not a check).
 
     PYTHONPATH=src python3 scripts/decode_probe.py --workload C-B --fp8 --modes full,ring,l2 \\
-        --configs '{}' '{"num_stages": 3}'
+        --configs '{}' '{"items": 2}'
 """
 
 import argparse

@@ -28,7 +28,8 @@ variants = [dict(), dict(bounds="skip"), dict(bounds="none"), dict(head_dim=64, 
             dict(kv_dtype=torch.float8_e5m2, head_dim=64, dtype="fp16", WRITE_PARTIAL=True,
                  bounds="skip"),
             dict(kv_dtype=torch.float8_e4m3fn, page_size=128, group=64, HAS_SINKS=True,
-                 USE_SOFTCAP=True, RETURN_LSE=True)]
+                 USE_SOFTCAP=True, RETURN_LSE=True),
+            dict(kv_dtype=torch.float8_e4m3fn, ITEMS=2, WRITE_PARTIAL=True)]
 for flags in variants:
     c, ptx = asm.compile_hopper_decode(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c)
@@ -46,13 +47,15 @@ for flags in variants:
         name = "e4m3" if fp8 == torch.float8_e4m3fn else "e5m2"
         assert f"cvt.rn.f16x2.{name}x2" in ptx and "wgmma" not in ptx, flags
         assert "mma.sync.aligned.m16n8k16" in ptx, flags
-        body = sum(asm.mma_loops(c.sass), [])
-        assert not [i for i in body if i.startswith("F2F.")], flags
-        shared = [i.split()[0] for i in body if i.startswith(("LDS", "STS", "LDSM", "STSM"))]
+        # (one tile loop a work item: the items' loop is unrolled)
         subs = hopper_decode_config(128, torch.bfloat16, fp8).block_n // 64
         reads = (["LDS.128"] * 8 * subs if flags.get("head_dim", 128) == 128
                  else ["LDS.128"] * 2 * subs + ["LDS.64"] * 4 * subs)
-        assert sorted(shared) == reads, (flags, shared)
+        assert len(asm.mma_loops(c.sass)) == flags.get("ITEMS", 1), flags
+        for body in asm.mma_loops(c.sass):
+            assert not [i for i in body if i.startswith("F2F.")], flags
+            shared = [i.split()[0] for i in body if i.startswith(("LDS", "STS", "LDSM", "STSM"))]
+            assert sorted(shared) == reads, (flags, shared)
     # The split merge's PDL trigger exactly where asked for.
     assert ("griddepcontrol.launch_dependents" in ptx) == flags.get("PDL", False), flags
     # The tile loop's branches warp-uniform to ptxas: no divergence handling around its
@@ -108,6 +111,26 @@ def test_hopper_decode_pages_fit_the_tile():
     assert decode_hopper.takes_shape(128, 128, 4, 32, 128, e4m3)
     assert not decode_hopper.takes_shape(128, 128, 4, 32, 256, e4m3)
     assert decode_hopper.takes_shape(128, 128, 4, 32, 256)
+
+
+def test_hopper_decode_config_problems_are_named():
+    # What the plan's ValueError says of a config (hopper=True with a dict): a tile that
+    # does not fit, several work items a program over a 16-bit cache, a count not an int.
+    from dataclasses import replace
+
+    from swattn.ops import decode_hopper
+    from swattn.ops.config import hopper_decode_config
+    e4m3 = torch.float8_e4m3fn
+    fp8 = hopper_decode_config(128, torch.bfloat16, e4m3)
+    bf16 = hopper_decode_config(128, torch.bfloat16)
+    assert decode_hopper.config_problem(fp8, 128, 128, 4, 16, e4m3) is None
+    assert decode_hopper.config_problem(replace(fp8, items=3), 128, 128, 4, 16, e4m3) is None
+    assert "block_n=256" in decode_hopper.config_problem(replace(fp8, block_n=256), 128, 128, 4,
+                                                         32, e4m3)
+    assert "items=2" in decode_hopper.config_problem(replace(bf16, items=2), 128, 128, 4, 16)
+    assert "items=0" in decode_hopper.config_problem(replace(fp8, items=0), 128, 128, 4, 16, e4m3)
+    assert "items=1.5" in decode_hopper.config_problem(replace(fp8, items=1.5), 128, 128, 4, 16,
+                                                       e4m3)
 
 
 def _case(lens, hq, hkv, d, page, window, dtype=torch.bfloat16, seed=0, **kwargs):

@@ -377,23 +377,29 @@ def test_gpu_hopper_decode_over_fp8_caches(fp8, per_head):
     its bounds variants bit-identical, within rounding of the float64 reference over the
     same cache, and a bad page's rows NaN (the poison rows read in its place; the page of
     the last key, and one in a tile's second sub-tile) with every other row the good run's
-    bits."""
+    bits, with one work item a program and with three; three give the same bits as one."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     for case, kwargs in HOPPER_FP8_CASES:
         tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
         kw, out = _hopper_fp8_run(run_decode, reference.decode_attention, tensors, case, kwargs,
                                   k_scale, v_scale)
+        # Three work items a program (the ring running on across them, the last program's
+        # items past the batch's): the same bits.
+        items = run_decode(*tensors, hopper=True, config={"items": 3}, **kw)
+        assert torch.equal(items[0] if isinstance(items, tuple) else items, out)
         # Bad pages of sequence 0: the one holding its last key (visible to it under every
         # window), and one confined to a tile's second 64-key sub-tile where it has one.
         second = _second_sub_tile_page(case.seq_lens[0], case.window_left, case.page_size)
         for page in [(case.seq_lens[0] - 1) // case.page_size] + [second] * (second is not None):
             table = tensors[3].clone()
             table[0, page] = -1
-            bad = run_decode(*tensors[:3], table, tensors[4], hopper=True, **kw)
-            bad = bad[0] if isinstance(bad, tuple) else bad
-            assert torch.isnan(bad[0]).all(), page
-            assert torch.equal(bad[1:], out[1:])
+            for config in ({}, {"items": 3}):
+                bad = run_decode(*tensors[:3], table, tensors[4], hopper=True, config=config,
+                                 **kw)
+                bad = bad[0] if isinstance(bad, tuple) else bad
+                assert torch.isnan(bad[0]).all(), (page, config)
+                assert torch.equal(bad[1:], out[1:])
 
 
 # The Hopper extend path over fp8 caches: windows long (tight runs warp-specialized for

@@ -231,6 +231,9 @@ class HopperDecodeConfig:
     # The plan takes this path for windows of min_keys keys or more (and full attention):
     # ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it on C-A (129 keys).
     min_keys: int = 1024
+    # Over an fp8 cache: the work items (sequence, KV head, head block) a program takes one
+    # after another, its ring running on across them (1 over a 16-bit cache).
+    items: int = 1
     # Programs an SM the path holds (its registers and shared memory), and the fewest keys
     # a split is given (as DecodeConfig's).
     programs_per_sm: int = 2

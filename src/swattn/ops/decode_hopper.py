@@ -49,9 +49,11 @@ natural one (both the same order: the scores' sum is the same), and V's head dim
 of the product permuted and is put back before the store (:func:`_k_operand`,
 :func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a K row, 8 or 16 of
 a V row; V's bytes are paired by key before they widen (:func:`_widen_pairs`). Why: the
-fp8-decode-consumer and fp8-decode-products results. K's scale joins qk_scale and V's
-multiplies the output. A page not copied reads rows of fp8 NaN for K (the copy engine pads
-fp8 with zeros only).
+fp8-decode-consumer and fp8-decode-products results. A program may take several work items
+(sequence, KV head, head block) one after another (config ``items``), its producer running
+on into the next item's copies while the warpgroup finishes the current one. K's scale joins
+qk_scale and V's multiplies the output. A page not copied reads rows of fp8 NaN for K (the
+copy engine pads fp8 with zeros only).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or
@@ -91,7 +93,7 @@ split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 # decode query sees every key up to its own), named for _gluon.weights.
 DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
-                         "V_SCALE_STRIDE")  # constexprs
+                         "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
 # barriers on which a stage is released to the producer.
 DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
@@ -102,6 +104,13 @@ DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob
 # The program's sequence, KV head, head block (over an fp8 cache; 0 otherwise) and split,
 # the sequence's length and first visible key, the split's tiles [t_start, t_stop).
 Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop")
+# Over an fp8 cache a program takes up to ITEMS work items (sequence, KV head, head block)
+# one after another, its ring running on across them: items first, first + stride, ... of
+# num_items (the programs running at once take consecutive items, as with one item a
+# program); what each item's Split is found from; the query's tensor and strides and the K
+# scales (each item loads its own query rows).
+Work = namedtuple("Work", "first stride num_items num_kv_heads i_split num_splits window_left "
+                  "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale")
 
 
 @gluon.jit
@@ -130,6 +139,20 @@ def _has_work(key0, lo, seq_len, BN: gl.constexpr, SKIP: gl.constexpr):
     if SKIP:
         work = (key0 + BN > lo) & (key0 < seq_len)
     return work
+
+
+@gluon.jit
+def _item_split(work, w, flags):
+    """Work item ``w``'s Split (heads fastest: a sequence's KV heads, and a KV head's head
+    blocks, are consecutive items), its bounds warp-uniform."""
+    i_hb = w % flags.HEAD_BLOCKS
+    i_kvh = w // flags.HEAD_BLOCKS % work.num_kv_heads
+    i_seq = w // flags.HEAD_BLOCKS // work.num_kv_heads
+    seq_len = uniform(gl.load(work.seq_lens + i_seq))
+    lo, t_start, t_stop = _tile_range(seq_len, work.window_left, work.i_split, work.num_splits,
+                                      flags.BN, flags.USE_WINDOW, flags.TIGHT)
+    return Split(i_seq.to(gl.int64), i_kvh, i_hb, work.i_split, seq_len, uniform(lo),
+                 uniform(t_start), uniform(t_stop))
 
 
 @gluon.jit
@@ -351,15 +374,28 @@ def _tile_weights(q, tile, key0, m_i, l_i, s_zero, s_keys, seq_len, lo, rule, fl
 
 
 @gluon.jit
-def _consume_fp8(q_smem, ring, store, split, rule, flags):
-    """The four warps over an fp8 cache, each over its 16 keys of every 64-key sub-tile: a
-    stage's K read from the ring into registers and widened there once its copies have
-    landed, the scores of both sub-tiles and one softmax a tile, the output rescaled once
-    a tile, then V the same way and the output's product a sub-tile at a time, taken transposed
-    (O^T += V^T P^T: the head dim as mma.sync's M, the live rows as its N, so a group of up
-    to 8 takes half the products of P @ V; P^T's B fragment is the scores' own registers),
-    the stage released to the producer after the last V reads; at the end the warps' states
-    merged and the output (or the split's partial) stored."""
+def _consume_fp8(ring, store, work, rule, flags):
+    """The four warps over an fp8 cache, each over its 16 keys of every 64-key sub-tile,
+    for each of the program's work items in turn (:func:`_consume_item`), the ring's
+    count running on across them."""
+    i = gl.to_tensor(0)  # tiles taken from the ring so far
+    # Unrolled: in a loop over the items, ptxas moved the query's registers every tile.
+    for u in gl.static_range(flags.ITEMS):
+        w = work.first + u * work.stride
+        if w < work.num_items:
+            i = _consume_item(ring, store, work, _item_split(work, w, flags), rule, flags, i)
+
+
+@gluon.jit
+def _consume_item(ring, store, work, split, rule, flags, i):
+    """One work item over an fp8 cache, its first tile the ring's ``i``-th: each stage's K
+    read from the ring into registers and widened there once its copies have landed, the
+    scores of both sub-tiles and one softmax a tile, the output rescaled once a tile, then V
+    the same way and the output's product a sub-tile at a time, taken transposed (O^T +=
+    V^T P^T: the head dim as mma.sync's M, the live rows as its N, so a group of up to 8
+    takes half the products of P @ V; P^T's B fragment is the scores' own registers), the
+    stage released to the producer after the last V reads; at the end the warps' states
+    merged and the output (or the split's partial) stored. Returns the ring's count."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
     BN: gl.constexpr = flags.BN
@@ -370,17 +406,26 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     # query rows a warp; a ring tile holds one or two sub-tiles.
     gl.static_assert((BN == SUB or BN == 2 * SUB) and BM == 16,
                      "the fp8 decode path takes tiles of one or two 64-key sub-tiles, 16 rows")
-    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
-    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
+    seq_len, lo = split.seq_len, split.lo
+    t_start, t_stop = split.t_start, split.t_stop
     mma: gl.constexpr = _fp8_layout()
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     b_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
     rows3: gl.constexpr = gl.SliceLayout(2, mma)
 
-    # The query rows (fp16) in the K fragment's head-dim order, the same for every warp.
+    # The item's query rows (the head block's, zero past the group), in fp16 (a bf16 query
+    # within fp16's range is an fp16 value) and in the K fragment's head-dim order, the same
+    # for every warp; K's scale joins qk_scale (the cache holds value / scale).
     q_read: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    q = _head_dim_order(gl.reshape(q_smem.load(q_read), [1, BM, D]))
+    q_rows = split.i_hb * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, q_read))
+    q_cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_read))
+    p_q = (work.Q + split.i_seq * work.stride_qb
+           + (split.i_kvh * flags.GROUP + q_rows)[:, None] * work.stride_qh + q_cols[None, :])
+    q = gl.load(p_q, mask=(q_rows < flags.GROUP)[:, None], other=0.0).to(gl.float16)
+    q = _head_dim_order(gl.reshape(q, [1, BM, D]))
     q, _ = gl.broadcast(gl.convert_layout(q, a_layout), gl.zeros([4, BM, D], gl.float16, a_layout))
+    rule = Rule(rule.qk_scale * gl.load(work.k_scale + split.i_kvh * flags.K_SCALE_STRIDE),
+                rule.softcap, rule.window_left, rule.window_right)
     # Warp w's keys of a sub-tile, from its first: w * KW + column (of the scores, and of
     # V^T's last axis).
     s_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, rows3))[:, None, None]
@@ -399,7 +444,6 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     m_i = l_i + float("-inf")
     acc = gl.zeros([4, D, LIVE], gl.float32, layout=mma)  # the output transposed
     cols3: gl.constexpr = gl.SliceLayout(1, mma)  # a row's value over acc's columns
-    i = 0  # tiles taken from the ring so far
     for j in range(t_start, t_stop):
         if _has_work(j * BN, lo, seq_len, BN, flags.SKIP):
             st = i % STAGES
@@ -439,6 +483,7 @@ def _consume_fp8(q_smem, ring, store, split, rule, flags):
     acc = gl.sum(acc * gl.expand_dims(gl.convert_layout(shift, cols3), 1), 0)
     acc = gl.convert_layout(_output_order(acc, D), o_layout)
     _finish(m, l_o, acc, store, split, flags, o_layout)
+    return i
 
 
 @gluon.jit
@@ -482,18 +527,16 @@ def _finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len,
-             lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-             SKIP: gl.constexpr):
-    """The producer warp: for the i-th tile with work (:func:`_has_work`), its block-table
-    entries, then its K and V page copies into stage i % STAGES once the warpgroup has
-    released that stage's previous tile (the first round passes at once). ``poison``: an
-    fp8 cache's NaN rows, read for K in the place of a page not copied (None: K's
-    descriptor pads with NaN)."""
-    seq_len, lo = uniform(seq_len), uniform(lo)
-    t_start, t_stop = uniform(t_start), uniform(t_stop)
-    i = 0  # tiles put in the ring so far
+def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                   seq_len, lo, t_start, t_stop, col, oob_row, i, PAGE: gl.constexpr,
+                   PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+                   STAGES: gl.constexpr, SKIP: gl.constexpr):
+    """The producer warp over one work item's tiles, the ring's ``i``-th first: for the
+    i-th tile with work (:func:`_has_work`), its block-table entries, then its K and V page
+    copies into stage i % STAGES once the warpgroup has released that stage's previous tile
+    (the first round passes at once). ``poison``: an fp8 cache's NaN rows, read for K in
+    the place of a page not copied (None: K's descriptor pads with NaN). Returns the ring's
+    count."""
     for j in range(t_start, t_stop):
         start = j * BN
         if _has_work(start, lo, seq_len, BN, SKIP):
@@ -506,6 +549,37 @@ def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_r
             issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             i += 1
+    return i
+
+
+@gluon.jit
+def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len,
+             lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
+             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+             SKIP: gl.constexpr):
+    """The producer warp over a 16-bit cache: the program's one work item
+    (:func:`_produce_tiles`)."""
+    _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                   uniform(seq_len), uniform(lo), uniform(t_start), uniform(t_stop), col,
+                   oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP)
+
+
+@gluon.jit
+def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, work,
+                   oob_row, flags, PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr):
+    """The producer warp over an fp8 cache: the program's work items one after another
+    (:func:`_produce_tiles`), the ring running on across them, so the next item's first
+    copies are in flight while the warpgroup finishes the current one."""
+    i = gl.to_tensor(0)  # tiles put in the ring so far
+    for u in gl.static_range(flags.ITEMS):
+        w = work.first + u * work.stride
+        if w < work.num_items:
+            split = _item_split(work, w, flags)
+            bt_row = work.block_table + split.i_seq * work.stride_bt
+            i = _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
+                               bt_row, split.seq_len, split.lo, split.t_start, split.t_stop,
+                               split.i_kvh * flags.D, oob_row, i, PAGE, PR, NP, flags.BN,
+                               flags.D, flags.STAGES, flags.SKIP)
 
 
 @gluon.jit
@@ -513,13 +587,13 @@ def _hopper_decode_kernel(
     kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb,
     stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row,
-    qk_scale, softcap, window_left,
+    qk_scale, softcap, window_left, num_items,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
-    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
+    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, ITEMS: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -530,39 +604,28 @@ def _hopper_decode_kernel(
     NP: gl.constexpr = BN // PR
     # Axis 0 runs over (sequence, KV head, head block), the heads fastest: a sequence's
     # programs start side by side and read its pages' rows (every KV head of a token, one
-    # run) together, a KV head's head blocks (over an fp8 cache) the same tiles.
+    # run) together, a KV head's head blocks (over an fp8 cache) the same tiles. Over an
+    # fp8 cache a program takes up to ITEMS such work items, one after another (Work).
     FP8: gl.constexpr = kc_desc.dtype.is_fp8()
-    i_seq = gl.program_id(0) // num_kv_heads
-    i_kvh = gl.program_id(0) % num_kv_heads
-    gl.static_assert(FP8 or HEAD_BLOCKS == 1, "head blocks are the fp8 path's")
-    i_hb = 0
-    if FP8:
-        i_hb = gl.program_id(0) % HEAD_BLOCKS
-        i_seq = gl.program_id(0) // HEAD_BLOCKS // num_kv_heads
-        i_kvh = gl.program_id(0) // HEAD_BLOCKS % num_kv_heads
+    gl.static_assert(FP8 or (HEAD_BLOCKS == 1 and ITEMS == 1),
+                     "head blocks and several work items a program are the fp8 path's")
     i_split = gl.program_id(1)
-    seq_len = gl.load(seq_lens + i_seq)
-    lo, t_start, t_stop = _tile_range(seq_len, window_left, i_split, num_splits, BN, USE_WINDOW,
-                                      TIGHT)
-    i_seq = i_seq.to(gl.int64)
-    bt_row = block_table + i_seq * stride_bt
-
-    # The group's query rows (the head block's), zero past the group, into shared memory
-    # for the products. Over an fp8 cache (value / scale in the ring) the products run in
-    # fp16: the tiles widen to fp16 in one packed conversion a pair (to bf16 they would go
-    # through fp32), and a bf16 query within fp16's range is an fp16 value; K's scale joins
-    # qk_scale.
-    q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
-    if FP8:
-        rows = rows + i_hb * BM
-    p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
-    b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
-    if FP8:
-        b_q = b_q.to(gl.float16)
-        qk_scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
-    q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
+    if not FP8:
+        # The program's one work item, and its query rows (zero past the group) in shared
+        # memory for the products.
+        i_seq = gl.program_id(0) // num_kv_heads
+        i_kvh = gl.program_id(0) % num_kv_heads
+        seq_len = gl.load(seq_lens + i_seq)
+        lo, t_start, t_stop = _tile_range(seq_len, window_left, i_split, num_splits, BN,
+                                          USE_WINDOW, TIGHT)
+        i_seq = i_seq.to(gl.int64)
+        bt_row = block_table + i_seq * stride_bt
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
+        p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
+        b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
+        q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
     k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
     v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
     bar_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -579,21 +642,24 @@ def _hopper_decode_kernel(
     # constexpr (see extend_hopper).
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
-                                      FP8, V_SCALE_STRIDE)
+                                      FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
+                                      TIGHT)
     ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
-    split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop)
     # (one call a case: Gluon takes a partition's function only inside the call)
     if FP8:
+        # Each partition finds each item's sequence, bounds and (the warpgroup) query rows.
+        work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
+                    num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
+                    stride_qh, k_scale)
         gl.warp_specialize([
-            (_consume_fp8, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
-                            flags)),
-            (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
-                        seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
-                        STAGES, SKIP)),
+            (_consume_fp8, (ring, store, work, Rule(qk_scale, softcap, window_left, 0), flags)),
+            (_produce_items, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
+                              work, oob_row, flags, PAGE, PR, NP)),
         ], [1], [PRODUCER_REGS])
     else:
+        split = Split(i_seq, i_kvh, 0, i_split, seq_len, lo, t_start, t_stop)
         gl.warp_specialize([
             (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
                         flags)),
@@ -625,6 +691,19 @@ def takes_shape(head_dim, head_dim_v, group, page_size, block_n=HopperDecodeConf
     if page_size < block_n:
         return block_n % page_size == 0
     return page_size % block_n == 0
+
+
+def config_problem(cfg, head_dim, head_dim_v, group, page_size, kv_dtype=None):
+    """What is wrong with a HopperDecodeConfig for these sizes (a phrase), or None (a pure
+    function: the plan raises its ValueError with it)."""
+    if not takes_shape(head_dim, head_dim_v, group, page_size, cfg.block_n, kv_dtype):
+        return (f"block_n={cfg.block_n} does not fit pages of {page_size} (one divides the "
+                "other) or, over an fp8 cache, is not 64 or 128")
+    fp8 = kv_dtype in FP8_DTYPES
+    if not isinstance(cfg.items, int) or cfg.items < 1 or (cfg.items > 1 and not fp8):
+        return (f"items={cfg.items!r} must be an int >= 1, and 1 over a 16-bit cache "
+                "(several work items a program are the fp8 path's)")
+    return None
 
 
 def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=None):
@@ -690,7 +769,7 @@ def lazy_descriptors(cfg, q, k_cache, v_cache):
 _TENSORS = ("kc_desc", "vc_desc", "poison", "Q", "block_table", "seq_lens", "sinks", "Out", "Lse",
             "Part_o", "Part_lse", "k_scale", "v_scale")
 _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb", "stride_pb",
-         "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row")
+         "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row", "num_items")
 
 
 @functools.lru_cache(maxsize=64)
@@ -709,7 +788,8 @@ def _launcher(spec, dtype):
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, HEAD_BLOCKS=head_blocks,
-        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1])
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
+        ITEMS=cfg.items)
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 
@@ -725,15 +805,17 @@ class HopperDecodeLaunch:
         self.launch = _launcher(spec, dtype)
         self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
         self.num_splits = spec.num_splits
+        self.items = spec.config.items
 
     def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs,
                  scales=(None, None)):
         part_o, part_lse, ps = split_scratch(parts, out)
         lse_t = out if lse is None else lse
         qs, os_ = q.stride(), out.stride()
+        num_items = batch * self.head_programs
         return self.launch(
-            (batch * self.head_programs, self.num_splits, 1),
+            (-(-num_items // self.items), self.num_splits, 1),
             (descs[0], descs[1], descs[2], q, block_table, seq_lens,
              lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
             (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
-             *ps, k_cache.shape[0] * k_cache.shape[1]))
+             *ps, k_cache.shape[0] * k_cache.shape[1], num_items))

@@ -238,11 +238,10 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
             cfg = _config.hopper_decode_config(head_dim, dtype, kv_dtype)
             if hopper and isinstance(config, dict):
                 cfg = replace_spec(cfg, **config)  # (hopper=True: the dict is this path's)
-                if not decode_hopper.takes_shape(head_dim, head_dim_v, group, page_size,
-                                                 cfg.block_n, kv_dtype):
-                    raise ValueError(f"config: block_n={cfg.block_n} does not fit pages of "
-                                     f"{page_size} (one divides the other) or, over an fp8 "
-                                     "cache, is not 64 or 128")
+                problem = decode_hopper.config_problem(cfg, head_dim, head_dim_v, group,
+                                                       page_size, kv_dtype)
+                if problem is not None:
+                    raise ValueError(f"config: {problem}")
     if num_splits is None:
         sms = (torch.cuda.get_device_properties(device).multi_processor_count
                if device.type == "cuda" else _config.DECODE_CPU_SMS)

@@ -265,7 +265,7 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
                       PRODUCER_REGS=cfg.producer_regs, PDL=False, K_SCALE_STRIDE=0,
-                      V_SCALE_STRIDE=0)
+                      V_SCALE_STRIDE=0, ITEMS=cfg.items)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
     descs = {"kc_desc": kc, "vc_desc": vc}
