@@ -37,20 +37,25 @@ MODES = ("full", "ring", "l2")
 def _ring_only(q_smem, ring, store, split, rule, flags):
     """The warpgroup of the "ring" mode: each stage waited for and released, nothing
     computed or stored."""
-    BN: gl.constexpr = flags.BN
-    STAGES: gl.constexpr = flags.STAGES
-    seq_len, lo = uniform(split.seq_len), uniform(split.lo)
-    t_start, t_stop = uniform(split.t_start), uniform(split.t_stop)
-    i = 0
-    for j in range(t_start, t_stop):
-        if _has_work(j * BN, lo, seq_len, BN, flags.SKIP):
-            st = i % STAGES
-            phase = (i // STAGES) & 1
+    _ring_only_item(ring, store, None, split, rule, flags, gl.to_tensor(0))
+
+
+@gluon.jit
+def _ring_only_item(ring, store, work, split, rule, flags, i):
+    """The fp8 warpgroup's work item in the "ring" mode (and the 16-bit one's whole work):
+    each stage waited for and released, nothing computed or stored; the ring's count
+    running on across a program's items."""
+    for j in range(uniform(split.t_start), uniform(split.t_stop)):
+        if _has_work(j * flags.BN, uniform(split.lo), uniform(split.seq_len), flags.BN,
+                     flags.SKIP):
+            st = i % flags.STAGES
+            phase = (i // flags.STAGES) & 1
             mbarrier.wait(ring.bar_k.index(st), phase)
             mbarrier.wait(ring.bar_v.index(st), phase)
             gl.thread_barrier()
             mbarrier.arrive(ring.empty.index(st))
             i += 1
+    return i
 
 
 def probe(workload, fp8, mode, configs, rounds=3, reps=30):
@@ -58,7 +63,7 @@ def probe(workload, fp8, mode, configs, rounds=3, reps=30):
     if mode == "ring":
         # Before anything compiles: the kernel resolves its warpgroup by name.
         decode_hopper._consume = _ring_only
-        decode_hopper._consume_fp8 = _ring_only
+        decode_hopper._consume_item = _ring_only_item
     case = workloads.decode_cases(workload)[0]
     inputs = build_inputs(case)
     k_cache, v_cache, scales = inputs.k_cache, inputs.v_cache, {}
