@@ -497,6 +497,36 @@ def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
         dplan.run(q, k8, v8, table, k_scale=torch.ones(3, device="cuda"), v_scale=v_scale, out=out)
 
 
+def test_fp8_decode_takes_two_work_items_a_program_past_one_wave():
+    """Two work items a program where one a program is past a wave (2 x 132 slots on an
+    H200) and half the grid still fills 95% of it (C-B's 512 items), else one (C-F's 8
+    splits of 32 items: one wave)."""
+    from swattn.ops.config import hopper_decode_config
+    cfg = hopper_decode_config(128, torch.bfloat16, torch.float8_e4m3fn)
+    assert [cfg.items_for(n, 132) for n in (512, 2048, 501, 500, 264, 256, 1)] == [2, 2, 2, 1,
+                                                                                   1, 1, 1]
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_decode_plans_choose_their_work_items():
+    """The plan's work items a program: by items_for over an fp8 cache (C-B's shape 2 on an
+    H200, C-F's 1), what a config dict names if it names it, 1 over a 16-bit cache."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    e4m3 = torch.float8_e4m3fn
+    slots = 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    cb = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, window_left=4095)
+    plan = swattn.plan_decode([4097] * 64, kv_dtype=e4m3, **cb)
+    assert plan.path == "hopper"
+    assert plan.config.items == (2 if 256 >= 0.95 * slots else 1)
+    assert swattn.plan_decode([4097] * 64, kv_dtype=e4m3, hopper=True, config={"items": 1},
+                              **cb).config.items == 1
+    assert swattn.plan_decode([4097] * 64, **cb).config.items == 1
+    cf = swattn.plan_decode([32768] * 16, num_q_heads=16, num_kv_heads=2, head_dim=64,
+                            page_size=16, kv_dtype=e4m3)
+    assert cf.path == "hopper" and cf.num_splits > 1 and cf.config.items == 1
+
+
 def test_an_fp8_cache_takes_128_key_tiles_at_d128():
     """A tile of an fp8 cache is half the bytes: at d128 the decode config doubles its key
     tile (C-B: 338 us against 430 with 64-key tiles, benchmarks/results/2026-12-02-h200-fp8)."""

@@ -102,7 +102,7 @@ class DecodeConfig:
         return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
 
-def _is_fp8(kv_dtype, dtype):
+def is_fp8(kv_dtype, dtype):
     """Whether a cache of ``kv_dtype`` beside queries of ``dtype`` is an fp8 one."""
     return kv_dtype is not None and kv_dtype != dtype and getattr(kv_dtype, "itemsize", 2) == 1
 
@@ -123,7 +123,7 @@ def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
     hopper-decode). An fp8 cache at d128 takes 128-key tiles (a tile is half the bytes):
     338 us against 430 on C-B (the fp8 results).
     """
-    fp8 = _is_fp8(kv_dtype, dtype)
+    fp8 = is_fp8(kv_dtype, dtype)
     block_h = dot_side(group)
     if getattr(device, "type", device) != "cuda":
         return DecodeConfig(block_h=block_h, block_n=16, num_warps=4, num_stages=1)
@@ -232,7 +232,8 @@ class HopperDecodeConfig:
     # ahead of the Triton kernel on C-B (4097 keys) and C-F, behind it on C-A (129 keys).
     min_keys: int = 1024
     # Over an fp8 cache: the work items (sequence, KV head, head block) a program takes one
-    # after another, its ring running on across them (1 over a 16-bit cache).
+    # after another, its ring running on across them (1 over a 16-bit cache); the plan
+    # chooses it by items_for unless a config dict names it.
     items: int = 1
     # Programs an SM the path holds (its registers and shared memory), and the fewest keys
     # a split is given (as DecodeConfig's).
@@ -250,6 +251,16 @@ class HopperDecodeConfig:
         tiles = -(-max(max_keys, 1) // self.block_n)
         return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
 
+    def items_for(self, programs, sm_count):
+        """Work items a program over an fp8 cache, for a grid of ``programs`` of one item
+        each: 2 where that grid is past one wave (``programs_per_sm`` x ``sm_count`` slots)
+        and half of it still fills 95% of the slots, so a slot's second item runs on in the
+        same program without its ring draining; else 1. On C-B (512 items, 264 slots) 2 was
+        1.2% faster than 1, 3 and 4 slower (171 and 128 programs leave SMs with one
+        warpgroup: the fp8-decode-items run)."""
+        slots = self.programs_per_sm * sm_count
+        return 2 if -(-programs // 2) >= 0.95 * slots else 1
+
 
 def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
@@ -259,7 +270,7 @@ def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     still two programs an SM; 1.2% faster on C-B than 4 stages of 64 keys), the producer
     holding 40 registers for a tile's 8 page entries at pages of 16 (at 32 its code used
     16 bytes of stack: at d64 always, at d128 once the warpgroup's loop was shortened)."""
-    if _is_fp8(kv_dtype, dtype):
+    if is_fp8(kv_dtype, dtype):
         return HopperDecodeConfig(block_h=16, block_n=128, num_stages=2, producer_regs=40)
     return HopperDecodeConfig(num_stages=4 if head_dim <= 64 else 2)
 

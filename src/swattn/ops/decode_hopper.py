@@ -51,7 +51,8 @@ of the product permuted and is put back before the store (:func:`_k_operand`,
 a V row; V's bytes are paired by key before they widen (:func:`_widen_pairs`). Why: the
 fp8-decode-consumer and fp8-decode-products results. A program may take several work items
 (sequence, KV head, head block) one after another (config ``items``), its producer running
-on into the next item's copies while the warpgroup finishes the current one. K's scale joins
+on into the next item's copies while the warpgroup finishes the current one: two where the
+grid is past a wave (HopperDecodeConfig.items_for; the fp8-decode-items results). K's scale joins
 qk_scale and V's multiplies the output. A page not copied reads rows of fp8 NaN for K (the
 copy engine pads fp8 with zeros only).
 

@@ -242,11 +242,14 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                                                        page_size, kv_dtype)
                 if problem is not None:
                     raise ValueError(f"config: {problem}")
+    sms = (torch.cuda.get_device_properties(device).multi_processor_count
+           if device.type == "cuda" else _config.DECODE_CPU_SMS)
+    programs = num_kv_heads * _config.head_blocking(cfg, group)[1]
     if num_splits is None:
-        sms = (torch.cuda.get_device_properties(device).multi_processor_count
-               if device.type == "cuda" else _config.DECODE_CPU_SMS)
-        programs = num_kv_heads * _config.head_blocking(cfg, group)[1]
         num_splits = cfg.splits(batch, programs, max_keys + sparse_keys, sms)
+    if (path == "hopper" and _config.is_fp8(kv_dtype, dtype)
+            and not (isinstance(config, dict) and "items" in config)):
+        cfg = replace_spec(cfg, items=cfg.items_for(batch * programs * num_splits, sms))
     # The split merge by PDL where the launch can take it: CUDA (not HIP) on sm_90 or later.
     pdl = (num_splits > 1 and device.type == "cuda" and torch.version.hip is None
            and torch.cuda.get_device_capability(device)[0] >= 9)
