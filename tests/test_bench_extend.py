@@ -445,7 +445,7 @@ def test_interleave_times_the_variants_turn_by_turn(monkeypatch):
     replays = {"a": variant("a", 100.0), "b": variant("b", 100.0), "slow": variant("slow", 1e6),
                "bad": variant("bad", 100.0, fail_at=5)}
     times, errors = harness.interleave(replays, reps=6, rounds=2, flush=lambda: None,
-                                       budget_ms=1000.0)
+                                       budget_ms=1000.0, warm_ms=0.0)
     # Sizing (a call and a timed one each), then round 1: a warm call each, then turns.
     assert calls[:8] == ["a", "a", "b", "b", "slow", "slow", "bad", "bad"]
     assert calls[8:12] == ["a", "b", "slow", "bad"]

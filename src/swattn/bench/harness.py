@@ -147,7 +147,7 @@ def reps_for(estimate_us, reps, budget_ms, min_reps=5):
     return int(max(min(min_reps, reps), min(reps, budget_ms * 1000.0 / estimate_us)))
 
 
-def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
+def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label="", warm_ms=500.0):
     """``({name: [[us, ...] per round]}, {name: error})``: every variant timed in every
     round, repetition by repetition: a round's i-th turn times each variant once (those
     with an i-th repetition to do, :func:`reps_for`), back to back, the order rotated by
@@ -155,8 +155,10 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
     same one. Workload B draws enough power to move the clocks by 10% within a second:
     timed in blocks of a variant's repetitions, the same kernel differed from its own
     control by 13-15%; turn by turn, by 0.1-1.0%
-    (benchmarks/results/2026-12-01-h200-hopper-loop/README.md). A variant that raises is
-    dropped from that round on."""
+    (benchmarks/results/2026-12-01-h200-hopper-loop/README.md). Before the first round the
+    variants run in turn, untimed, for ``warm_ms`` (on a GPU): on a GPU just started, the
+    first round of C-B ran 12% slow in every variant (the 2026-12-03-h200-fp8-decode-items
+    results). A variant that raises is dropped from that round on."""
     names = list(replays)
     counts, errors = {}, {}
     times = {name: [] for name in names}
@@ -173,6 +175,12 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label=""):
         first = attempt(name, lambda replay=replays[name]: (replay(), measure(replay, 1, flush))[1])
         if first is not None:
             counts[name] = reps_for(first[0], reps, budget_ms)
+    deadline = time.perf_counter() + warm_ms / 1000.0
+    while counts and torch.cuda.is_available() and time.perf_counter() < deadline:
+        for name in counts:
+            if name not in errors:
+                attempt(name, replays[name])
+        torch.cuda.synchronize()
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)] if names else []
         samples = {name: [] for name in order}
