@@ -53,8 +53,6 @@ def _ring_only_item(ring, store, work, split, rule, flags, i):
             mbarrier.wait(ring.bar_k.index(st), phase)
             mbarrier.wait(ring.bar_v.index(st), phase)
             gl.thread_barrier()
-            if flags.FP8:
-                mbarrier.arrive(ring.empty_k.index(st))
             mbarrier.arrive(ring.empty.index(st))
             i += 1
     return i

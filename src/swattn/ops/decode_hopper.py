@@ -96,9 +96,8 @@ DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUS
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
                          "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
-# barriers on which a stage is released to the producer, and over an fp8 cache those on
-# which its K tile is released first (over a 16-bit cache empty_k is empty).
-DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty empty_k")
+# barriers on which a stage is released to the producer.
+DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
 # Where the output goes: out and lse, or with split-KV the split's partial state; an fp8
 # cache's V scale (None over a 16-bit one).
 DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
@@ -343,38 +342,31 @@ def _live_rows(x, LIVE: gl.constexpr):
 
 
 @gluon.jit
-def _tile_scores(q, tile, s_zero, flags, b_layout: gl.constexpr, LIVE: gl.constexpr):
-    """The scores of a ring stage's K tile (``tile``, [BN, D]) over the live rows (of
-    :func:`_live_rows`), both 64-key sub-tiles' products joined [4, LIVE, 2 * 16] (one
-    sub-tile: [4, LIVE, 16])."""
+def _tile_weights(q, tile, key0, m_i, l_i, s_zero, s_keys, seq_len, lo, rule, flags,
+                  b_layout: gl.constexpr):
+    """The scores of a ring stage's K tile (``tile``, [BN, D], its first key ``key0``),
+    both 64-key sub-tiles' products first, then folded into the warps' softmax state over
+    the live rows (``m_i``'s, of :func:`_live_rows`) at once: (m, l, p_0, p_1, alpha), as
+    _gluon.weights' with each sub-tile's weights apart (p_1 is p_0 where the tile is one
+    sub-tile). A tile holding a key outside ``[lo, seq_len)`` is computed under the mask
+    (``s_keys``: the keys' offsets, live rows, the sub-tiles' joined as the scores are)."""
     SUB: gl.constexpr = 64
+    BN: gl.constexpr = tile.shape[0]
+    LIVE: gl.constexpr = m_i.shape[1]
     s = mma_v2(q, _k_operand(tile.slice(0, SUB), flags.D, b_layout), s_zero)
-    if tile.shape[0] == 2 * SUB:
+    if BN == 2 * SUB:
         s_1 = mma_v2(q, _k_operand(tile.slice(SUB, SUB), flags.D, b_layout), s_zero)
         s = gl.reshape(gl.join(_live_rows(s, LIVE), _live_rows(s_1, LIVE)),
                        [s.shape[0], LIVE, 2 * s.shape[2]])
     else:
         s = _live_rows(s, LIVE)
-    return s
-
-
-@gluon.jit
-def _tile_weights(s, key0, m_i, l_i, s_keys, seq_len, lo, rule, flags):
-    """A tile's scores (``s``, of :func:`_tile_scores`; its first key ``key0``) folded into
-    the warps' softmax state over the live rows (``m_i``'s) at once: (m, l, p_0, p_1,
-    alpha), as _gluon.weights' with each sub-tile's weights apart (p_1 is p_0 where the tile
-    is one sub-tile). A tile holding a key outside ``[lo, seq_len)`` is computed under the
-    mask (``s_keys``: the keys' offsets, live rows, the sub-tiles' joined as the scores
-    are)."""
-    BN: gl.constexpr = flags.BN
-    LIVE: gl.constexpr = m_i.shape[1]
     if (key0 >= lo) & (key0 + BN <= seq_len):
         m, l, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags, False, AXIS=2)
     else:
         keys = key0 + s_keys
         m, l, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags, True,
                                  keep=(keys >= lo) & (keys < seq_len), AXIS=2)
-    if BN == 2 * 64:
+    if BN == 2 * SUB:
         p_0, p_1 = gl.split(gl.reshape(p, [p.shape[0], LIVE, p.shape[2] // 2, 2]))
     else:
         p_0 = p
@@ -461,22 +453,16 @@ def _consume_item(ring, store, work, split, rule, flags, i):
             # tile with no visible key is computed under the mask: no weight, the same bits
             # as leaving it out), then the output rescaled.
             mbarrier.wait(ring.bar_k.index(st), phase)
-            s = _tile_scores(q, ring.k_smem.index(st), s_zero, flags, b_layout, LIVE)
-            # The K tile released once every warp has read it, so the producer's next copy
-            # into it runs while the tile's softmax and V's products do (more bytes in
-            # flight: the fp8-decode-items run); its reads ordered before that copy.
-            fence_async_shared()
-            gl.thread_barrier()
-            mbarrier.arrive(ring.empty_k.index(st))
-            m_i, l_i, p_0, p_1, alpha = _tile_weights(s, j * BN, m_i, l_i, s_keys, seq_len,
-                                                      lo, rule, flags)
+            m_i, l_i, p_0, p_1, alpha = _tile_weights(
+                q, ring.k_smem.index(st), j * BN, m_i, l_i, s_zero, s_keys, seq_len, lo, rule,
+                flags, b_layout)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, cols3), 1)
             mbarrier.wait(ring.bar_v.index(st), phase)
             for h in gl.static_range(BN // SUB):
                 v = _v_operand(ring.v_smem.index(st).slice(h * SUB, SUB), D, a_layout)
                 if h == BN // SUB - 1:
                     # The reads ordered before the copy engine's next writes to the stage
-                    # (another proxy), then its V tile released once every warp has read it.
+                    # (another proxy), then the stage released once every warp has read it.
                     fence_async_shared()
                     gl.thread_barrier()
                     mbarrier.arrive(ring.empty.index(st))
@@ -542,28 +528,25 @@ def _finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, empty_k,
-                   bt_row, seq_len, lo, t_start, t_stop, col, oob_row, i, PAGE: gl.constexpr,
+def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                   seq_len, lo, t_start, t_stop, col, oob_row, i, PAGE: gl.constexpr,
                    PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr, SKIP: gl.constexpr, SPLIT: gl.constexpr):
+                   STAGES: gl.constexpr, SKIP: gl.constexpr):
     """The producer warp over one work item's tiles, the ring's ``i``-th first: for the
     i-th tile with work (:func:`_has_work`), its block-table entries, then its K and V page
     copies into stage i % STAGES once the warpgroup has released that stage's previous tile
-    (the first round passes at once); SPLIT (over an fp8 cache): its K copies once the
-    warpgroup has released that stage's previous K tile (``empty_k``), its V copies once
-    the whole stage. ``poison``: an fp8 cache's NaN rows, read for K in the place of a page
-    not copied (None: K's descriptor pads with NaN). Returns the ring's count."""
+    (the first round passes at once). ``poison``: an fp8 cache's NaN rows, read for K in
+    the place of a page not copied (None: K's descriptor pads with NaN). Returns the ring's
+    count."""
     for j in range(t_start, t_stop):
         start = j * BN
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
             pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
-            mbarrier.wait(empty_k.index(st), free)
+            mbarrier.wait(empty.index(st), free)
             issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D, poison)
-            if SPLIT:
-                mbarrier.wait(empty.index(st), free)
             issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
             i += 1
@@ -577,15 +560,14 @@ def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_r
              SKIP: gl.constexpr):
     """The producer warp over a 16-bit cache: the program's one work item
     (:func:`_produce_tiles`)."""
-    _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, empty,
-                   bt_row, uniform(seq_len), uniform(lo), uniform(t_start), uniform(t_stop),
-                   col, oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP, False)
+    _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
+                   uniform(seq_len), uniform(lo), uniform(t_start), uniform(t_stop), col,
+                   oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP)
 
 
 @gluon.jit
-def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, empty_k,
-                   work, oob_row, flags, PAGE: gl.constexpr, PR: gl.constexpr,
-                   NP: gl.constexpr):
+def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, work,
+                   oob_row, flags, PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr):
     """The producer warp over an fp8 cache: the program's work items one after another
     (:func:`_produce_tiles`), the ring running on across them, so the next item's first
     copies are in flight while the warpgroup finishes the current one."""
@@ -596,9 +578,9 @@ def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
             split = _item_split(work, w, flags)
             bt_row = work.block_table + split.i_seq * work.stride_bt
             i = _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
-                               empty_k, bt_row, split.seq_len, split.lo, split.t_start,
-                               split.t_stop, split.i_kvh * flags.D, oob_row, i, PAGE, PR, NP,
-                               flags.BN, flags.D, flags.STAGES, flags.SKIP, True)
+                               bt_row, split.seq_len, split.lo, split.t_start, split.t_stop,
+                               split.i_kvh * flags.D, oob_row, i, PAGE, PR, NP, flags.BN,
+                               flags.D, flags.STAGES, flags.SKIP)
 
 
 @gluon.jit
@@ -654,11 +636,6 @@ def _hopper_decode_kernel(
         mbarrier.init(bar_k.index(i), count=1)
         mbarrier.init(bar_v.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    empty_k = empty
-    if FP8:
-        empty_k = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(empty_k.index(i), count=1)
     fence_async_shared()
 
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
@@ -668,7 +645,7 @@ def _hopper_decode_kernel(
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
                                       FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
                                       TIGHT)
-    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty, empty_k)
+    ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
     # (one call a case: Gluon takes a partition's function only inside the call)
@@ -680,7 +657,7 @@ def _hopper_decode_kernel(
         gl.warp_specialize([
             (_consume_fp8, (ring, store, work, Rule(qk_scale, softcap, window_left, 0), flags)),
             (_produce_items, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
-                              empty_k, work, oob_row, flags, PAGE, PR, NP)),
+                              work, oob_row, flags, PAGE, PR, NP)),
         ], [1], [PRODUCER_REGS])
     else:
         split = Split(i_seq, i_kvh, 0, i_split, seq_len, lo, t_start, t_stop)
@@ -696,8 +673,6 @@ def _hopper_decode_kernel(
         mbarrier.invalidate(bar_k.index(i))
         mbarrier.invalidate(bar_v.index(i))
         mbarrier.invalidate(empty.index(i))
-        if FP8:
-            mbarrier.invalidate(empty_k.index(i))
 
 
 # --------------------------------------------------------------------------------------
