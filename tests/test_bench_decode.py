@@ -477,6 +477,30 @@ def test_cli_parses_decode_workloads():
     assert [c.name for c in build_cases(parse_args([]))] == [c.name for c in default]
 
 
+def test_fp8_config_adds_a_variant_a_config(capsys):
+    """--fp8-config JSON (repeatable) adds a variant a config over the fp8 cache on the
+    Hopper path, its dict handed to the kind's ours_fp8; bad JSON or a non-object is an
+    argparse error naming the option."""
+    from swattn.bench.cli import config_variants
+    args = parse_args(["--workload", "C-B", "--fp8-config", '{"items": 1}',
+                       "--fp8-config", '{"items": 2, "block_n": 64}'])
+    assert args.fp8_config == [{"items": 1}, {"items": 2, "block_n": 64}]
+    calls = []
+    variants = config_variants(args.fp8_config, lambda i, **kw: calls.append((i, kw)))
+    assert [(v.key, v.role) for v in variants] == [("fp8-config-1", "ours"),
+                                                    ("fp8-config-2", "ours")]
+    assert variants[1].name.endswith('config {"items": 2, "block_n": 64}')
+    for v in variants:
+        v.build("inputs")
+    assert calls == [("inputs", {"hopper": True, "config": {"items": 1}}),
+                     ("inputs", {"hopper": True, "config": {"items": 2, "block_n": 64}})]
+    assert parse_args(["--workload", "C-B"]).fp8_config == []
+    for bad, message in (("{items: 1}", "not JSON"), ("[1]", "JSON object")):
+        with pytest.raises(SystemExit):
+            parse_args(["--workload", "C-B", "--fp8-config", bad])
+        assert message in capsys.readouterr().err
+
+
 def test_main_runs_the_decode_rows(monkeypatch, tmp_path, capsys):
     from swattn.bench import cli
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

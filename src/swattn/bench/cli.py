@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shlex
 import sys
@@ -56,6 +57,10 @@ def parse_args(argv=None, prog=None):
                    help="variants to leave out, by key: extend triton, hopper, tight-full, skip, det, det-skip, sglang, "
                         "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
                         "triton, sglang, vllm, flex, flashinfer")
+    p.add_argument("--fp8-config", action="append", default=[], metavar="JSON",
+                   help="add a variant: swattn over the fp8 e4m3 cache on the Hopper path with this "
+                        "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "
+                        "repeatable, keys fp8-config-1, fp8-config-2, ...")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
     p.add_argument("--max-tokens", type=int, default=16384,
                    help="drop cases with more than this many tokens (prefix + new) per sequence")
@@ -74,7 +79,24 @@ def parse_args(argv=None, prog=None):
         args.reps, args.rounds = min(args.reps, 10), min(args.rounds, 2)
     if args.reps < 1 or args.rounds < 1:
         p.error("--reps and --rounds must be >= 1")
+    try:
+        args.fp8_config = [json.loads(text) for text in args.fp8_config]
+    except json.JSONDecodeError as exc:
+        p.error(f"--fp8-config: not JSON: {exc}")
+    if not all(isinstance(c, dict) for c in args.fp8_config):
+        p.error("--fp8-config: each must be a JSON object (a dict of config fields)")
     return args
+
+
+def config_variants(configs, ours_fp8):
+    """The variants ``--fp8-config`` adds to a kind's list: ``ours_fp8`` (that kind's) over
+    the fp8 cache on the Hopper path with each config dict, keys fp8-config-1, ...; a config
+    the path cannot take fails as that variant's error, the others running on."""
+    from .peers import Variant
+    return [Variant(f"swattn tight, fp8 e4m3 cache, Hopper path, config {json.dumps(cfg)}",
+                    f"fp8-config-{n + 1}", "ours",
+                    lambda i, cfg=cfg: ours_fp8(i, hopper=True, config=cfg))
+            for n, cfg in enumerate(configs)]
 
 
 def build_cases(args):
@@ -137,8 +159,10 @@ def main(argv=None, prog=None):
         from .peers import select, use_peers
         skip = [k.strip() for k in args.skip.split(",") if k.strip()]
         known = {v.key for v in extend_bench.VARIANTS} | {v.key for v in decode_bench.VARIANTS}
-        variants = select(extend_bench.VARIANTS, skip, known)
-        decode_variants = select(decode_bench.VARIANTS, skip, known)
+        variants = (select(extend_bench.VARIANTS, skip, known)
+                    + config_variants(args.fp8_config, extend_bench.ours_fp8))
+        decode_variants = (select(decode_bench.VARIANTS, skip, known)
+                           + config_variants(args.fp8_config, decode_bench.ours_fp8))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
