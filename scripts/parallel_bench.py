@@ -5,10 +5,15 @@ keys each rank attends to against those of a single GPU, and which ranks launch 
 It starts ``--world`` processes itself (one a GPU, NCCL; or gloo on the CPU under the
 interpreter for a smoke run) and prints one markdown row a rank and workload. Each rank
 builds only its own shard of a synthetic cache (random keys and values, seeded by rank),
-so a long context costs each GPU its share of the memory.
+so a long context costs each GPU its share of the memory. ``--same-gpu`` puts every rank on
+GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at its real share,
+on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
+On one rank the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the whole
+cache, the plan's own kernel choice) is timed beside it.
 
     python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
     python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
+    python3 scripts/parallel_bench.py --world 2 --same-gpu            # the ranks' kernels, one GPU
     python3 scripts/parallel_bench.py --world 2 --device cpu --context 96 --batch 2 --chunk 8 \\
         --reps 1                                                      # a CPU smoke run (gloo)
 
@@ -44,6 +49,8 @@ def parse():
                    help="tokens dealt one by one, or each rank a contiguous range")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--kinds", default="decode,extend")
+    p.add_argument("--same-gpu", action="store_true",
+                   help="every rank on GPU 0 over gloo, the kernels timed in turns")
     p.add_argument("--heads", default="gpt-oss,mistral")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -86,6 +93,35 @@ def timed(fn, reps, device):
     return times[len(times) // 2]
 
 
+def in_turns(args, group, fn):
+    """``fn()`` on each rank in turn (``--same-gpu``: one rank's kernels on the GPU at a
+    time), else at once; its value on this rank."""
+    if not args.same_gpu:
+        return fn()
+    import torch.distributed as dist
+    value = None
+    for r in range(args.world):
+        dist.barrier(group=group)
+        if r == args.rank:
+            value = fn()
+    dist.barrier(group=group)
+    return value
+
+
+def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, device, g):
+    """Microseconds of the single-GPU call on this (whole) cache: the plan's own kernel."""
+    import swattn
+    sizes = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=args.page,
+                 window_left=None if w is None else w - 1, dtype=dtype, device=device)
+    if kind == "decode":
+        plan = swattn.plan_decode(lengths, **sizes)
+        return timed(lambda: plan.run(q, k, v, table, sinks=sinks), args.reps, device)
+    plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk], **sizes)
+    new_k = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
+    new_v = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
+    return timed(lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks), args.reps, device)
+
+
 def workload(args, group, layout, heads, kind, w, dtype, device):
     """One workload on this rank: its plan timed (kernel, merge, the whole run) and its
     keys against one GPU's."""
@@ -112,9 +148,13 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     def merge():
         plan.merge(*state["part"], sinks=sinks)
 
-    compute_us = timed(compute, args.reps, device)
+    compute_us = in_turns(args, group, lambda: timed(compute, args.reps, device))
     merge_us = timed(merge, args.reps, device)
     total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks), args.reps, device)
+    plain_us = None
+    if args.world == 1 and device.type == "cuda":
+        plain_us = plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype,
+                         device, g)
     # The (query, key) pairs of one GPU holding every token, for the share.
     if kind == "decode":
         whole = sum(min(n, w or n) for n in lengths)
@@ -124,19 +164,20 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     return {"rank": args.rank, "world": args.world, "kind": kind, "heads": heads, "window": w,
             "compute_us": compute_us, "merge_us": merge_us, "total_us": total_us,
             "keys": plan.keys, "keys_one_gpu": whole, "launched": plan.launched,
-            "sparse_keys": plan.sparse_keys}
+            "sparse_keys": plan.sparse_keys, "plain_us": plain_us}
 
 
 def rank_main(args):
     import torch.distributed as dist
 
     from swattn import parallel
-    device = torch.device("cuda", args.rank) if args.device == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", 0 if args.same_gpu else args.rank)
         torch.cuda.set_device(device)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=args.rank,
-                            world_size=args.world)
+    nccl = device.type == "cuda" and not args.same_gpu
+    dist.init_process_group("nccl" if nccl else "gloo", rank=args.rank, world_size=args.world)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
     layout = (parallel.Interleaved(1) if args.layout == "interleaved"
               else parallel.Contiguous(-(-args.context // args.world)))
@@ -176,15 +217,19 @@ def main():
             print(f"a rank failed (exit {p.returncode})", file=sys.stderr)
             return 1
         rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    print(f"context {args.context}, {args.world} rank(s), {args.device}, {args.layout} layout")
+    where = ("every rank on GPU 0, gloo (merge through the host)" if args.same_gpu
+             else args.device)
+    print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout")
     print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "
-          "share of one GPU's keys | launched | sparse width |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "share of one GPU's keys | launched | sparse width | single-GPU call us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["kind"], r["heads"], r["window"] or 0, r["rank"])):
         share = r["keys"] / r["keys_one_gpu"] if r["keys_one_gpu"] else 0.0
+        single = "" if r["plain_us"] is None else f"{r['plain_us']:.1f}"
         print(f"| {r['kind']} | {r['heads']} | {r['window'] or 'full'} | {r['rank']} | "
               f"{r['compute_us']:.1f} | {r['merge_us']:.1f} | {r['total_us']:.1f} | "
-              f"{r['keys']} | {share:.3f} | {r['launched']} | {r['sparse_keys']} |")
+              f"{r['keys']} | {share:.3f} | {r['launched']} | {r['sparse_keys']} | "
+              f"{single} |")
     return 0
 
 

@@ -119,6 +119,15 @@ for b, m in enumerate(mine):
             nxt += 1
         loc_k[loc_table[b, j // page], j % page] = full_k[b, p]
         loc_v[loc_table[b, j // page], j % page] = full_v[b, p]
+if window is not None:
+    # Pages wholly below every query's window freed: their entries -1, their rows NaN (the
+    # replanned decode below reads 7 keys lower).
+    for b, s in enumerate(lens):
+        lowest = max((prefix[b] if EXTEND else s - 8) - window, 0)
+        for i in range(layout.local_len(lowest, args.rank, args.world) // page):
+            loc_k[loc_table[b, i]] = float("nan")
+            loc_v[loc_table[b, i]] = float("nan")
+            loc_table[b, i] = -1
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device=dev)
 
@@ -147,9 +156,30 @@ for p_r, l_r in zip(parts, lses):
     term = p_r.float() * torch.where(l_r == float("-inf"), 0.0, torch.exp(l_r - denom))[..., None]
     ordered = term if ordered is None else ordered + term
 result = {"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
-          "launched": plan.launched, "sparse": plan.sparse_keys, "det_err": rel_err(det, want),
+          "launched": plan.launched, "sparse": plan.sparse_keys,
+          "path": plan.inner.path if plan.inner is not None else None,
+          "det_err": rel_err(det, want),
           "det_in_rank_order": bool(torch.equal(det, ordered.to(det.dtype)))}
-if not EXTEND:
+if EXTEND:
+    # The plan replanned in place for a shorter chunk, one sequence dropped (fewer than the
+    # plan's sequences and tokens: the rest padded), against the single process on those.
+    new2 = [max(n - 5, 1) for n in new][:-1] if len(new) > 2 else [max(n - 5, 1) for n in new]
+    prefix2 = prefix[:len(new2)]
+    plan.replan(prefix2, new2)
+    starts = [0] + list(torch.tensor(new).cumsum(0))
+    rows = torch.cat([torch.arange(a, a + n) for a, n in zip(starts, new2)])
+    q2 = torch.zeros_like(q)
+    q2[:len(rows)] = q[rows]
+    again = plan.run(on(q2), *shard[1:], sinks=on(sinks))
+    cu2 = torch.tensor([0] + list(torch.tensor(new2).cumsum(0)), dtype=torch.int32)
+    want2 = swattn.extend_attention(on(q[rows]), on(k[rows]), on(v[rows]), on(ref_k), on(ref_v),
+                                    on(ref_table[:len(new2)]), on(cu2),
+                                    on(torch.tensor(prefix2, dtype=torch.int32)),
+                                    window_left=window, sinks=on(sinks))
+    result.update(replan_err=rel_err(again[:len(rows)], want2),
+                  replan_nan=bool(torch.isnan(again).any()),
+                  pad_zero=bool((again[len(rows):] == 0).all()))
+else:
     # The plan replanned in place for shorter sequences, one emptied (fewer than the plan's
     # sequences: the rest padded), against the single process on those lengths.
     short = [max(n - 7, 0) for n in lens]

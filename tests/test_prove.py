@@ -239,3 +239,41 @@ def test_planted_mask_free_bug_is_caught():
     result = _quick(full_fn=_full_range_from_first_row)
     assert result["ok"] is False
     assert sum(result["loops"][loop]["partial_full_tiles"] for loop in EXTEND_LOOPS) > 0
+
+
+def test_key_ranges_bounds_prove(true_result):
+    """The ranges loop (stage 1 under key_ranges): every block of up to three rows, each row
+    any range of the keys, no visible key skipped, no loose floor, mask-free tiles whole."""
+    stats = true_result["loops"]["ranges"]
+    assert stats["configs"] > 100_000 and stats["witnesses"] > 0 and stats["full_tiles"] > 0
+    assert stats["tiles_below_floor"] > 0 and stats["tiles_past_end"] > 0
+    for key in prove.FAILURES:
+        assert stats.get(key, 0) == 0, key
+    assert any(line.startswith("ranges") for line in prove.format_report(true_result).splitlines())
+
+
+def _ranges_hi_one_short(rows, block_n, range_end, bounds="tight"):
+    """Bug: the loop ends one key before the highest range end."""
+    lo, hi, mid_lo, mid_hi = window.range_bounds(rows, block_n, range_end, bounds)
+    hi = max(hi - 1, lo)
+    return lo, hi, min(mid_lo, hi), min(mid_hi, hi)
+
+
+def _ranges_full_from_floor(rows, block_n, range_end, bounds="tight"):
+    """Bug: the mask-free tiles start at the floor, not at the highest range start."""
+    lo, hi, mid_lo, mid_hi = window.range_bounds(rows, block_n, range_end, bounds)
+    return lo, hi, lo, mid_hi
+
+
+def _ranges_floor_of_first_row(rows, block_n, range_end, bounds="tight"):
+    """Bug: the floor taken from the first row's range, not the lowest a row sees."""
+    lo, hi, mid_lo, mid_hi = window.range_bounds(rows, block_n, range_end, bounds)
+    floor = min(rows[0][0], range_end) // block_n * block_n
+    return floor, max(hi, floor), max(mid_lo, floor), max(mid_hi, floor)
+
+
+@pytest.mark.parametrize("bug, failure", [(_ranges_hi_one_short, "violations"),
+                                          (_ranges_full_from_floor, "partial_full_tiles"),
+                                          (_ranges_floor_of_first_row, "violations")])
+def test_planted_key_ranges_bugs_are_caught(bug, failure):
+    assert prove.prove_ranges(prove.QUICK_GRID, bug)[failure] > 0

@@ -11,12 +11,13 @@ Shard layouts (a token's global position ``p``):
 A rank keeps its tokens in order in its own paged cache (local position ``j``, its own block
 table). In both layouts the keys a query's window reaches, global ``[lo, p]``, are one run of
 local positions on every rank, ``[local(lo), local(p + 1))``: the window decides which ranks
-work. A rank attends to each query's run with the decode kernel, one query a row, without
-sinks (:class:`ParallelPlan` says how the run is split between the kernel's window and its
-sparse keys); a rank with no visible key for any query launches nothing and contributes a
-neutral state (output 0, lse -inf). Decode is one query a sequence at its last position;
-extend (:func:`plan_extend`) has every rank hold the chunk's queries and the tokens it owns,
-prefix and new alike (each new token written by its owner).
+work. A rank attends to each query's run without sinks: decode with the decode kernel, one
+query a row (:class:`ParallelPlan` says how the run is split between the kernel's window and
+its sparse keys), extend (:func:`plan_extend`, every rank holding the chunk's queries and the
+tokens it owns, prefix and new alike, each new token written by its owner) with the extend
+kernel, each query row's run as its key range (``key_ranges``), so a key tile is read once for
+a block of queries. A rank with no visible key for any query launches nothing and
+contributes a neutral state (output 0, lse -inf).
 
 Merging: every rank all-gathers the ranks' lse (``[world, T, Hq]`` float32, small), weighs
 its own output by ``e^{lse_r - lse}`` where ``lse`` joins every rank's and the sinks (applied
@@ -124,7 +125,7 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
 def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device, **rest):
     totals, seq, pos = _queries(*lengths)
     rank, world = _check(group, layout, totals, window_left)
-    return ParallelPlan(seq, pos, group=group, layout=layout, rank=rank, world=world,
+    return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
                         window_left=window_left, device=torch.device(device), kind=kind, **rest)
@@ -187,9 +188,15 @@ class ParallelPlan:
     :func:`plan_extend` (a query a new token).
 
     Query ``t`` (global position ``p``) sees the global keys ``[lo, p]`` (``lo = p -
-    window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank. The
-    run is attended to by the decode kernel, a query a row: its last ``m`` keys as the
-    kernel's window (``seq_len = end_t``, ``window_left = m - 1``) and the rest
+    window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank.
+
+    Extend: the extend kernel over this rank's cache (``keys="prefix"``, its local keys of
+    each sequence, prefix and new), each query row seeing its own run (``key_ranges``). The
+    query rows are the plan's ``capacity``: the last sequence's rows run on to it, seeing no
+    key, so a replanned batch of fewer tokens needs no other launch.
+
+    Decode: the run is attended to by the decode kernel, a query a row: its last ``m`` keys
+    as the kernel's window (``seq_len = end_t``, ``window_left = m - 1``) and the rest
     ``[first_t, end_t - m)`` as sparse keys. ``m`` is the fewest keys this rank holds in any
     full window (:func:`run_bounds`), so every run is at least that long (a window reaching
     position 0 is cut there by the kernel too), and the sparse width is bounded by the layout
@@ -210,17 +217,30 @@ class ParallelPlan:
     pairs it attends to), ``sparse_keys`` (the sparse index's width), ``capacity`` (the
     query rows: sequences for decode, new tokens for extend)."""
 
-    def __init__(self, seq, pos, *, group, layout, rank, world, num_q_heads, num_kv_heads,
-                 head_dim, head_dim_v, page_size, window_left, softcap, scale, dtype, device,
-                 deterministic=False, kind="decode"):
+    def __init__(self, seq, pos, totals, *, group, layout, rank, world, num_q_heads,
+                 num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
+                 dtype, device, deterministic=False, kind="decode"):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
-        query with no key); ``kind``: "decode" or "extend" (what :meth:`replan` takes)."""
+        query with no key); ``totals``: each sequence's global length; ``kind``: "decode"
+        or "extend" (what :meth:`replan` takes)."""
         import swattn
         self.group, self.world, self.deterministic = group, world, deterministic
         self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
         self.capacity = self.tokens = len(pos)
+        self.totals = totals
+        self.inner = None
+        if kind == "extend":
+            self.m, self.sparse_keys = None, 0
+            ranges, self.keys = self._ranges(pos)
+            self.launched = bool(self.keys)
+            if self.launched:
+                self._plan_extend(seq, ranges, num_q_heads=num_q_heads,
+                                  num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                  head_dim_v=head_dim_v, page_size=page_size, softcap=softcap,
+                                  scale=scale, dtype=dtype, device=device)
+            return
         if window_left is None:
             self.m, self.sparse_keys = None, 0  # the kernel's window holds every run
         else:
@@ -228,7 +248,6 @@ class ParallelPlan:
             self.m, self.sparse_keys = fewest, most - fewest
         lens, first, rest, has, self.keys = self._runs(seq, pos)
         self.launched = bool(has.any())
-        self.inner = None
         if not self.launched:
             return
         self.inner = swattn.plan_decode(
@@ -236,23 +255,68 @@ class ParallelPlan:
             head_dim_v=head_dim_v, page_size=page_size,
             window_left=None if not self.m else self.m - 1, softcap=softcap, scale=scale,
             return_lse=True, sparse_keys=self.sparse_keys, dtype=dtype, device=device)
-        # (extend only: a decode query's row of the block table is its own)
-        self.seq = torch.tensor(seq, dtype=torch.int64).to(device) if kind == "extend" else None
         self.first = first.to(torch.int32).to(device)
         self.rest = rest.to(torch.int32).to(device)
         self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
 
-    def _runs(self, seq, pos):
-        """Host tensors of the queries ``(seq, pos)``: the kernel's lengths (a list), the
-        sparse keys' first local position and count, which queries have keys here, and the
-        (query, key) pairs."""
+    def _plan_extend(self, seq, ranges, *, num_kv_heads, head_dim, dtype, device, **sizes):
+        """The extend kernel's plan over this rank's cache: a sequence's keys are its local
+        ones, each query row's the run ``ranges`` gives (``[2, capacity]``, host)."""
+        from .plan.extend import _extend_plan
+        cu, local = self._extend_lengths(seq)
+        self.key_ranges = ranges.to(torch.int32).to(device)
+        self.inner = _extend_plan(
+            cu, local, None, torch.tensor(cu, dtype=torch.int32).to(device),
+            torch.tensor(local, dtype=torch.int32).to(device), None, len(local),
+            num_kv_heads=num_kv_heads, head_dim=head_dim, window_left=None, window_right=None,
+            causal=False, keys="prefix", return_lse=True, deterministic=False, kv_dtype=dtype,
+            dtype=dtype, device=device, hopper=False, bounds="tight", config=None,
+            max_tokens=self.capacity, key_ranges=tuple(self.key_ranges), **sizes)
+        # The extend kernel reads no new keys (keys="prefix"): its k and v are one row seen
+        # at every token.
+        self.no_keys = tuple(torch.empty(1, num_kv_heads, d, dtype=dtype, device=device)
+                             .expand(self.capacity, num_kv_heads, d)
+                             for d in (head_dim, self.head_dim_v))
+
+    def _extend_lengths(self, seq):
+        """``(cu_seqlens, local key counts)`` of the extend kernel: each sequence's queries
+        (the last one's running on to ``capacity``) and the keys this rank holds of it."""
+        counts = [0] * len(self.totals)
+        for b in seq:
+            counts[b] += 1
+        cu = [0]
+        for n in counts:
+            cu.append(cu[-1] + n)
+        cu[-1] = self.capacity
+        local = [int(self.layout.local_len(n, self.rank, self.world)) for n in self.totals]
+        return cu, local
+
+    def _ranges(self, pos):
+        """``([2, capacity] host tensor, keys)``: each query's run of local positions
+        ``[first, end)`` (``[0, 0)`` where it holds none here, and for the rows past the
+        batch) and the (query, key) pairs this rank attends to."""
+        first, end, has = self._spans(pos)
+        ranges = torch.zeros(2, self.capacity, dtype=torch.int64)
+        ranges[0, :len(pos)] = torch.where(has, first, 0)
+        ranges[1, :len(pos)] = torch.where(has, end, 0)
+        return ranges, int((ranges[1] - ranges[0]).sum())
+
+    def _spans(self, pos):
+        """Each query's run of local positions ``[first, end)`` (host tensors) and whether
+        it holds a key."""
         p = torch.tensor(pos, dtype=torch.int64)
         w = self.window_left
         lo = (p - w).clamp_min(0) if w is not None else torch.zeros_like(p)
         first = self.layout.local_len(lo, self.rank, self.world)
         end = self.layout.local_len(p + 1, self.rank, self.world)
+        return first, end, end > first
+
+    def _runs(self, seq, pos):
+        """Decode's host tensors of the queries ``(seq, pos)``: the kernel's lengths (a
+        list), the sparse keys' first local position and count, which queries have keys
+        here, and the (query, key) pairs."""
+        first, end, has = self._spans(pos)
         run = (end - first).clamp_min(0)
-        has = run > 0
         if self.m is None:  # no window: [0, end) through the kernel's window
             rest, lens = torch.zeros_like(run), torch.where(has, end, 0)
         else:
@@ -273,22 +337,32 @@ class ParallelPlan:
                                "(prefix_lens, extend_lens)"))
         totals, seq, pos = _queries(*lengths)
         _check(self.group, self.layout, totals, self.window_left)
-        self._replan(seq, pos)
-
-    def _replan(self, seq, pos):
         if len(pos) > self.capacity:
             raise ValueError(f"replan with {len(pos)} queries: the plan holds {self.capacity}")
+        if self.kind == "extend":
+            ranges, keys = self._ranges(pos)
+            if not self.launched:
+                if keys:
+                    raise ValueError(self._IDLE)
+                return
+            self.totals, self.keys = totals, keys
+            self.inner.replan(*self._extend_lengths(seq))
+            self.key_ranges.copy_(ranges.to(torch.int32), non_blocking=True)
+            return
+        self._replan(seq, pos)
+
+    _IDLE = ("this rank held no visible key when the plan was made, so it launches nothing: "
+             "make a new plan for these lengths")
+
+    def _replan(self, seq, pos):
         pad = self.capacity - len(pos)
         seq, pos = list(seq) + [0] * pad, list(pos) + [-1] * pad  # padded rows see no key
         lens, first, rest, has, self.keys = self._runs(seq, pos)
         if not self.launched:
             if has.any():
-                raise ValueError("this rank held no visible key when the plan was made, so it "
-                                 "launches nothing: make a new plan for these lengths")
+                raise ValueError(self._IDLE)
             return
         self.inner.replan(lens)
-        if self.seq is not None:
-            self.seq.copy_(torch.tensor(seq, dtype=torch.int64), non_blocking=True)
         self.first.copy_(first.to(torch.int32), non_blocking=True)
         self.rest.copy_(rest.to(torch.int32), non_blocking=True)
 
@@ -310,10 +384,10 @@ class ParallelPlan:
         """This rank's partial state alone, ``(out [T, Hq, Dv], lse [T, Hq])`` without sinks
         (output 0 and lse -inf where it holds no visible key), for a caller's own merge
         (``swattn.merge_states``' rule)."""
-        if self.launched:
-            # Each query's sequence's pages: a decode query is its sequence's own row (a
-            # padded one reads none), an extend chunk's queries share their sequence's.
-            rows = block_table if self.seq is None else block_table.index_select(0, self.seq)
+        if self.launched and self.kind == "extend":
+            part, lse = self.inner.run(q, *self.no_keys, k_cache, v_cache, block_table)
+        elif self.launched:
+            rows = block_table  # (a padded query reads no page)
             sparse = None
             if self.sparse_keys:
                 k = self.offsets[None, :self.sparse_keys]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOOPS = ("stage1", "stage2", "unified", "decode", "decode-splits")
+LOOPS = ("stage1", "stage2", "unified", "ranges", "decode", "decode-splits")
 
 
 # --------------------------------------------------------------------------------------
@@ -266,6 +266,35 @@ def full_tile_range(loop, prefix_len, extend_len, block_start, block_m, block_n,
     mid_lo = lo if window.left is None else full_tiles_start(last_q, window.left, lo, block_n)
     mid_lo = min(mid_lo, hi)
     return mid_lo, max(min(full_tiles_end(end, lo, block_n), hi), mid_lo)
+
+
+def range_bounds(rows, block_n, range_end, bounds="tight"):
+    """``(lo, hi, mid_lo, mid_hi)`` of a query block whose rows each see their own key range:
+    row ``t`` sees the keys ``[a_t, b_t)`` of ``[0, range_end)`` (``rows``: one ``(a_t, b_t)``
+    a row of the block that holds a query; a row with ``a_t >= b_t`` sees nothing). The
+    extend kernel's stage 1 under ``key_ranges`` (context parallelism: a rank's local keys).
+
+    ``bounds="tight"``: from the first tile that holds the lowest key a row sees to the
+    highest key end, nothing when no row sees a key; ``"all"``: from 0 to that end;
+    ``"none"``: the whole range. The mask-free tiles ``[mid_lo, mid_hi)`` are those every
+    row sees whole: from the highest range start to the lowest range end, so none when a
+    row sees nothing. The ranges need no order: the kernel reduces its rows' bounds."""
+    seen = [(a, b) for a, b in rows if a < b]
+    start = min((a for a, _ in seen), default=range_end)
+    end = max((b for _, b in seen), default=0)
+    if bounds == "none":
+        lo, hi = 0, range_end
+    elif bounds == "all":
+        lo, hi = 0, min(end, range_end)
+    elif bounds == "tight":
+        lo = first_key_tile(start, 0, block_n)
+        hi = max(min(end, range_end), lo)
+    else:
+        raise ValueError(f"bounds must be 'tight', 'all' or 'none', got {bounds!r}")
+    mid_lo = min(full_tiles_start(max(a for a, _ in rows), 0, lo, block_n), hi)
+    mid_hi = max(min(full_tiles_end(min(min(b for _, b in rows), range_end), lo, block_n), hi),
+                 mid_lo)
+    return lo, hi, mid_lo, mid_hi
 
 
 def decode_bounds(seq_len, window_left):

@@ -10,6 +10,13 @@ block table covers; inside, the tiles every row sees whole (``window.full_tile_r
 run without the mask. ``bounds="skip"`` (every tile, matrix work skipped where fully masked: SGLang's
 SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so the
 claim that the bounds change nothing is checked bit for bit.
+
+With ``key_ranges`` (stage 1 alone, no window or causal rule) each query row sees its own
+range of cached keys, ``[key_lo[t], key_hi[t])``: a rank's local keys under context
+parallelism (swattn.parallel), where a query's window and causal end fall between local
+positions a layout deals out. A block walks from the tile of the lowest key its rows see to
+the highest key end, mask-free where every row sees the tile whole
+(``window.range_bounds``).
 """
 
 import functools
@@ -35,7 +42,11 @@ from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # n
 # every helper's signature.
 # The cache travels as _common.PagedCache.
 ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
-                         "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV")  # constexprs
+                         "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV "
+                         "RANGES")  # constexprs
+# Under key_ranges, the keys each row sees: [lo, hi) ([BM] each); it stands for the rows'
+# positions in stage 1.
+KeyRange = namedtuple("KeyRange", "lo hi")
 Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask")  # what a row sees
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
 ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
@@ -68,6 +79,34 @@ def _stage_bounds(first_q, last_q, range_end, rule, flags):
         if flags.IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
     return lo, hi
+
+
+@triton.jit
+def _range_bounds(rng, m_rows, range_end, flags, NO_FULL: tl.constexpr):
+    """(lo, hi, mid_lo, mid_hi, lowest key) of stage 1 under key_ranges, as
+    window.range_bounds: ``rng`` the rows' KeyRange, ``m_rows`` the rows that hold a query.
+    The lowest key a row sees is the masked loads' floor whatever the bounds variant."""
+    seen = m_rows & (rng.lo < rng.hi)
+    start = tl.min(tl.where(seen, rng.lo, range_end), 0)
+    end = tl.minimum(tl.max(tl.where(seen, rng.hi, 0), 0), range_end)
+    if flags.TIGHT:
+        lo = first_key_tile(start, 0, flags.BLOCK_N)
+        hi = tl.maximum(end, lo)
+    elif flags.SKIP:
+        lo = 0
+        hi = end
+    else:
+        lo = 0
+        hi = range_end
+    if NO_FULL:
+        mid_lo = hi
+        mid_hi = hi
+    else:
+        mid_lo = tl.minimum(full_tiles_start(tl.max(tl.where(m_rows, rng.lo, 0), 0), 0, lo,
+                                             flags.BLOCK_N), hi)
+        row_end = tl.minimum(tl.min(tl.where(m_rows, rng.hi, range_end), 0), range_end)
+        mid_hi = tl.maximum(tl.minimum(full_tiles_end(row_end, lo, flags.BLOCK_N), hi), mid_lo)
+    return lo, hi, mid_lo, mid_hi, start
 
 
 @triton.jit
@@ -214,8 +253,9 @@ def _full_range(first_q, last_q, range_end, lo, hi, rule, flags, NO_FULL: tl.con
 def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache, rule, lanes,
                   flags, MASKED: tl.constexpr):
     """Stage-1 tiles [start, stop): prefix keys at absolute positions, through the block
-    table. No key below ``lowest_key`` is read: its page may be freed (-1), and a masked
-    tile's page-index load is masked with its keys. Mask-free tiles (MASKED=False) go to
+    table (``q_pos``: the rows' positions, or under key_ranges their KeyRange). No key below
+    ``lowest_key`` is read: its page may be freed (-1), and a masked tile's page-index load
+    is masked with its keys. Mask-free tiles (MASKED=False) go to
     :func:`_whole_tiles`, by TMA where pages hold whole key tiles (the cache's descriptors:
     rows of [num_pages * page_size, heads * D], a head at column col_k/col_v)."""
     o_n = lanes.o_n
@@ -241,8 +281,12 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
                       + seq.i_kvh * cache.stride_kh)
             slot_v = (page * cache.stride_vp + (k_pos % cache.page_size) * cache.stride_vs
                       + seq.i_kvh * cache.stride_vh)
-            keep = visible(q_pos, k_pos, seq.prefix_len, rule.window_left, rule.window_right,
-                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
+            if flags.RANGES:
+                keep = ((k_pos[None, :] >= q_pos.lo[:, None]) & (k_pos[None, :] < q_pos.hi[:, None])
+                        & (k_pos < seq.prefix_len)[None, :])
+            else:
+                keep = visible(q_pos, k_pos, seq.prefix_len, rule.window_left, rule.window_right,
+                               flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
             if flags.USE_MASK:
                 bits = tl.load(rule.mask + seq.mask_row[:, None] + k_pos[None, :], mask=keep,
                                other=0)
@@ -362,7 +406,7 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens,
     sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc, k_scale, v_scale,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    key_lo, key_hi, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
     num_seqs, page_size, num_pages, qk_scale, softcap, window_left, window_right,
@@ -373,7 +417,7 @@ def _extend_kernel(
     USE_MASK: tl.constexpr, DO_PREFIX: tl.constexpr, DO_NEW: tl.constexpr,
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
     UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
-    K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
+    K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr, RANGES: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -445,7 +489,7 @@ def _extend_kernel(
     # its values into run-time ones).
     flags: tl.constexpr = ExtendFlags(BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
                                       USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
-                                      TMA_CACHE, K_cache.dtype.element_ty)
+                                      TMA_CACHE, K_cache.dtype.element_ty, RANGES)
     rule = Rule(qk_scale, softcap, window_left, window_right, mask)
     new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, 1.0, 1.0)
     if flags.KV.is_fp8():
@@ -502,12 +546,19 @@ def _extend_kernel(
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
         # masked edge tiles, then the tiles every row sees whole, then masked again.
-        q_pos = tl.where(m_rows, prefix_len + rows, -1)
-        first_q = prefix_len + block_start
-        lo, hi = _stage_bounds(first_q, prefix_len + last_row, prefix_len, rule, flags)
-        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi, rule, flags,
-                                     USE_MASK or not SPLIT_FULL)
-        lowest_key = first_q - window_left if USE_WINDOW else 0
+        if RANGES:
+            # key_ranges: row t sees the cached keys [key_lo[t], key_hi[t]).
+            q_pos = KeyRange(tl.load(key_lo + tok_q, mask=m_rows, other=0),
+                             tl.load(key_hi + tok_q, mask=m_rows, other=0))
+            lo, hi, mid_lo, mid_hi, lowest_key = _range_bounds(q_pos, m_rows, prefix_len, flags,
+                                                               USE_MASK or not SPLIT_FULL)
+        else:
+            q_pos = tl.where(m_rows, prefix_len + rows, -1)
+            first_q = prefix_len + block_start
+            lo, hi = _stage_bounds(first_q, prefix_len + last_row, prefix_len, rule, flags)
+            mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo, hi, rule,
+                                         flags, USE_MASK or not SPLIT_FULL)
+            lowest_key = first_q - window_left if USE_WINDOW else 0
         for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
@@ -575,6 +626,9 @@ class ExtendSpec:
     # (1: one a head, 0: one value; from the run).
     kv_dtype: object = None
     scale_strides: tuple = (0, 0)
+    # key_ranges: each query row sees its own range of cached keys (keys="prefix", no
+    # window or causal rule; the Triton kernel).
+    ranges: bool = False
 
     @property
     def group(self):
@@ -583,7 +637,7 @@ class ExtendSpec:
 
 _TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens", "sinks",
             "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc", "k_scale",
-            "v_scale")
+            "v_scale", "key_lo", "key_hi")
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
          "stride_ot", "stride_oh", "stride_lt", "num_pages")
@@ -608,7 +662,7 @@ def _launcher(spec: ExtendSpec, dtypes):
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         SPLIT_FULL=cfg.split_full, UNIFIED=spec.deterministic, TMA_NEW=spec.tma_new,
         TMA_CACHE=spec.tma_cache, K_SCALE_STRIDE=spec.scale_strides[0],
-        V_SCALE_STRIDE=spec.scale_strides[1])
+        V_SCALE_STRIDE=spec.scale_strides[1], RANGES=spec.ranges)
     return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -622,11 +676,11 @@ def _row_descriptor(t, block_rows, padding="zero"):
     return Descriptor(t, row_descriptor, block_rows, padding)
 
 
-def descriptors(cfg, k, v, k_cache, v_cache, masked):
-    """``(desc_k, desc_v, desc_kc, desc_vc)`` for the mask-free tiles: new k/v always (when
-    the copy engine can take them), the cache where a page holds whole key tiles (its K
-    padded with NaN: a bad page entry's keys read as NaN). None where a pair cannot (those
-    tiles then load through pointers, the same bits)."""
+def descriptors(cfg, k, v, k_cache, v_cache, masked, new=True):
+    """``(desc_k, desc_v, desc_kc, desc_vc)`` for the mask-free tiles: new k/v where the
+    launch reads them (``new``) and the copy engine can take them, the cache where a page
+    holds whole key tiles (its K padded with NaN: a bad page entry's keys read as NaN). None
+    where a pair cannot (those tiles then load through pointers, the same bits)."""
     none = (None, None)
     if not cfg.tma or not cfg.split_full or masked:
         return none + none
@@ -640,7 +694,7 @@ def descriptors(cfg, k, v, k_cache, v_cache, masked):
     # 16- and 32-bit floats)
     whole = k_cache.shape[1] % cfg.block_n == 0 and k_cache.element_size() > 1
     cached = pair(k_cache, v_cache, "nan") if whole else none
-    return pair(k, v, "zero") + cached
+    return (pair(k, v, "zero") if new else none) + cached
 
 
 class ExtendLaunch:
@@ -650,7 +704,8 @@ class ExtendLaunch:
     The grid is an upper bound
     of the blocks (each program finds its sequence from ``cu_seqlens`` itself), from the
     rows of ``q``. ``descs``: :func:`descriptors` of this run's tensors; ``dtypes``: the
-    tensors' (the queries' and the cache's, the mask offsets')."""
+    tensors' (the queries' and the cache's, the mask offsets'). ``ranges``: key_ranges'
+    ``(key_lo, key_hi)`` device tensors, or None."""
 
     def __init__(self, spec: ExtendSpec, dtypes):
         self.launch = _launcher(spec, dtypes)
@@ -660,7 +715,7 @@ class ExtendLaunch:
         self.num_seqs = spec.num_seqs
 
     def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
-                 mask, mask_indptr, out, lse, descs, scales=(None, None)):
+                 mask, mask_indptr, out, lse, descs, scales=(None, None), ranges=None):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
@@ -670,6 +725,7 @@ class ExtendLaunch:
         return self.launch((-(-num_tokens // self.tokens) + self.num_seqs, self.heads, 1), (
             q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
             q if sinks is None else sinks, q if mask is None else mask.view(torch.uint8),
-            cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs, *scales), (
+            cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs, *scales,
+            *((cu_seqlens, cu_seqlens) if ranges is None else ranges)), (
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
             vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0]))

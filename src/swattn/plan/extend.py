@@ -21,15 +21,17 @@ class ExtendPlan(Plan):
     portable two-stage kernel; ``"single-pass"``: the deterministic kernel), ``config``
     (the Triton kernel's tiles; None on the Hopper path), ``num_seqs`` and ``max_tokens``
     (the batch capacity ``replan`` keeps), ``num_tokens`` (the current batch's), and the
-    device buffers ``cu_seqlens``, ``prefix_lens`` (and ``mask_indptr``) the kernels read.
+    device buffers ``cu_seqlens``, ``prefix_lens`` (and ``mask_indptr``, ``key_ranges``)
+    the kernels read.
     """
 
     def __init__(self, spec, path, device, dtype, cu_seqlens, prefix_lens, mask_indptr,
-                 host=None, max_tokens=None, launches=None, ready=None):
+                 host=None, max_tokens=None, launches=None, ready=None, key_ranges=None):
         super().__init__(spec, path, device, dtype, launches, "extend_hopper", ready)
         self.cu_seqlens = cu_seqlens
         self.prefix_lens = prefix_lens
         self.mask_indptr = mask_indptr
+        self.key_ranges = key_ranges
         self.num_seqs = spec.num_seqs
         self.max_tokens = max_tokens
         s = spec
@@ -113,11 +115,12 @@ class ExtendPlan(Plan):
                 self._hopper.lazy_descriptors(s.config, q, k, v, k_cache, v_cache, prefix),
                 k_cache, scales),)
         else:
-            descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked)
+            descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked,
+                                        new=s.keys != "prefix")
             ready = (self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
                                   strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
-                mask, self.mask_indptr, out, lse, descs, scales),)
+                mask, self.mask_indptr, out, lse, descs, scales, self.key_ranges),)
         if key is not None and None not in ready:
             self._remember(key, ready)
         return (out, lse) if s.return_lse else out
@@ -392,7 +395,12 @@ def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
-                 bounds, config, max_tokens, fp8_products=False):
+                 bounds, config, max_tokens, fp8_products=False, key_ranges=None):
+    """The plan of :func:`plan_extend` and of a one-shot call. ``key_ranges``: ``(key_lo,
+    key_hi)``, int32 device tensors of at least ``max_tokens`` entries: query row ``t`` sees
+    the cached keys ``[key_lo[t], key_hi[t])`` of its sequence, on the Triton kernel, with
+    ``keys="prefix"`` and neither a window nor a causal rule (swattn.parallel's extend);
+    the plan's owner writes them before each run."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -406,6 +414,12 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     masked = indptr_t is not None
+    if key_ranges is not None:
+        if (keys != "prefix" or causal or window_left is not None or window_right is not None
+                or masked or deterministic or hopper or fp8_products):
+            raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask, "
+                             "deterministic=False and the Triton kernel")
+        hopper = False
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products)
@@ -418,9 +432,10 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
         window_right=window_right, causal=causal, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         keys=keys, return_lse=return_lse, masked=masked, deterministic=deterministic,
-        bounds=bounds, kv_dtype=kv_dtype)
+        bounds=bounds, kv_dtype=kv_dtype, ranges=key_ranges is not None)
     host = (cu, prefix, indptr) if cu is not None else None
-    return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens)
+    return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens,
+                      key_ranges=key_ranges)
 
 
 def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None,

@@ -79,7 +79,8 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
-        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
+        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, key_lo=None,
+        key_hi=None, RANGES=False)
     constexprs.update(flags)
     if constexprs["USE_MASK"]:
         constexprs["TMA_NEW"] = False  # a masked launch has no mask-free tiles to copy

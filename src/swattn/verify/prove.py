@@ -10,7 +10,10 @@ coordinates,
 - stage2:  ``q = block_start + i``,     ``k = j`` over ``[0, E)``;
 - unified: ``q = ws + P + block_start + i``, ``k = ws + j`` over ``[0, P + E)``, for every
   window start ``ws`` of the grid, so that ``ws`` cancelling out is checked, not assumed;
-- decode:  ``q = ws + seq_len - 1``, ``k = ws + j`` over ``[0, seq_len)``.
+- decode:  ``q = ws + seq_len - 1``, ``k = ws + j`` over ``[0, seq_len)``;
+- ranges:  row ``t`` keeps ``a_t <= j < b_t`` over ``[0, K)``, for every block of up to
+  ``range_rows`` rows and every range of each row (``0 <= a_t, b_t <= K``, empty and
+  reversed ones included): stage 1 under ``key_ranges`` (:func:`prove_ranges`).
 
 The bound under test comes from ``bounds_fn`` (``key_bounds`` unless a test plants a
 bug) and is computed from the unshifted positions. Every tile of the whole range from 0
@@ -36,7 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..window import Window, decode_bounds, decode_split_bounds, full_tile_range, key_bounds, visible
+import itertools
+
+from ..window import (Window, decode_bounds, decode_split_bounds, full_tile_range, key_bounds,
+                      range_bounds, visible)
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 # Counts that must be zero: a skipped visible key, a floor below the first visible tile
@@ -60,6 +66,11 @@ class Grid:
     prefix_lens: tuple
     extend_lens: tuple
     window_starts: tuple = (0, 7777)
+    # The ranges loop: blocks of up to range_rows rows, keys [0, K) for K in range_keys,
+    # tiles of range_block_ns keys.
+    range_rows: int = 3
+    range_keys: tuple = (7, 8)
+    range_block_ns: tuple = (1, 2, 3, 4)
 
     def windows(self):
         lefts = tuple(self.window_lefts) + (None,)
@@ -82,6 +93,9 @@ class Grid:
             "extend_lens": list(self.extend_lens),
             "window_starts": list(self.window_starts),
             "decode_seq_lens": len(self.decode_seq_lens()),
+            "range_rows": self.range_rows,
+            "range_keys": list(self.range_keys),
+            "range_block_ns": list(self.range_block_ns),
         }
 
 
@@ -101,6 +115,9 @@ QUICK_GRID = Grid(
     prefix_lens=(0, 1, 16, 17, 31, 64, 65, 200),
     extend_lens=(1, 15, 16, 17, 33, 70),
     window_starts=(0, 7777),
+    range_rows=3,
+    range_keys=(5,),
+    range_block_ns=(1, 2, 4),
 )
 
 
@@ -338,12 +355,63 @@ def prove_decode_splits(grid=DEFAULT_GRID, split_fn=decode_split_bounds):
     return stats
 
 
+def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
+    """Counts of the ranges loop (stage 1 under ``key_ranges``): every block of 1 to
+    ``grid.range_rows`` rows whose rows see any ranges ``[a_t, b_t)`` of ``[0, K)``, for
+    every K of ``grid.range_keys`` and tile width of ``grid.range_block_ns``, against the
+    tight bounds of ``range_fn``. A tile skipped while holding a visible element is a
+    violation; a floor tile with nothing visible in a block that sees something is loose; a
+    mask-free tile must be whole for every row and inside the range."""
+    started = time.perf_counter()
+    stats = _new_stats()
+    for keys in grid.range_keys:
+        pairs = [(a, b) for a in range(keys + 1) for b in range(keys + 1)]
+        for rows in range(1, grid.range_rows + 1):
+            blocks = list(itertools.product(pairs, repeat=rows))
+            a, b = (np.asarray(blocks, dtype=np.int64).reshape(len(blocks), rows, 2)
+                    .transpose(2, 0, 1))
+            for block_n in grid.range_block_ns:
+                bounds = np.asarray([range_fn(block, block_n, keys) for block in blocks],
+                                    dtype=np.int64).reshape(-1, 4)
+                lo, hi, mid_lo, mid_hi = (bounds[:, i, None] for i in range(4))
+                starts = np.arange(0, keys, block_n, dtype=np.int64)[None, :]  # [1, tiles]
+                ends = np.minimum(starts + block_n, keys)
+                # visible elements of row t in each tile: [blocks, rows, tiles]
+                seen = np.clip(np.minimum(b[..., None], ends[:, None]) -
+                               np.maximum(a[..., None], starts[:, None]), 0, None)
+                tile_count = seen.sum(axis=1)
+                tiles_vis = tile_count > 0
+                below, past = starts < lo, starts >= hi
+                walked = ~below & ~past
+                block_sees = tiles_vis.any(axis=1)
+                witness = (tiles_vis & (starts == lo)).any(axis=1)
+                full = (starts >= mid_lo) & (starts < mid_hi)
+                whole = (seen == block_n).all(axis=1) & (starts + block_n <= keys)
+                stats["query_blocks"] += len(blocks)
+                stats["tiles_below_floor"] += int(np.count_nonzero(below))
+                stats["tiles_past_end"] += int(np.count_nonzero(past & ~below))
+                stats["violations"] += int(np.count_nonzero(tiles_vis & ~walked))
+                stats["witnesses"] += int(np.count_nonzero(witness))
+                stats["loose_floors"] += int(np.count_nonzero(block_sees & ~witness))
+                stats["empty_tiles_walked"] += int(np.count_nonzero(walked & ~tiles_vis))
+                stats["full_tiles"] += int(np.count_nonzero(full))
+                stats["partial_full_tiles"] += int(np.count_nonzero(full & ~whole))
+                stats["bad_bounds"] += int(np.count_nonzero(
+                    (lo % block_n != 0) | (lo < 0) | ((hi > keys) & (hi > lo))
+                    | ((mid_hi > mid_lo) & ((mid_lo < lo) | (mid_hi > hi)
+                                            | ((mid_lo - lo) % block_n != 0)))))
+                stats["configs"] += len(blocks)
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
 def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds,
           full_fn=full_tile_range, split_fn=decode_split_bounds):
     """Prove every loop's bounds over ``grid``. Returns ``{"grid", "loops", "violations",
     "ok", "seconds"}``; ``ok`` is False on any violation, loose floor or bad bound."""
     started = time.perf_counter()
     loops = {loop: prove_loop(loop, grid, bounds_fn, full_fn) for loop in EXTEND_LOOPS}
+    loops["ranges"] = prove_ranges(grid)
     loops["decode"] = prove_decode(grid, decode_bounds_fn)
     loops["decode-splits"] = prove_decode_splits(grid, split_fn)
     violations = sum(stats["violations"] for stats in loops.values())
@@ -385,10 +453,13 @@ def format_report(result):
         f"grid: {len(grid['tilings'])} tilings x ({len(grid['window_lefts'])} window_left + None) x "
         f"(causal + non-causal window_right in {{{rights}}}) x {len(grid['prefix_lens'])} prefixes "
         f"x {len(grid['extend_lens'])} extends; unified and decode at window starts "
-        f"{grid['window_starts']}; decode over {grid['decode_seq_lens']} seq_lens",
+        f"{grid['window_starts']}; decode over {grid['decode_seq_lens']} seq_lens; ranges: "
+        f"blocks of up to {grid['range_rows']} rows, every range of each row over "
+        f"{grid['range_keys']} keys, tiles of {grid['range_block_ns']}",
     ]
     loops = result["loops"]
-    lines += _table([(loop, loops[loop]) for loop in EXTEND_LOOPS], _EXTEND_COLUMNS)
+    lines += _table([(loop, loops[loop]) for loop in (*EXTEND_LOOPS, "ranges")],
+                    _EXTEND_COLUMNS)
     lines += _table([("decode", loops["decode"])], _DECODE_COLUMNS)
     lines += _table([("decode-splits", loops["decode-splits"])], _SPLIT_COLUMNS)
     verdict = "PROVED" if result["ok"] else "FAILED"

@@ -1,0 +1,179 @@
+"""The extend kernel under ``key_ranges`` (each query row sees its own range of cached keys:
+swattn.parallel's extend over a rank's local keys) against a float64 softmax over those keys,
+its bounds variants bit for bit, every tiling, and the plans it refuses. Small odd shapes:
+this runs under Triton's interpreter on CPU."""
+
+import pytest
+import torch
+
+from swattn.plan.extend import _extend_plan
+
+from checks import assert_bounds_identical
+from conftest import DEVICE
+
+DTYPE = torch.float32 if DEVICE == "cpu" else torch.float16
+
+
+def _case(seed, keys=(37, 0, 20), queries=(9, 3, 12), floors=(10, 0, 3), hq=4, hkv=2, d=24,
+          page=4, window=None):
+    """Random queries and a paged cache of ``keys[b]`` keys a sequence, every query row a
+    random range of its keys from ``floors[b]`` on (some empty, some reversed, some whole),
+    or with ``window`` a causal window's: row ``t`` of ``T`` the ``window`` keys before
+    ``n - T + t + 1``, cut at the floor. Rows nothing writes and pages wholly below a
+    sequence's lowest visible key (freed: entry -1) hold NaN."""
+    g = torch.Generator().manual_seed(seed)
+    ranges = []
+    for n, t, floor in zip(keys, queries, floors):
+        for i in range(t):
+            kind = int(torch.randint(0, 6, (1,), generator=g))
+            a, b = (int(x) for x in torch.randint(floor, n + 1, (2,), generator=g))
+            if window is not None:
+                end = n - t + i + 1
+                ranges.append((max(end - window, floor), end))
+            else:
+                ranges.append({0: (a, a), 1: (b, a), 2: (floor, n)}.get(kind,
+                                                                        (min(a, b), max(a, b))))
+    dense_k = [torch.randn(n, hkv, d, generator=g) for n in keys]
+    dense_v = [torch.randn(n, hkv, d, generator=g) for n in keys]
+    pages = [-(-n // page) for n in keys]
+    order = torch.randperm(sum(pages), generator=g) + 1
+    k_cache = torch.full((sum(pages) + 2, page, hkv, d), float("nan"))
+    v_cache = k_cache.clone()
+    table = torch.full((len(keys), max(pages) + 1), -1, dtype=torch.int32)
+    cu = [0]
+    nxt = 0
+    for b, n in enumerate(keys):
+        rows = ranges[cu[-1]:cu[-1] + queries[b]]
+        lowest = min((lo for lo, hi in rows if lo < hi), default=n)
+        for i in range(pages[b]):
+            slot = slice(i * page, min((i + 1) * page, n))
+            if (i + 1) * page > lowest:  # a page below every range stays freed
+                table[b, i] = int(order[nxt])
+                k_cache[order[nxt], :slot.stop - slot.start] = dense_k[b][slot]
+                v_cache[order[nxt], :slot.stop - slot.start] = dense_v[b][slot]
+            nxt += 1
+        cu.append(cu[-1] + queries[b])
+    q = torch.randn(cu[-1], hq, d, generator=g)
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, table=table, cu=cu, keys=list(keys),
+                ranges=torch.tensor(ranges, dtype=torch.int32).T.contiguous(), dense_k=dense_k,
+                dense_v=dense_v, hq=hq, hkv=hkv, d=d, page=page)
+
+
+def _expected(c, scale, dtype):
+    """float64 softmax of each row over its range's keys, taken from the dense keys (not the
+    cache) as ``dtype`` rounds them: ``(out, lse)``, 0 and -inf where a row sees nothing."""
+    group = c["hq"] // c["hkv"]
+    outs, lses = [], []
+    for b, n in enumerate(c["keys"]):
+        rows = slice(c["cu"][b], c["cu"][b + 1])
+        q = c["q"][rows].to(dtype).double()  # [T, H, D]
+        k = c["dense_k"][b].to(dtype).double().repeat_interleave(group, 1)  # [N, H, D]
+        v = c["dense_v"][b].to(dtype).double().repeat_interleave(group, 1)
+        lo, hi = (x.long()[:, None, None] for x in c["ranges"][:, rows])
+        j = torch.arange(n)[None, None, :]
+        s = torch.einsum("thd,nhd->thn", q, k) * scale
+        s = torch.where((j >= lo) & (j < hi), s, float("-inf"))  # [T, H, N]
+        lse = torch.logsumexp(s, -1) if n else torch.full(q.shape[:2], float("-inf"))
+        p = torch.where(lse[..., None] == float("-inf"), 0.0, torch.exp(s - lse[..., None]))
+        outs.append(torch.einsum("thn,nhd->thd", p, v))
+        lses.append(lse.double())
+    return torch.cat(outs), torch.cat(lses)
+
+
+def _run(c, bounds="tight", config=None, dtype=DTYPE):
+    dev = DEVICE
+    cu = torch.tensor(c["cu"], dtype=torch.int32, device=dev)
+    keys = torch.tensor(c["keys"], dtype=torch.int32, device=dev)
+    ranges = c["ranges"].to(dev)
+    plan = _extend_plan(
+        c["cu"], c["keys"], None, cu, keys, None, len(c["keys"]), num_q_heads=c["hq"],
+        num_kv_heads=c["hkv"], head_dim=c["d"], head_dim_v=None, page_size=c["page"],
+        window_left=None, window_right=None, causal=False, softcap=0.0, scale=None,
+        keys="prefix", return_lse=True, deterministic=False, kv_dtype=None, dtype=dtype,
+        device=torch.device(dev), hopper=None, bounds=bounds, config=config,
+        max_tokens=c["cu"][-1], key_ranges=(ranges[0], ranges[1]))
+    assert plan.path == "triton"
+    t = c["q"].shape[0]
+    no_k = torch.zeros(1, c["hkv"], c["d"], dtype=dtype, device=dev).expand(t, -1, -1)
+    return plan.run(c["q"].to(dev, dtype), no_k, no_k, c["k_cache"].to(dev, dtype),
+                    c["v_cache"].to(dev, dtype), c["table"].to(dev))
+
+
+# Tilings: one masked loop, mask-free tiles between masked ones, GQA packed into the rows.
+TILINGS = [dict(block_m=16, block_n=16, split_full=False), dict(block_m=16, block_n=8),
+           dict(block_m=8, block_n=4, pack_gqa=True)]
+
+
+@pytest.mark.parametrize("config", TILINGS, ids=["one-loop", "split", "packed"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_key_ranges_match_a_float64_softmax_under_every_bounds_variant(seed, config):
+    c = _case(seed)
+    _check(c, assert_bounds_identical([_run(c, b, config) for b in ("tight", "skip", "none")]))
+
+
+def _check(c, got, some_empty=True):
+    out, lse = (x.cpu() for x in got)
+    want_out, want_lse = _expected(c, c["d"] ** -0.5, out.dtype)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    empty = want_lse == float("-inf")
+    assert (~empty).any() and (empty.any() or not some_empty)  # (rows that see nothing)
+    assert torch.equal(lse == float("-inf"), empty)
+    assert (out[empty] == 0).all()
+    tol = 1e-4 if out.dtype == torch.float32 else 2e-2
+    assert torch.allclose(out.double(), want_out, atol=tol, rtol=tol)
+    assert torch.allclose(lse.double()[~empty], want_lse[~empty], atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("config", TILINGS[1:], ids=["split", "packed"])
+def test_key_ranges_of_a_window(config):
+    """Ranges that slide as a causal window's: blocks with mask-free tiles between masked
+    ones."""
+    c = _case(2, keys=(44, 30), queries=(20, 12), floors=(9, 0), window=14)
+    _check(c, assert_bounds_identical([_run(c, b, config) for b in ("tight", "skip", "none")]),
+           some_empty=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [None, 1000], ids=["random", "window"])
+@pytest.mark.parametrize("d, hq, dtype", [(64, 64, torch.bfloat16), (128, 32, torch.float16)],
+                         ids=["gpt-oss-bf16", "mistral-fp16"])
+def test_gpu_key_ranges_at_real_sizes(d, hq, dtype, window):
+    """The plan's own tiles on the GPU (mask-free tiles, packed heads), long ranges over
+    pages of 16, every bounds variant bit for bit."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    c = _case(5, keys=(3000, 1500), queries=(300, 200), floors=(700, 0), hq=hq, hkv=8, d=d,
+              page=16, window=window)
+    _check(c, assert_bounds_identical([_run(c, b, dtype=dtype)
+                                       for b in ("tight", "skip", "none")]),
+           some_empty=window is None)
+
+
+def test_a_visible_key_on_a_freed_page_is_nan_not_garbage():
+    """A range reaching below the pages the cache keeps reads a -1 entry: NaN in that row,
+    finite everywhere else."""
+    c = _case(3)
+    assert (c["table"][0, :2] == -1).all()  # sequence 0's keys below 8 are freed
+    t = next(t for t in range(c["cu"][1]) if c["ranges"][0, t] < c["ranges"][1, t])
+    c["ranges"][0, t] = 0  # now row t reaches the freed pages
+    out, lse = _run(c)
+    assert torch.isnan(out[t]).all() and torch.isnan(lse[t]).all()
+    rest = torch.ones(out.shape[0], dtype=torch.bool)
+    rest[t] = False
+    assert not torch.isnan(out[rest.to(out.device)]).any()
+
+
+@pytest.mark.parametrize("change", [dict(keys="all"), dict(causal=True),
+                                    dict(window_left=3), dict(deterministic=True),
+                                    dict(hopper=True)])
+def test_key_ranges_refuse_what_they_cannot_take(change):
+    args = dict(num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=None, page_size=4,
+                window_left=None, window_right=None, causal=False, softcap=0.0, scale=None,
+                keys="prefix", return_lse=True, deterministic=False, kv_dtype=None,
+                dtype=torch.float32, device=torch.device("cpu"), hopper=None, bounds="tight",
+                config=None, max_tokens=2)
+    args.update(change)
+    lens = torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match="key_ranges"):
+        _extend_plan([0, 2], [5], None, lens, lens[1:], None, 1,
+                     key_ranges=(lens, lens), **args)
