@@ -55,7 +55,13 @@ EXTEND_CASES = {
     # Every window inside rank 0's chunk: the other ranks launch nothing.
     "extend-window-contiguous-idle": ([10, 5], [8, 6], 5, parallel.Contiguous(40), (2, 1), True,
                                       8),
+    # Heads of 64 (the GPU runs them on its Hopper path where it has one).
+    "extend-window-interleaved-d64": ([300, 40], [70, 130], 100, parallel.Interleaved(2),
+                                      (4, 2), True, 16),
+    "extend-full-contiguous-d64": ([200, 0], [90, 150], None, parallel.Contiguous(160),
+                                   (4, 2), True, 16),
 }
+D = 64 if args.case.endswith("-d64") else 16
 EXTEND = args.case in EXTEND_CASES
 if EXTEND:
     prefix, new, window, layout, (hq, hkv), with_sinks, page = EXTEND_CASES[args.case]
@@ -65,19 +71,19 @@ else:
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
 dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
-case = DecodeCase(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=16, head_dim_v=16,
+case = DecodeCase(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=D, head_dim_v=D,
                   page_size=page, window_left=window, seed=3)
 q, k_cache, v_cache, table, seq_lens = build_decode(case, "cpu")
 # build_decode leaves rows below each window NaN (and those pages freed): fill the whole
 # sequence for the shards, which must hold every position a layout deals them.
 g = torch.Generator().manual_seed(4)
-full_k = torch.randn(len(lens), max(lens), hkv, 16, generator=g).to(q.dtype)
-full_v = torch.randn(len(lens), max(lens), hkv, 16, generator=g).to(q.dtype)
+full_k = torch.randn(len(lens), max(lens), hkv, D, generator=g).to(q.dtype)
+full_v = torch.randn(len(lens), max(lens), hkv, D, generator=g).to(q.dtype)
 sinks = torch.randn(hq, generator=g) if with_sinks else None
 
 # The single-process reference layout: every sequence's tokens in its own pages.
 pages = [-(-s // page) for s in lens]
-ref_k = torch.full((sum(pages) + 1, page, hkv, 16), float("nan"), dtype=q.dtype)
+ref_k = torch.full((sum(pages) + 1, page, hkv, D), float("nan"), dtype=q.dtype)
 ref_v = ref_k.clone()
 ref_table = torch.full((len(lens), max(pages) + 1), -1, dtype=torch.int32)
 nxt = 1
@@ -94,7 +100,7 @@ if EXTEND:
         for j in range(a, a + n):
             ref_k[ref_table[b, j // page], j % page] = float("nan")
             ref_v[ref_table[b, j // page], j % page] = float("nan")
-    q = torch.randn(sum(new), hq, 16, generator=g).to(full_k.dtype)
+    q = torch.randn(sum(new), hq, D, generator=g).to(full_k.dtype)
     k = torch.cat([full_k[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     v = torch.cat([full_v[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     cu = torch.tensor([0] + list(torch.tensor(new).cumsum(0)), dtype=torch.int32)
@@ -108,7 +114,7 @@ else:
 # This rank's shard: its tokens in order, in its own pages.
 mine = [[p for p in range(s) if layout.owner(p, args.world) == args.rank] for s in lens]
 lpages = [-(-len(m) // page) for m in mine]
-loc_k = torch.full((sum(lpages) + 1, page, hkv, 16), float("nan"), dtype=q.dtype)
+loc_k = torch.full((sum(lpages) + 1, page, hkv, D), float("nan"), dtype=q.dtype)
 loc_v = loc_k.clone()
 loc_table = torch.full((len(lens), max(lpages + [0]) + 1), -1, dtype=torch.int32)
 nxt = 1
@@ -129,7 +135,7 @@ if window is not None:
             loc_v[loc_table[b, i]] = float("nan")
             loc_table[b, i] = -1
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
-             head_dim=16, page_size=page, window_left=window, dtype=q.dtype, device=dev)
+             head_dim=D, page_size=page, window_left=window, dtype=q.dtype, device=dev)
 
 
 def make(**kw):

@@ -43,6 +43,10 @@ prefix_rows = lambda d: replace(hopper_extend_config(d, torch.bfloat16), prefix_
 variants += [dict(config=prefix_rows(128), kv_dtype=e4m3),
              dict(config=prefix_rows(64), kv_dtype=e5m2, head_dim=64, bounds="none",
                   HAS_SINKS=True, RETURN_LSE=True)]
+# key_ranges (stage 1 alone, each row its own keys): warp-specialized and not, every bounds.
+ranges = dict(RANGES=True, USE_WINDOW=False, IS_CAUSAL=False, DO_NEW=False, RETURN_LSE=True)
+variants += [dict(ranges, HAS_SINKS=True), dict(ranges, bounds="skip", head_dim=64),
+             dict(ranges, bounds="none"), dict(ranges, WS=False, head_dim=64)]
 for flags in variants:
     c, ptx = asm.compile_hopper(**flags)
     assert c.local == 0 and c.stack == 0, (flags, c.stack)
@@ -54,8 +58,11 @@ for flags in variants:
     # The loops' bounds and branches warp-uniform to ptxas (_uniform): no divergence
     # handling around the warpgroup products and copies (with it, B ran ~5% slower).
     # Warp-specialized, the sequence look-up before the partitions keeps a cold
-    # fallback for its shuffles (ptxas cannot see the partition's warps converged).
-    divergent = [i for i in (c.sass if "setmaxnreg" not in ptx else sum(loops, []))
+    # fallback for its shuffles (ptxas cannot see the partition's warps converged); under
+    # key_ranges the block's reductions of its rows' ranges leave one before the barriers'
+    # set-up (once a program, outside the loops).
+    whole = "setmaxnreg" not in ptx and not flags.get("RANGES")
+    divergent = [i for i in (c.sass if whole else sum(loops, []))
                  if "WARPSYNC" in i or "ENDCOLLECTIVE" in i]
     assert not divergent, (flags, divergent[:4])
     if not flags:

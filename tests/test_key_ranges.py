@@ -6,6 +6,7 @@ this runs under Triton's interpreter on CPU."""
 import pytest
 import torch
 
+from swattn.plan._common import resolve_device
 from swattn.plan.extend import _extend_plan
 
 from checks import assert_bounds_identical
@@ -80,7 +81,7 @@ def _expected(c, scale, dtype):
     return torch.cat(outs), torch.cat(lses)
 
 
-def _run(c, bounds="tight", config=None, dtype=DTYPE):
+def _run(c, bounds="tight", config=None, dtype=DTYPE, hopper=None, path="triton"):
     dev = DEVICE
     cu = torch.tensor(c["cu"], dtype=torch.int32, device=dev)
     keys = torch.tensor(c["keys"], dtype=torch.int32, device=dev)
@@ -90,9 +91,9 @@ def _run(c, bounds="tight", config=None, dtype=DTYPE):
         num_kv_heads=c["hkv"], head_dim=c["d"], head_dim_v=None, page_size=c["page"],
         window_left=None, window_right=None, causal=False, softcap=0.0, scale=None,
         keys="prefix", return_lse=True, deterministic=False, kv_dtype=None, dtype=dtype,
-        device=torch.device(dev), hopper=None, bounds=bounds, config=config,
+        device=resolve_device(dev), hopper=hopper, bounds=bounds, config=config,
         max_tokens=c["cu"][-1], key_ranges=(ranges[0], ranges[1]))
-    assert plan.path == "triton"
+    assert plan.path == path
     t = c["q"].shape[0]
     no_k = torch.zeros(1, c["hkv"], c["d"], dtype=dtype, device=dev).expand(t, -1, -1)
     return plan.run(c["q"].to(dev, dtype), no_k, no_k, c["k_cache"].to(dev, dtype),
@@ -134,18 +135,22 @@ def test_key_ranges_of_a_window(config):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["triton", "hopper"])
 @pytest.mark.parametrize("window", [None, 1000], ids=["random", "window"])
 @pytest.mark.parametrize("d, hq, dtype", [(64, 64, torch.bfloat16), (128, 32, torch.float16)],
                          ids=["gpt-oss-bf16", "mistral-fp16"])
-def test_gpu_key_ranges_at_real_sizes(d, hq, dtype, window):
-    """The plan's own tiles on the GPU (mask-free tiles, packed heads), long ranges over
-    pages of 16, every bounds variant bit for bit."""
+def test_gpu_key_ranges_at_real_sizes(d, hq, dtype, window, path):
+    """Either kernel with the plan's own tiles on the GPU (mask-free tiles, packed heads on
+    the Triton kernel, the producer warp on the Hopper path), long ranges over pages of 16,
+    every bounds variant bit for bit."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
+    if path == "hopper" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90 only")
     c = _case(5, keys=(3000, 1500), queries=(300, 200), floors=(700, 0), hq=hq, hkv=8, d=d,
               page=16, window=window)
-    _check(c, assert_bounds_identical([_run(c, b, dtype=dtype)
-                                       for b in ("tight", "skip", "none")]),
+    _check(c, assert_bounds_identical([_run(c, b, dtype=dtype, hopper=path == "hopper",
+                                            path=path) for b in ("tight", "skip", "none")]),
            some_empty=window is None)
 
 
@@ -165,7 +170,7 @@ def test_a_visible_key_on_a_freed_page_is_nan_not_garbage():
 
 @pytest.mark.parametrize("change", [dict(keys="all"), dict(causal=True),
                                     dict(window_left=3), dict(deterministic=True),
-                                    dict(hopper=True)])
+                                    dict(kv_dtype=torch.float8_e4m3fn)])
 def test_key_ranges_refuse_what_they_cannot_take(change):
     args = dict(num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=None, page_size=4,
                 window_left=None, window_right=None, causal=False, softcap=0.0, scale=None,

@@ -77,7 +77,7 @@ def test_parallel_equals_the_single_process_call(case, world):
     if case.startswith("extend-"):
         # Extend runs on the extend kernel, each query row's run its key range, and the
         # rows past a replanned chunk see no key.
-        assert all(r["path"] in ("triton", None) and not r["sparse"] and r["pad_zero"]
+        assert all(r["path"] in ("triton", "hopper", None) and not r["sparse"] and r["pad_zero"]
                    for r in results), results
         return
     # Decode: runs of unequal lengths take sparse keys beside the kernel's window (contiguous
@@ -104,15 +104,22 @@ def test_the_window_is_one_run_of_local_positions_on_every_rank(layout, world):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case, world", [("window-interleaved", 2), ("full-contiguous", 3),
                                          ("extend-window-interleaved-4", 3),
-                                         ("extend-window-contiguous", 3)])
+                                         ("extend-window-contiguous", 3),
+                                         ("extend-window-interleaved-d64", 2),
+                                         ("extend-full-contiguous-d64", 2)])
 def test_gpu_parallel_on_one_gpu_over_gloo(case, world):
     """The ranks' kernels on the GPU (every rank on the one device; gloo moves the partial
-    states): the plan's device tensors, the decode kernel's window and sparse keys on the
-    GPU, the merge, against the single-process call there."""
+    states): the plan's device tensors, the decode kernel's window and sparse keys, the
+    extend kernels' key ranges (heads of 64 on the Hopper path on sm_90), the merge, against
+    the single-process call there, and a replanned batch."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
-    for r in _run(case, world, device="cuda"):
+    results = _run(case, world, device="cuda")
+    for r in results:
         assert not r["nan"] and r["err"] < 5e-3, r
+        assert not r["replan_nan"] and r["replan_err"] < 5e-3, r
+    if case.endswith("-d64") and torch.cuda.get_device_capability() == (9, 0):
+        assert any(r["path"] == "hopper" for r in results), results
 
 
 @pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),

@@ -76,6 +76,52 @@ def visible_source(q_pos, k_pos, key_end, window_left, window_right, USE_WINDOW:
 
 visible = compile_bound(visible_source)
 
+# Under key_ranges (extend's stage 1 on a rank's local keys, swattn.parallel) a row sees its
+# own keys [lo, hi) ([BM] each): it stands for the rows' positions (namedtuple: its fields).
+KeyRange = namedtuple("KeyRange", "lo hi")
+
+
+def range_keep_source(rng, k_pos, key_end):
+    """The mask under key_ranges on a [BM, BN] tile: row ``t`` keeps the keys
+    ``[rng.lo[t], rng.hi[t])``, none at or past ``key_end``. Both dialects, as
+    :func:`visible_source`."""
+    return ((k_pos[None, :] >= rng.lo[:, None]) & (k_pos[None, :] < rng.hi[:, None])
+            & (k_pos < key_end)[None, :])
+
+
+def range_bounds_source(rng, m_rows, range_end, BN: tl.constexpr, TIGHT: tl.constexpr,
+                        SKIP: tl.constexpr, NO_FULL: tl.constexpr):
+    """``(lo, hi, mid_lo, mid_hi, lowest key)`` of stage 1 under key_ranges, as
+    window.range_bounds: ``rng`` the rows' KeyRange, ``m_rows`` the rows that hold a query;
+    the tight bounds, skip's (from 0) or none's (the whole range). The lowest key a row
+    sees is the masked loads' floor whatever the variant. Both dialects, as
+    :func:`visible_source` (the window primitives resolved in each one's namespace)."""
+    seen = m_rows & (rng.lo < rng.hi)
+    start = tl.min(tl.where(seen, rng.lo, range_end), 0)
+    end = tl.minimum(tl.max(tl.where(seen, rng.hi, 0), 0), range_end)
+    if TIGHT:
+        lo = first_key_tile(start, 0, BN)
+        hi = tl.maximum(end, lo)
+    elif SKIP:
+        lo = 0
+        hi = end
+    else:
+        lo = 0
+        hi = range_end
+    if NO_FULL:
+        mid_lo = hi
+        mid_hi = hi
+    else:
+        mid_lo = tl.minimum(full_tiles_start(tl.max(tl.where(m_rows, rng.lo, 0), 0), 0, lo, BN),
+                            hi)
+        row_end = tl.minimum(tl.min(tl.where(m_rows, rng.hi, range_end), 0), range_end)
+        mid_hi = tl.maximum(tl.minimum(full_tiles_end(row_end, lo, BN), hi), mid_lo)
+    return lo, hi, mid_lo, mid_hi, start
+
+
+range_keep = compile_bound(range_keep_source)
+range_bounds = compile_bound(range_bounds_source)
+
 
 def kernel_scale(scale, softcap):
     """The ``qk_scale`` a launcher hands the kernels (see :func:`scores_log2`): ``scale /

@@ -14,7 +14,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ._common import compile_bound, tanh_source, visible_source
+from .. import window
+from ._common import (compile_bound, range_bounds_source, range_keep_source, tanh_source,
+                      visible_source)
 from ._tma import row_descriptor
 
 
@@ -47,8 +49,12 @@ def uniform(x):
 
 # Written once for both dialects (_common): Gluon's language in the place of Triton's.
 _GLUON_NAMES = {**globals(), "tl": gl}
+for _name in ("first_key_tile", "full_tiles_start", "full_tiles_end"):
+    _GLUON_NAMES[_name] = compile_bound(getattr(window, _name), gluon.jit, _GLUON_NAMES)
 tanh = compile_bound(tanh_source, gluon.jit, _GLUON_NAMES)
 visible = compile_bound(visible_source, gluon.jit, _GLUON_NAMES)
+range_keep = compile_bound(range_keep_source, gluon.jit, _GLUON_NAMES)
+range_bounds = compile_bound(range_bounds_source, gluon.jit, _GLUON_NAMES)
 
 
 # What a row sees and how its scores are formed (one bundle: a namedtuple compiles to its

@@ -27,11 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (FP32_PRODUCTS, PagedCache, causal_key_end, finish, first_key_tile,
-                      fp8_cached, full_tiles_end, full_tiles_start, load_keys, load_rows,
-                      load_whole,
-                      right_key_end, scores_log2, softmax_step, valid_page, visible,
-                      visible_key_end)
+from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, causal_key_end, finish,
+                      first_key_tile, fp8_cached, full_tiles_end, full_tiles_start, load_keys,
+                      load_rows, load_whole, range_bounds, range_keep, right_key_end,
+                      scores_log2, softmax_step, valid_page, visible, visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
@@ -44,9 +43,6 @@ from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # n
 ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
                          "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV "
                          "RANGES")  # constexprs
-# Under key_ranges, the keys each row sees: [lo, hi) ([BM] each); it stands for the rows'
-# positions in stage 1.
-KeyRange = namedtuple("KeyRange", "lo hi")
 Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask")  # what a row sees
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
 ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
@@ -79,34 +75,6 @@ def _stage_bounds(first_q, last_q, range_end, rule, flags):
         if flags.IS_CAUSAL:
             hi = causal_key_end(last_q, range_end)
     return lo, hi
-
-
-@triton.jit
-def _range_bounds(rng, m_rows, range_end, flags, NO_FULL: tl.constexpr):
-    """(lo, hi, mid_lo, mid_hi, lowest key) of stage 1 under key_ranges, as
-    window.range_bounds: ``rng`` the rows' KeyRange, ``m_rows`` the rows that hold a query.
-    The lowest key a row sees is the masked loads' floor whatever the bounds variant."""
-    seen = m_rows & (rng.lo < rng.hi)
-    start = tl.min(tl.where(seen, rng.lo, range_end), 0)
-    end = tl.minimum(tl.max(tl.where(seen, rng.hi, 0), 0), range_end)
-    if flags.TIGHT:
-        lo = first_key_tile(start, 0, flags.BLOCK_N)
-        hi = tl.maximum(end, lo)
-    elif flags.SKIP:
-        lo = 0
-        hi = end
-    else:
-        lo = 0
-        hi = range_end
-    if NO_FULL:
-        mid_lo = hi
-        mid_hi = hi
-    else:
-        mid_lo = tl.minimum(full_tiles_start(tl.max(tl.where(m_rows, rng.lo, 0), 0), 0, lo,
-                                             flags.BLOCK_N), hi)
-        row_end = tl.minimum(tl.min(tl.where(m_rows, rng.hi, range_end), 0), range_end)
-        mid_hi = tl.maximum(tl.minimum(full_tiles_end(row_end, lo, flags.BLOCK_N), hi), mid_lo)
-    return lo, hi, mid_lo, mid_hi, start
 
 
 @triton.jit
@@ -282,8 +250,7 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
             slot_v = (page * cache.stride_vp + (k_pos % cache.page_size) * cache.stride_vs
                       + seq.i_kvh * cache.stride_vh)
             if flags.RANGES:
-                keep = ((k_pos[None, :] >= q_pos.lo[:, None]) & (k_pos[None, :] < q_pos.hi[:, None])
-                        & (k_pos < seq.prefix_len)[None, :])
+                keep = range_keep(q_pos, k_pos, seq.prefix_len)
             else:
                 keep = visible(q_pos, k_pos, seq.prefix_len, rule.window_left, rule.window_right,
                                flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
@@ -550,8 +517,9 @@ def _extend_kernel(
             # key_ranges: row t sees the cached keys [key_lo[t], key_hi[t]).
             q_pos = KeyRange(tl.load(key_lo + tok_q, mask=m_rows, other=0),
                              tl.load(key_hi + tok_q, mask=m_rows, other=0))
-            lo, hi, mid_lo, mid_hi, lowest_key = _range_bounds(q_pos, m_rows, prefix_len, flags,
-                                                               USE_MASK or not SPLIT_FULL)
+            lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(q_pos, m_rows, prefix_len, BLOCK_N,
+                                                              TIGHT, SKIP,
+                                                              USE_MASK or not SPLIT_FULL)
         else:
             q_pos = tl.where(m_rows, prefix_len + rows, -1)
             first_q = prefix_len + block_start

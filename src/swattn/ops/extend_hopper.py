@@ -86,9 +86,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from .. import window
-from ._common import compile_bound
+from ._common import KeyRange, compile_bound
 from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_descriptor,
-                     tile_pages, uniform, visible, weights, wgmma_layout, widen_in_place)
+                     range_bounds, range_keep, tile_pages, uniform, visible, weights,
+                     wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperExtendConfig
@@ -110,7 +111,7 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
                          "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P "
-                         "PREFIX_ROWS")  # constexprs
+                         "PREFIX_ROWS RANGES")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
@@ -129,9 +130,10 @@ CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row prefix_row0")
 # lengths, the lowest visible key.
 Walk = namedtuple("Walk", "n n1 lo1 lo2 prefix_len extend_len lowest")
 Mids = namedtuple("Mids", "lo1 hi1 lo2 hi2")  # each stage's mask-free tiles
-# Where the output goes; ``v_mult``: an fp8 cache's V scale of the head (else None).
+# Where the output goes; ``v_mult``: an fp8 cache's V scale of the head (else None); under
+# key_ranges the rows' ranges (``key_lo``, ``key_hi``: [tokens] int32; else None).
 Store = namedtuple("Store", "sinks out lse stride_ot stride_oh stride_lt seq_start block_start "
-                   "v_mult")
+                   "v_mult key_lo key_hi")
 
 
 @gluon.jit
@@ -170,6 +172,18 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right, B
     mid_lo = gl.minimum(mid_lo, hi)
     mid_hi = gl.maximum(gl.minimum(full_tiles_end(end, lo, BN), hi), mid_lo)
     return mid_lo, mid_hi
+
+
+@gluon.jit
+def _keep(q_pos, k_pos, key_end, rule, flags):
+    """The mask of a tile: window.visible of the rows' positions, or under key_ranges
+    (RANGES) each row's own range (``q_pos`` then the rows' KeyRange)."""
+    if flags.RANGES:
+        keep = range_keep(q_pos, k_pos, key_end)
+    else:
+        keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                       flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
+    return keep
 
 
 @gluon.jit
@@ -366,7 +380,8 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
                                      flags.F8P, P_LOG2 if flags.F8P else 0)
     else:
         m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True,
-                                     flags.F8P, P_LOG2 if flags.F8P else 0)
+                                     flags.F8P, P_LOG2 if flags.F8P else 0,
+                                     _keep(q_pos, key0 + o_n, key_end, rule, flags))
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     if flags.WS:
         mbarrier.arrive(ring.empty_v.index(prev))
@@ -452,9 +467,13 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         q_a = q_smem.load(operand_layout(s_layout, BITS))
 
     # Rows past the sequence's end (not stored) keep their positions: what they see is
-    # finite, and it spares the masked tiles a term.
+    # finite, and it spares the masked tiles a term. Under key_ranges they see no key.
     rows = store.block_start + gl.arange(0, BM, layout=row_s)
     q_pos = prefix_len + rows
+    if flags.RANGES:
+        at_row = store.seq_start + rows
+        q_pos = KeyRange(gl.load(store.key_lo + at_row, mask=rows < extend_len, other=0),
+                         gl.load(store.key_hi + at_row, mask=rows < extend_len, other=0))
     o_n = gl.arange(0, BN, layout=col_s)
     m_i = gl.full([BM], float("-inf"), gl.float32, layout=row_s)
     l_i = gl.zeros([BM], gl.float32, layout=row_s)
@@ -489,7 +508,8 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                     mbarrier.wait(bar_v.index(0), 0)
                     _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
             m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
-                                         True, flags.F8P, P_LOG2 if flags.F8P else 0)
+                                         True, flags.F8P, P_LOG2 if flags.F8P else 0,
+                                         _keep(q_pos, key0 + o_n, key_end, rule, flags))
             mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
             for g in range(1, n1):
                 m_i, l_i, acc, p, pages, valid = _overlap_step(
@@ -519,8 +539,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
-            keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
-                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
+            keep = _keep(q_pos, k_pos, key_end, rule, flags)
             work = True
             if flags.SKIP:
                 work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
@@ -529,7 +548,8 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                       use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s_tok, ))
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
-                                             True, flags.F8P, P_LOG2 if flags.F8P else 0)
+                                             True, flags.F8P, P_LOG2 if flags.F8P else 0,
+                                             _keep(q_pos, k_pos, key_end, rule, flags))
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
                 p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
                 if not flags.F8P:
@@ -722,7 +742,8 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
 @gluon.jit
 def _hopper_extend_kernel(
     q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
-    Out, Lse, k_scale, v_scale, stride_bt, stride_ot, stride_oh, stride_lt, num_seqs, oob_row,
+    Out, Lse, k_scale, v_scale, key_lo, key_hi, stride_bt, stride_ot, stride_oh, stride_lt,
+    num_seqs, oob_row,
     qk_scale, softcap, window_left, window_right,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, SEQS_POW2: gl.constexpr,
@@ -732,7 +753,7 @@ def _hopper_extend_kernel(
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
     CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
-    PREFIX_ROWS: gl.constexpr,
+    PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -783,6 +804,19 @@ def _hopper_extend_kernel(
     lowest = 0
     if USE_WINDOW:
         lowest = first_q - window_left
+    if RANGES:
+        # key_ranges (stage 1 alone): row t sees the cached keys [key_lo[t], key_hi[t]).
+        r_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        rows = block_start + gl.arange(0, BM, layout=r_layout)
+        m_rows = rows < extend_len
+        rng = KeyRange(gl.load(key_lo + seq_start + rows, mask=m_rows, other=0),
+                       gl.load(key_hi + seq_start + rows, mask=m_rows, other=0))
+        lo1, hi1, mid1_lo, mid1_hi, lowest = range_bounds(rng, m_rows, prefix_len, BN, TIGHT,
+                                                          SKIP, False)
+        lo1, hi1, lowest = uniform(lo1), uniform(hi1), uniform(lowest)
+        mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
+        n1 = (hi1 - lo1 + BN - 1) // BN
+        n = n1
 
     dtype: gl.constexpr = q_desc.dtype
     # Over an fp8 cache the stages hold the fp16 tiles the converter makes (the products
@@ -826,7 +860,7 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS)
+                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     prefix_row0 = 0
@@ -842,7 +876,8 @@ def _hopper_extend_kernel(
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
     rule = Rule(qk_scale, softcap, window_left, window_right)
-    store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start, None)
+    store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start, None,
+                  key_lo, key_hi)
     mbarrier.expect(bar_q, BM * D * 2)
     tma.async_copy_global_to_shared(q_desc, [row0 + block_start, i_h * D], bar_q, q_smem)
     if FP8:
@@ -855,7 +890,7 @@ def _hopper_extend_kernel(
             mbarrier.init(full_k.index(i), count=1)
             mbarrier.init(full_v.index(i), count=1)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
-                      v_mult)
+                      v_mult, key_lo, key_hi)
         if PREFIX_ROWS:
             # Every tile copied as fp16 rows: the 16-bit loop, no converter.
             gl.warp_specialize([
@@ -1000,7 +1035,8 @@ def lazy_descriptors(cfg, q, k, v, k_cache, v_cache, prefix=None):
 
 
 _TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison", "block_table",
-            "cu_seqlens", "prefix_lens", "sinks", "Out", "Lse", "k_scale", "v_scale")
+            "cu_seqlens", "prefix_lens", "sinks", "Out", "Lse", "k_scale", "v_scale", "key_lo",
+            "key_hi")
 _INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
 
 
@@ -1023,7 +1059,7 @@ def _launcher(spec, dtypes):
         HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-        FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows)
+        FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
@@ -1031,7 +1067,8 @@ class HopperExtendLaunch:
     """The Gluon kernel's launch for one ExtendSpec, bound once; a call launches on
     checked arguments (extend.ExtendLaunch's contract): no host sync, no allocation; it
     returns what ``ops._launch.relaunch`` takes, or None. ``descs``: :func:`lazy_descriptors`
-    of this run's tensors; ``scales``: an fp8 cache's ``(k_scale, v_scale)``."""
+    of this run's tensors; ``scales``: an fp8 cache's ``(k_scale, v_scale)``; ``ranges``:
+    key_ranges' ``(key_lo, key_hi)``, or None."""
 
     def __init__(self, spec, dtypes):
         self.launch = _launcher(spec, dtypes)
@@ -1039,7 +1076,7 @@ class HopperExtendLaunch:
         self.block_m, self.heads_first = spec.config.block_m, spec.config.heads_first
 
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache,
-                 scales=(None, None)):
+                 scales=(None, None), ranges=None):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
@@ -1048,6 +1085,7 @@ class HopperExtendLaunch:
         lse_t = out if lse is None else lse
         os_ = out.stride()
         return self.launch(grid, (*descs, block_table, cu_seqlens, prefix_lens,
-                           lse_t if sinks is None else sinks, out, lse_t, *scales),
+                           lse_t if sinks is None else sinks, out, lse_t, *scales,
+                           *((cu_seqlens, cu_seqlens) if ranges is None else ranges)),
                     (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
                      k_cache.shape[0] * k_cache.shape[1]))

@@ -113,7 +113,7 @@ class ExtendPlan(Plan):
             ready += (self._launch(sinks is not None, False, False, strides)(
                 q, block_table, self.cu_seqlens, self.prefix_lens, sinks, out, lse,
                 self._hopper.lazy_descriptors(s.config, q, k, v, k_cache, v_cache, prefix),
-                k_cache, scales),)
+                k_cache, scales, self.key_ranges),)
         else:
             descs = _extend.descriptors(s.config, k, v, k_cache, v_cache, s.masked,
                                         new=s.keys != "prefix")
@@ -398,9 +398,9 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
                  bounds, config, max_tokens, fp8_products=False, key_ranges=None):
     """The plan of :func:`plan_extend` and of a one-shot call. ``key_ranges``: ``(key_lo,
     key_hi)``, int32 device tensors of at least ``max_tokens`` entries: query row ``t`` sees
-    the cached keys ``[key_lo[t], key_hi[t])`` of its sequence, on the Triton kernel, with
-    ``keys="prefix"`` and neither a window nor a causal rule (swattn.parallel's extend);
-    the plan's owner writes them before each run."""
+    the cached keys ``[key_lo[t], key_hi[t])`` of its sequence, with ``keys="prefix"``,
+    neither a window nor a causal rule, and a cache of the queries' dtype (swattn.parallel's
+    extend), on either two-stage kernel; the plan's owner writes them before each run."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -414,12 +414,11 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     masked = indptr_t is not None
-    if key_ranges is not None:
-        if (keys != "prefix" or causal or window_left is not None or window_right is not None
-                or masked or deterministic or hopper or fp8_products):
-            raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask, "
-                             "deterministic=False and the Triton kernel")
-        hopper = False
+    if key_ranges is not None and (
+            keys != "prefix" or causal or window_left is not None or window_right is not None
+            or masked or deterministic or fp8_products or kv_dtype != dtype):
+        raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask, "
+                         "deterministic=False and a cache of the queries' dtype")
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products)

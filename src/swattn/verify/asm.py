@@ -79,9 +79,10 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
-        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, key_lo=None,
-        key_hi=None, RANGES=False)
+        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, RANGES=False)
     constexprs.update(flags)
+    pointers = dict(_POINTERS)
+    _ranges_arguments(constexprs, pointers)
     if constexprs["USE_MASK"]:
         constexprs["TMA_NEW"] = False  # a masked launch has no mask-free tiles to copy
     # As the benchmarks launch it: new k/v by tensor-memory copy, the cache (pages of 16,
@@ -92,9 +93,18 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
     compiled, _kernel = _compile(
         ASTSource, ops_extend._extend_kernel, constexprs,
         lambda name: descriptor if name.startswith("desc_") else
-        _POINTERS.get(name, "fp32" if name in _FLOATS else "i32"), _POINTERS,
+        pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
         {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     return compiled
+
+
+def _ranges_arguments(constexprs, pointers):
+    """key_ranges' arrays as the launch passes them: int32 pointers under RANGES (added to
+    ``pointers``), else left out (None)."""
+    if constexprs["RANGES"]:
+        pointers.update(key_lo="*i32", key_hi="*i32")
+    else:
+        constexprs.update(key_lo=None, key_hi=None)
 
 
 def _compile(source_class, fn, constexprs, arg_type, pointers, options):
@@ -224,7 +234,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
                       CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-                      FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows)
+                      FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=False)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
@@ -233,6 +243,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     else:
         constexprs.update(poison=None, k_scale=None, v_scale=None)
     constexprs.update(flags)
+    _ranges_arguments(constexprs, pointers)
     compiled, kernel = _compile(
         GluonASTSource, hopper._hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
