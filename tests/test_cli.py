@@ -84,7 +84,8 @@ def test_prove_quick_json(capsys):
     status, out, _ = _run(["prove", "--quick", "--json"], capsys)
     result = json.loads(out)
     assert status == 0 and result["ok"] is True and result["violations"] == 0
-    assert set(result["loops"]) == {"stage1", "stage2", "unified", "decode", "decode-splits"}
+    assert set(result["loops"]) == {"stage1", "stage2", "unified", "ranges", "decode",
+                                    "decode-splits"}
 
 
 @pytest.mark.parametrize("argv,expected", [([], []), (["--no-check"], ["--no_check"]),

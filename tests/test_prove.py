@@ -245,7 +245,7 @@ def test_key_ranges_bounds_prove(true_result):
     """The ranges loop (stage 1 under key_ranges): every block of up to three rows, each row
     any range of the keys, no visible key skipped, no loose floor, mask-free tiles whole."""
     stats = true_result["loops"]["ranges"]
-    assert stats["configs"] > 100_000 and stats["witnesses"] > 0 and stats["full_tiles"] > 0
+    assert stats["configs"] > 40_000 and stats["witnesses"] > 0 and stats["full_tiles"] > 0
     assert stats["tiles_below_floor"] > 0 and stats["tiles_past_end"] > 0
     for key in prove.FAILURES:
         assert stats.get(key, 0) == 0, key

@@ -262,18 +262,13 @@ class ParallelPlan:
     def _plan_extend(self, seq, ranges, *, num_kv_heads, head_dim, dtype, device, **sizes):
         """The extend kernel's plan over this rank's cache: a sequence's keys are its local
         ones, each query row's the run ``ranges`` gives (``[2, capacity]``, host)."""
-        from .plan._common import resolve_device
-        from .plan.extend import _extend_plan
-        device = resolve_device(device)
+        from .plan.extend import plan_key_ranges
         cu, local = self._extend_lengths(seq)
         self.key_ranges = ranges.to(torch.int32).to(device)
-        self.inner = _extend_plan(
-            cu, local, None, torch.tensor(cu, dtype=torch.int32).to(device),
-            torch.tensor(local, dtype=torch.int32).to(device), None, len(local),
-            num_kv_heads=num_kv_heads, head_dim=head_dim, window_left=None, window_right=None,
-            causal=False, keys="prefix", return_lse=True, deterministic=False, kv_dtype=dtype,
-            dtype=dtype, device=device, hopper=None, bounds="tight", config=None,
-            max_tokens=self.capacity, key_ranges=tuple(self.key_ranges), **sizes)
+        self.inner = plan_key_ranges(cu, local, tuple(self.key_ranges),
+                                     num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                     max_tokens=self.capacity, dtype=dtype, device=device,
+                                     **sizes)
         # The extend kernel reads no new keys (keys="prefix"): its k and v are one row seen
         # at every token.
         self.no_keys = tuple(torch.empty(1, num_kv_heads, d, dtype=dtype, device=device)

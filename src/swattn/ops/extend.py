@@ -595,7 +595,7 @@ class ExtendSpec:
     kv_dtype: object = None
     scale_strides: tuple = (0, 0)
     # key_ranges: each query row sees its own range of cached keys (keys="prefix", no
-    # window or causal rule; the Triton kernel).
+    # window or causal rule; either kernel).
     ranges: bool = False
 
     @property

@@ -29,6 +29,11 @@ cache tile's V rows at and past the prefix end (unwritten rows of the last page,
 the tests) are zeroed in shared memory before its product, and its K rows there are
 masked out of the scores.
 
+Under ``key_ranges`` (stage 1 alone: swattn.parallel's extend over a rank's local keys) each
+query row sees its own range of cached keys: the block's tiles run from the lowest key a row
+sees to the highest end, the mask is each row's range, and the lowest key is the floor of the
+pages copied (``_common.range_bounds``, ``range_keep``, written once for both kernels).
+
 ``bounds="skip"`` and ``"none"`` walk every tile of each stage from 0 in the plain order
 (scores, wait, softmax, product, wait: the same operations, tile for tile, as the
 overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) or

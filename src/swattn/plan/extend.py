@@ -500,6 +500,37 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         fp8_products=fp8_products)
 
 
+def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_heads,
+                    head_dim, head_dim_v=None, page_size, softcap=0.0, scale=None,
+                    return_lse=True, max_tokens=None, dtype=torch.bfloat16, device="cuda",
+                    hopper=None, bounds="tight", config=None):
+    """An extend plan whose query rows each see their own range of cached keys: row ``t``
+    the keys ``[key_lo[t], key_hi[t])`` of its sequence's ``prefix_lens[b]`` (a rank's local
+    keys under context parallelism, swattn.parallel). ``key_ranges``: ``(key_lo, key_hi)``,
+    int32 device tensors of at least ``max_tokens`` entries, which the plan reads at every
+    run (their owner writes them in place, before a run or a replan). No window, causal rule,
+    mask or new keys: ``run`` takes ``k``/``v`` of the right shapes but reads neither. The
+    rest as :func:`plan_extend`'s; either two-stage kernel, a cache of the queries' dtype."""
+    device = resolve_device(device)
+    cu = host_ints("cu_seqlens", cu_seqlens)
+    prefix = host_ints("prefix_lens", prefix_lens)
+    check_extend_lengths(cu, prefix, None)
+    max_tokens = cu[-1] if max_tokens is None else max_tokens
+    check_int("max_tokens", max_tokens, cu[-1])
+    for name, t in zip(("key_lo", "key_hi"), key_ranges):
+        expect(name, t, torch.int32, device.index if device.type == "cuda" else -1, (), 1)
+        if t.shape[0] < max_tokens:
+            raise ValueError(f"{name} has {t.shape[0]} entries, the plan holds {max_tokens} "
+                             "tokens")
+    return _extend_plan(
+        cu, prefix, None, to_device(cu, device), to_device(prefix, device), None, len(prefix),
+        num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+        head_dim_v=head_dim_v, page_size=page_size, window_left=None, window_right=None,
+        causal=False, softcap=softcap, scale=scale, keys="prefix", return_lse=return_lse,
+        deterministic=False, kv_dtype=dtype, dtype=dtype, device=device, hopper=hopper,
+        bounds=bounds, config=config, max_tokens=max_tokens, key_ranges=tuple(key_ranges))
+
+
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                     window_left=None, window_right=None, causal=True, softcap=0.0, scale=None,
                     mask_indptr=None, keys="all", return_lse=False, deterministic=False,

@@ -116,8 +116,8 @@ QUICK_GRID = Grid(
     extend_lens=(1, 15, 16, 17, 33, 70),
     window_starts=(0, 7777),
     range_rows=3,
-    range_keys=(5,),
-    range_block_ns=(1, 2, 4),
+    range_keys=(4,),
+    range_block_ns=(1, 2, 3),
 )
 
 
