@@ -611,20 +611,28 @@ def _hopper_decode_kernel(
     gl.static_assert(FP8 or (HEAD_BLOCKS == 1 and ITEMS == 1),
                      "head blocks and several work items a program are the fp8 path's")
     i_split = gl.program_id(1)
+    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
+    # its values into run-time ones), and the rule is built in the call, keeping its 0 a
+    # constexpr (see extend_hopper).
+    flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
+                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
+                                      FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
+                                      TIGHT)
+    # What each work item is found from (over an fp8 cache each partition finds each of its
+    # items' sequence, bounds and query rows).
+    work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
+                num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
+                stride_qh, k_scale)
     if not FP8:
         # The program's one work item, and its query rows (zero past the group) in shared
         # memory for the products.
-        i_seq = gl.program_id(0) // num_kv_heads
-        i_kvh = gl.program_id(0) % num_kv_heads
-        seq_len = gl.load(seq_lens + i_seq)
-        lo, t_start, t_stop = _tile_range(seq_len, window_left, i_split, num_splits, BN,
-                                          USE_WINDOW, TIGHT)
-        i_seq = i_seq.to(gl.int64)
-        bt_row = block_table + i_seq * stride_bt
+        split = _item_split(work, gl.program_id(0), flags)
+        bt_row = block_table + split.i_seq * stride_bt
         q_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows = gl.arange(0, BM, layout=gl.SliceLayout(1, q_layout))
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, q_layout))
-        p_q = Q + i_seq * stride_qb + (i_kvh * GROUP + rows)[:, None] * stride_qh + cols[None, :]
+        p_q = (Q + split.i_seq * stride_qb + (split.i_kvh * GROUP + rows)[:, None] * stride_qh
+               + cols[None, :])
         b_q = gl.load(p_q, mask=(rows < GROUP)[:, None], other=0.0)
         q_smem = gl.allocate_shared_memory(b_q.dtype, [BM, D], Q_LAYOUT, b_q)
     k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
@@ -638,35 +646,23 @@ def _hopper_decode_kernel(
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
 
-    # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
-    # its values into run-time ones), and the rule is built in the call, keeping its 0 a
-    # constexpr (see extend_hopper).
-    flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
-                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
-                                      FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
-                                      TIGHT)
     ring = DecodeRing(k_smem, v_smem, bar_k, bar_v, empty)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, v_scale)
     # (one call a case: Gluon takes a partition's function only inside the call)
     if FP8:
-        # Each partition finds each item's sequence, bounds and (the warpgroup) query rows.
-        work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
-                    num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
-                    stride_qh, k_scale)
         gl.warp_specialize([
             (_consume_fp8, (ring, store, work, Rule(qk_scale, softcap, window_left, 0), flags)),
             (_produce_items, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
                               work, oob_row, flags, PAGE, PR, NP)),
         ], [1], [PRODUCER_REGS])
     else:
-        split = Split(i_seq, i_kvh, 0, i_split, seq_len, lo, t_start, t_stop)
         gl.warp_specialize([
             (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
                         flags)),
             (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
-                        seq_len, lo, t_start, t_stop, i_kvh * D, oob_row, PAGE, PR, NP, BN, D,
-                        STAGES, SKIP)),
+                        split.seq_len, split.lo, split.t_start, split.t_stop, split.i_kvh * D,
+                        oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP)),
         ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
