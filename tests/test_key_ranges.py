@@ -181,9 +181,9 @@ def test_key_ranges_refuse_what_they_cannot_take(change):
 
 
 def test_key_ranges_arrays_are_checked():
-    lo = torch.zeros(4, dtype=torch.int32)
-    sizes = dict(num_q_heads=2, num_kv_heads=1, head_dim=16, page_size=4, dtype=torch.float32,
-                 device="cpu")
+    lo = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+    sizes = dict(num_q_heads=2, num_kv_heads=1, head_dim=16, page_size=4, dtype=DTYPE,
+                 device=DEVICE)
     with pytest.raises(TypeError, match="key_lo"):
         plan_key_ranges([0, 4], [9], (lo.long(), lo), **sizes)
     with pytest.raises(ValueError, match="key_hi has 3 entries"):

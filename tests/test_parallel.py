@@ -48,7 +48,7 @@ def _run(case, world, timeout=240, device="cpu"):
 CASES = [
     ("window-interleaved", 2), ("window-interleaved", 3), ("window-interleaved-4", 3),
     ("full-contiguous", 3), ("window-contiguous-idle", 2),
-    ("extend-window-interleaved", 2), ("extend-window-interleaved", 3),
+    ("extend-window-interleaved", 3),
     ("extend-window-interleaved-4", 3), ("extend-full-interleaved", 2),
     ("extend-full-contiguous", 3), ("extend-window-contiguous", 3),
     ("extend-window-contiguous-idle", 2),
