@@ -8,8 +8,8 @@ builds only its own shard of a synthetic cache (random keys and values, seeded b
 so a long context costs each GPU its share of the memory. ``--same-gpu`` puts every rank on
 GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at its real share,
 on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
-On one rank the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the whole
-cache, the plan's own kernel choice) is timed beside it.
+At world 1 on a GPU the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the
+whole cache, the plan's own kernel choice) is timed beside it.
 
     python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
     python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
