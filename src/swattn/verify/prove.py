@@ -355,6 +355,21 @@ def prove_decode_splits(grid=DEFAULT_GRID, split_fn=decode_split_bounds):
     return stats
 
 
+def _range_layout(count, rows, keys, block_n):
+    """The :class:`_Layout` of ``count`` blocks of ``rows`` rows each, block ``i`` the rows
+    ``[i * rows, (i + 1) * rows)`` of the stacked mask, every block over keys ``[0, keys)``
+    in tiles of ``block_n``."""
+    starts = np.arange(0, keys, block_n, dtype=np.int64)
+    ends = np.minimum(starts + block_n, keys)
+    edges = np.unique(np.concatenate([starts, ends, [0, keys]]))
+    row_start = np.arange(count, dtype=np.int64) * rows
+    return _Layout([None] * count, row_start, row_start + rows,
+                   np.full(count, block_n, dtype=np.int64), np.full(count, keys, dtype=np.int64),
+                   np.repeat(np.arange(count, dtype=np.int64), len(starts)),
+                   np.tile(starts, count), np.tile(np.searchsorted(edges, starts), count),
+                   np.tile(np.searchsorted(edges, ends), count), edges[:-1])
+
+
 def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
     """Counts of the ranges loop (stage 1 under ``key_ranges``): every block of 1 to
     ``grid.range_rows`` rows whose rows see any ranges ``[a_t, b_t)`` of ``[0, K)``, for
@@ -368,38 +383,17 @@ def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
         pairs = [(a, b) for a in range(keys + 1) for b in range(keys + 1)]
         for rows in range(1, grid.range_rows + 1):
             blocks = list(itertools.product(pairs, repeat=rows))
-            a, b = (np.asarray(blocks, dtype=np.int64).reshape(len(blocks), rows, 2)
-                    .transpose(2, 0, 1))
+            a, b = np.asarray(blocks, dtype=np.int64).reshape(-1, 2).T
+            # The element mask, every block's rows one after another: [blocks * rows, K].
+            j = np.arange(keys)[None, :]
+            mask = (j >= a[:, None]) & (j < b[:, None])
             for block_n in grid.range_block_ns:
                 bounds = np.asarray([range_fn(block, block_n, keys) for block in blocks],
                                     dtype=np.int64).reshape(-1, 4)
-                lo, hi, mid_lo, mid_hi = (bounds[:, i, None] for i in range(4))
-                starts = np.arange(0, keys, block_n, dtype=np.int64)[None, :]  # [1, tiles]
-                ends = np.minimum(starts + block_n, keys)
-                # visible elements of row t in each tile: [blocks, rows, tiles]
-                seen = np.clip(np.minimum(b[..., None], ends[:, None]) -
-                               np.maximum(a[..., None], starts[:, None]), 0, None)
-                tile_count = seen.sum(axis=1)
-                tiles_vis = tile_count > 0
-                below, past = starts < lo, starts >= hi
-                walked = ~below & ~past
-                block_sees = tiles_vis.any(axis=1)
-                witness = (tiles_vis & (starts == lo)).any(axis=1)
-                full = (starts >= mid_lo) & (starts < mid_hi)
-                whole = (seen == block_n).all(axis=1) & (starts + block_n <= keys)
+                layout = _range_layout(len(blocks), rows, keys, block_n)
+                sums = _rectangle_sums(mask, mask.shape[0], keys, layout.cuts)
+                _check_blocks(layout, sums, *bounds.T, stats)
                 stats["query_blocks"] += len(blocks)
-                stats["tiles_below_floor"] += int(np.count_nonzero(below))
-                stats["tiles_past_end"] += int(np.count_nonzero(past & ~below))
-                stats["violations"] += int(np.count_nonzero(tiles_vis & ~walked))
-                stats["witnesses"] += int(np.count_nonzero(witness))
-                stats["loose_floors"] += int(np.count_nonzero(block_sees & ~witness))
-                stats["empty_tiles_walked"] += int(np.count_nonzero(walked & ~tiles_vis))
-                stats["full_tiles"] += int(np.count_nonzero(full))
-                stats["partial_full_tiles"] += int(np.count_nonzero(full & ~whole))
-                stats["bad_bounds"] += int(np.count_nonzero(
-                    (lo % block_n != 0) | (lo < 0) | ((hi > keys) & (hi > lo))
-                    | ((mid_hi > mid_lo) & ((mid_lo < lo) | (mid_hi > hi)
-                                            | ((mid_lo - lo) % block_n != 0)))))
                 stats["configs"] += len(blocks)
     stats["seconds"] = time.perf_counter() - started
     return stats
