@@ -788,27 +788,9 @@ def _hopper_extend_kernel(
     bt_row = block_table + i_seq.to(gl.int64) * stride_bt
     col = i_kvh * D
 
-    # Stage 1 over [0, prefix_len), stage 2 over [0, extend_len) in its own coordinates.
-    lo1, hi1 = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
-                             window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-    mid1_lo, mid1_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo1, hi1,
-                                   window_left, window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-    lo2, hi2 = _stage_bounds(block_start, last_row, extend_len, window_left, window_right, BN,
-                             USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-    mid2_lo, mid2_hi = _full_range(block_start, last_row, extend_len, lo2, hi2, window_left,
-                                   window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
-    n1 = (hi1 - lo1 + BN - 1) // BN
-    n2 = (hi2 - lo2 + BN - 1) // BN
-    if not DO_PREFIX:
-        n1 = 0
-    if not DO_NEW:
-        n2 = 0
-    n = n1 + n2
-    # No key below the block's lowest visible one is read (absolute position; its page
-    # may be freed).
-    lowest = 0
-    if USE_WINDOW:
-        lowest = first_q - window_left
+    # Stage 1 over [0, prefix_len), stage 2 over [0, extend_len) in its own coordinates. No
+    # key below the block's lowest visible one is read (absolute position; its page may be
+    # freed).
     if RANGES:
         # key_ranges (stage 1 alone): row t sees the cached keys [key_lo[t], key_hi[t]).
         r_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
@@ -820,8 +802,26 @@ def _hopper_extend_kernel(
                                                           SKIP, False)
         lo1, hi1, lowest = uniform(lo1), uniform(hi1), uniform(lowest)
         mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
-        n1 = (hi1 - lo1 + BN - 1) // BN
-        n = n1
+    else:
+        lo1, hi1 = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
+                                 window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        mid1_lo, mid1_hi = _full_range(first_q, prefix_len + last_row, prefix_len, lo1, hi1,
+                                       window_left, window_right, BN, USE_WINDOW, IS_CAUSAL,
+                                       USE_RIGHT)
+        lowest = 0
+        if USE_WINDOW:
+            lowest = first_q - window_left
+    lo2, hi2 = _stage_bounds(block_start, last_row, extend_len, window_left, window_right, BN,
+                             USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+    mid2_lo, mid2_hi = _full_range(block_start, last_row, extend_len, lo2, hi2, window_left,
+                                   window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+    n1 = (hi1 - lo1 + BN - 1) // BN
+    n2 = (hi2 - lo2 + BN - 1) // BN
+    if not DO_PREFIX:
+        n1 = 0
+    if not DO_NEW:
+        n2 = 0
+    n = n1 + n2
 
     dtype: gl.constexpr = q_desc.dtype
     # Over an fp8 cache the stages hold the fp16 tiles the converter makes (the products
