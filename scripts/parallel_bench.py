@@ -20,7 +20,8 @@ whole cache, the plan's own kernel choice) is timed beside it.
 Workloads: decode and extend (a chunk of ``--chunk`` new tokens ending at the context), with
 gpt-oss heads (64 query heads, 8 KV heads of 64, sinks) and Mistral heads (32 / 8 of 128),
 full attention and a 4096-key window, the tokens interleaved one by one across the ranks
-(``--layout contiguous``: each rank a range, where the window leaves ranks idle).
+(``--layout contiguous``: each rank a range, where the window leaves ranks idle); ``--fp8``
+keeps every cache in e4m3fn with a scale a KV head (the queries in bf16).
 """
 
 import argparse
@@ -52,20 +53,27 @@ def parse():
     p.add_argument("--same-gpu", action="store_true",
                    help="every rank on GPU 0 over gloo, the kernels timed in turns")
     p.add_argument("--heads", default="gpt-oss,mistral")
+    p.add_argument("--fp8", action="store_true", help="the caches in float8_e4m3fn")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
+# An fp8 cache's scale of every KV head (random normal keys and values, stored times 32).
+FP8_SCALE = 1 / 32
+
+
 def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed):
     """This rank's cache of the sequences' ``lengths``: its tokens at local positions, random,
-    pages laid out sequence after sequence; ``(k_cache, v_cache, block_table)``."""
+    pages laid out sequence after sequence; ``(k_cache, v_cache, block_table)``; an fp8
+    ``dtype`` holds them divided by FP8_SCALE."""
     local = [int(layout.local_len(n, rank, world)) for n in lengths]
     pages = [-(-n // page) for n in local]
     total = max(sum(pages), 1)
     g = torch.Generator(device=device).manual_seed(seed + rank)
-    k = torch.randn(total, page, hkv, d, generator=g, device=device).to(dtype)
-    v = torch.randn(total, page, hkv, d, generator=g, device=device).to(dtype)
+    unit = FP8_SCALE if dtype.itemsize == 1 else 1.0
+    k = (torch.randn(total, page, hkv, d, generator=g, device=device) / unit).to(dtype)
+    v = (torch.randn(total, page, hkv, d, generator=g, device=device) / unit).to(dtype)
     table = torch.full((len(lengths), max(pages + [1])), -1, dtype=torch.int32)
     start = 0
     for b, n in enumerate(pages):
@@ -108,18 +116,21 @@ def in_turns(args, group, fn):
     return value
 
 
-def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, device, g):
+def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, device, g, scales):
     """Microseconds of the single-GPU call on this (whole) cache: the plan's own kernel."""
     import swattn
     sizes = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=args.page,
-                 window_left=None if w is None else w - 1, dtype=dtype, device=device)
+                 window_left=None if w is None else w - 1, kv_dtype=k.dtype, dtype=dtype,
+                 device=device)
     if kind == "decode":
         plan = swattn.plan_decode(lengths, **sizes)
-        return timed(lambda: plan.run(q, k, v, table, sinks=sinks), args.reps, device)
+        return timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps,
+                     device)
     plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk], **sizes)
     new_k = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     new_v = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
-    return timed(lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks), args.reps, device)
+    return timed(lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks, **scales),
+                 args.reps, device)
 
 
 def workload(args, group, layout, heads, kind, w, dtype, device):
@@ -130,11 +141,16 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     g = torch.Generator(device=device).manual_seed(7)
     sinks = torch.randn(hq, generator=g, device=device) if with_sinks else None
     lengths = [args.context] * (args.batch if kind == "decode" else 1)
-    k, v, table = shard(layout, args.rank, args.world, lengths, hkv, d, args.page, dtype, device,
-                        11)
+    kv_dtype = torch.float8_e4m3fn if args.fp8 else dtype
+    k, v, table = shard(layout, args.rank, args.world, lengths, hkv, d, args.page, kv_dtype,
+                        device, 11)
+    scales = {}
+    if args.fp8:
+        unit = torch.full((hkv,), FP8_SCALE, dtype=torch.float32, device=device)
+        scales = dict(k_scale=unit, v_scale=unit)
     sizes = dict(group=group, layout=layout, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                 page_size=args.page, window_left=None if w is None else w - 1, dtype=dtype,
-                 device=device)
+                 page_size=args.page, window_left=None if w is None else w - 1,
+                 kv_dtype=kv_dtype, dtype=dtype, device=device)
     if kind == "decode":
         plan = parallel.plan_decode(lengths, **sizes)
     else:
@@ -143,18 +159,18 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     state = {}
 
     def compute():
-        state["part"] = plan.partial(q, k, v, table)
+        state["part"] = plan.partial(q, k, v, table, **scales)
 
     def merge():
         plan.merge(*state["part"], sinks=sinks)
 
     compute_us = in_turns(args, group, lambda: timed(compute, args.reps, device))
     merge_us = timed(merge, args.reps, device)
-    total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks), args.reps, device)
+    total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps, device)
     plain_us = None
     if args.world == 1 and device.type == "cuda":
         plain_us = plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype,
-                         device, g)
+                         device, g, scales)
     # The (query, key) pairs of one GPU holding every token, for the share.
     if kind == "decode":
         whole = sum(min(n, w or n) for n in lengths)
@@ -219,7 +235,8 @@ def main():
         rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     where = ("every rank on GPU 0, gloo (merge through the host)" if args.same_gpu
              else args.device)
-    print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout")
+    print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout"
+          + (", float8_e4m3fn caches" if args.fp8 else ""))
     print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "
           "share of one GPU's keys | launched | sparse width | single-GPU call us |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

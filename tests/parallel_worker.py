@@ -2,7 +2,8 @@
 of these over gloo): builds the global batch from a seed, keeps this rank's shard of the
 cache (for extend: the prefix and the chunk's new tokens, as their owners write them), runs
 swattn.parallel's plan and prints, as JSON, how far its output is from the single-process
-call over the whole cache."""
+call over the whole cache. A case named with ``-fp8`` (e4m3fn, a scale a KV head) or ``-e5m2``
+(one scale) quantizes both caches, the shards and the whole one, with the same scales."""
 
 import argparse
 import json
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import swattn
-from swattn import parallel
+from swattn import parallel, reference
 from swattn.verify.cases import DecodeCase, build_decode, rel_err
 
 parser = argparse.ArgumentParser()
@@ -61,13 +62,15 @@ EXTEND_CASES = {
     "extend-full-contiguous-d64": ([200, 0], [90, 150], None, parallel.Contiguous(160),
                                    (4, 2), True, 16),
 }
-D = 64 if args.case.endswith("-d64") else 16
-EXTEND = args.case in EXTEND_CASES
+FP8 = {"fp8": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}.get(args.case.rsplit("-", 1)[-1])
+name = args.case.rsplit("-", 1)[0] if FP8 else args.case
+D = 64 if name.endswith("-d64") else 16
+EXTEND = name in EXTEND_CASES
 if EXTEND:
-    prefix, new, window, layout, (hq, hkv), with_sinks, page = EXTEND_CASES[args.case]
+    prefix, new, window, layout, (hq, hkv), with_sinks, page = EXTEND_CASES[name]
     lens = [a + b for a, b in zip(prefix, new)]
 else:
-    lens, window, layout, (hq, hkv), with_sinks, page = CASES[args.case]
+    lens, window, layout, (hq, hkv), with_sinks, page = CASES[name]
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
 dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
@@ -104,12 +107,6 @@ if EXTEND:
     k = torch.cat([full_k[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     v = torch.cat([full_v[b, a:a + n] for b, (a, n) in enumerate(zip(prefix, new))])
     cu = torch.tensor([0] + list(torch.tensor(new).cumsum(0)), dtype=torch.int32)
-    want = swattn.extend_attention(on(q), on(k), on(v), on(ref_k), on(ref_v), on(ref_table),
-                                   on(cu), on(torch.tensor(prefix, dtype=torch.int32)),
-                                   window_left=window, sinks=on(sinks))
-else:
-    want = swattn.decode_attention(on(q), on(ref_k), on(ref_v), on(ref_table), on(seq_lens),
-                                   window_left=window, sinks=on(sinks))
 
 # This rank's shard: its tokens in order, in its own pages.
 mine = [[p for p in range(s) if layout.owner(p, args.world) == args.rank] for s in lens]
@@ -134,8 +131,26 @@ if window is not None:
             loc_k[loc_table[b, i]] = float("nan")
             loc_v[loc_table[b, i]] = float("nan")
             loc_table[b, i] = -1
+scales = {}
+if FP8:
+    # The caches as fp8 (NaN rows stay NaN); the single-process call quantizes the new
+    # tokens with the same scales, so both see the same values.
+    per_head = FP8 is torch.float8_e4m3fn
+    k_scale = torch.tensor([1 / 64, 1 / 32][:hkv] if per_head else [1 / 20])
+    v_scale = torch.tensor([1 / 48, 1 / 24][:hkv] if per_head else [1 / 16])
+    ref_k, ref_v, loc_k, loc_v = (reference.quantize(x, s, FP8) for x, s in (
+        (ref_k, k_scale), (ref_v, v_scale), (loc_k, k_scale), (loc_v, v_scale)))
+    scales = dict(k_scale=on(k_scale), v_scale=on(v_scale))
+if EXTEND:
+    want = swattn.extend_attention(on(q), on(k), on(v), on(ref_k), on(ref_v), on(ref_table),
+                                   on(cu), on(torch.tensor(prefix, dtype=torch.int32)),
+                                   window_left=window, sinks=on(sinks), **scales)
+else:
+    want = swattn.decode_attention(on(q), on(ref_k), on(ref_v), on(ref_table), on(seq_lens),
+                                   window_left=window, sinks=on(sinks), **scales)
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
-             head_dim=D, page_size=page, window_left=window, dtype=q.dtype, device=dev)
+             head_dim=D, page_size=page, window_left=window, dtype=q.dtype, device=dev,
+             kv_dtype=FP8)
 
 
 def make(**kw):
@@ -145,11 +160,11 @@ def make(**kw):
 
 plan = make()
 shard = (on(q), on(loc_k), on(loc_v), on(loc_table))
-got = plan.run(*shard, sinks=on(sinks))
+got = plan.run(*shard, sinks=on(sinks), **scales)
 # The deterministic merge: the weighted parts added in rank order, which this rank redoes
 # from every rank's partial state (gathered here) and must match bit for bit.
-det = make(deterministic=True).run(*shard, sinks=on(sinks))
-part, lse = plan.partial(*shard)
+det = make(deterministic=True).run(*shard, sinks=on(sinks), **scales)
+part, lse = plan.partial(*shard, **scales)
 parts = [torch.empty_like(part) for _ in range(args.world)]
 lses = [torch.empty_like(lse) for _ in range(args.world)]
 dist.all_gather(parts, part)
@@ -176,12 +191,12 @@ if EXTEND:
     rows = torch.cat([torch.arange(a, a + n) for a, n in zip(starts, new2)])
     q2 = torch.zeros_like(q)
     q2[:len(rows)] = q[rows]
-    again = plan.run(on(q2), *shard[1:], sinks=on(sinks))
+    again = plan.run(on(q2), *shard[1:], sinks=on(sinks), **scales)
     cu2 = torch.tensor([0] + list(torch.tensor(new2).cumsum(0)), dtype=torch.int32)
     want2 = swattn.extend_attention(on(q[rows]), on(k[rows]), on(v[rows]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(new2)]), on(cu2),
                                     on(torch.tensor(prefix2, dtype=torch.int32)),
-                                    window_left=window, sinks=on(sinks))
+                                    window_left=window, sinks=on(sinks), **scales)
     result.update(replan_err=rel_err(again[:len(rows)], want2),
                   replan_nan=bool(torch.isnan(again).any()),
                   pad_zero=bool((again[len(rows):] == 0).all()))
@@ -192,11 +207,11 @@ else:
     short[0] = 0
     short = short[:-1] if len(short) > 2 else short
     plan.replan(short)  # (shorter: a rank that launched nothing still has no work)
-    again = plan.run(*shard, sinks=on(sinks))[:len(short)]
+    again = plan.run(*shard, sinks=on(sinks), **scales)[:len(short)]
     want2 = swattn.decode_attention(on(q[:len(short)]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(short)]),
                                     on(torch.tensor(short, dtype=torch.int32)),
-                                    window_left=window, sinks=on(sinks))
+                                    window_left=window, sinks=on(sinks), **scales)
     result.update(replan_err=rel_err(again, want2), replan_nan=bool(torch.isnan(again).any()))
 print(json.dumps(result), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at

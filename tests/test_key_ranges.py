@@ -1,11 +1,12 @@
 """The extend kernel under ``key_ranges`` (each query row sees its own range of cached keys:
 swattn.parallel's extend over a rank's local keys) against a float64 softmax over those keys,
-its bounds variants bit for bit, every tiling, and the plans it refuses. Small odd shapes:
-this runs under Triton's interpreter on CPU."""
+its bounds variants bit for bit, every tiling, over fp8 caches too, and the plans it refuses.
+Small odd shapes: this runs under Triton's interpreter on CPU."""
 
 import pytest
 import torch
 
+from swattn import reference
 from swattn.plan.extend import _extend_plan, plan_key_ranges
 
 from checks import assert_bounds_identical
@@ -80,18 +81,38 @@ def _expected(c, scale, dtype):
     return torch.cat(outs), torch.cat(lses)
 
 
+def _fp8(c, fp8):
+    """Case ``c`` over an fp8 cache of ``fp8``: the cache quantized with a scale a KV head
+    (powers of two, so the dequantized keys are exact in fp16), and the dense keys the
+    float64 softmax takes dequantized."""
+    hkv = c["hkv"]
+    k_scale = torch.tensor([2.0 ** -(5 + h % 2) for h in range(hkv)])
+    v_scale = torch.tensor([2.0 ** -(4 + h % 3) for h in range(hkv)])
+    c = dict(c, kv_dtype=fp8, scales=(k_scale, v_scale))
+    for name, scale in (("k", k_scale), ("v", v_scale)):
+        c[f"{name}_cache"] = reference.quantize(c[f"{name}_cache"], scale, fp8)
+        c[f"dense_{name}"] = [reference.dequantize(reference.quantize(x, scale, fp8), scale)
+                              for x in c[f"dense_{name}"]]
+    return c
+
+
 def _run(c, bounds="tight", config=None, dtype=DTYPE, hopper=None, path="triton"):
     dev = DEVICE
     ranges = c["ranges"].to(dev)
+    kv_dtype = c.get("kv_dtype")
     plan = plan_key_ranges(c["cu"], c["keys"], (ranges[0], ranges[1]), num_q_heads=c["hq"],
                            num_kv_heads=c["hkv"], head_dim=c["d"], page_size=c["page"],
-                           dtype=dtype, device=dev, hopper=hopper, bounds=bounds,
-                           config=config)
+                           kv_dtype=kv_dtype, dtype=dtype, device=dev, hopper=hopper,
+                           bounds=bounds, config=config)
     assert plan.path == path
     t = c["q"].shape[0]
     no_k = torch.zeros(1, c["hkv"], c["d"], dtype=dtype, device=dev).expand(t, -1, -1)
-    return plan.run(c["q"].to(dev, dtype), no_k, no_k, c["k_cache"].to(dev, dtype),
-                    c["v_cache"].to(dev, dtype), c["table"].to(dev))
+    scales = {}
+    if kv_dtype is not None:
+        scales = dict(k_scale=c["scales"][0].to(dev), v_scale=c["scales"][1].to(dev))
+    cache = kv_dtype or dtype
+    return plan.run(c["q"].to(dev, dtype), no_k, no_k, c["k_cache"].to(dev, cache),
+                    c["v_cache"].to(dev, cache), c["table"].to(dev), **scales)
 
 
 # Tilings: one masked loop, mask-free tiles between masked ones, GQA packed into the rows
@@ -130,6 +151,33 @@ def test_key_ranges_of_a_window(config):
            some_empty=False)
 
 
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3fn", "e5m2"])
+def test_key_ranges_over_an_fp8_cache(fp8):
+    """Over an fp8 cache (fp16 queries, a scale a KV head): the float64 softmax over the
+    dequantized keys, the bounds variants bit for bit, the mask-free tiles between masked
+    ones."""
+    c = _fp8(_case(6), fp8)
+    _check(c, assert_bounds_identical([_run(c, b, TILINGS[1], dtype=torch.float16)
+                                       for b in ("tight", "skip", "none")]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["triton", "hopper"])
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3fn", "e5m2"])
+def test_gpu_key_ranges_over_an_fp8_cache_at_real_sizes(fp8, path):
+    """Either kernel over an fp8 cache with the plan's own tiles (the Hopper path's converter
+    warps widening the pages the ranges reach), bf16 queries, every bounds variant bit for
+    bit, against the float64 softmax over the dequantized keys."""
+    if DEVICE != "cuda":
+        pytest.skip("CUDA only")
+    if path == "hopper" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("sm_90 only")
+    c = _fp8(_case(7, keys=(3000, 1500), queries=(300, 200), floors=(700, 0), hq=64, hkv=8,
+                   d=64, page=16), fp8)
+    _check(c, assert_bounds_identical([_run(c, b, dtype=torch.bfloat16, hopper=path == "hopper",
+                                            path=path) for b in ("tight", "skip", "none")]))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["triton", "hopper"])
 @pytest.mark.parametrize("window", [None, 1000], ids=["random", "window"])
@@ -166,7 +214,7 @@ def test_a_visible_key_on_a_freed_page_is_nan_not_garbage():
 
 @pytest.mark.parametrize("change", [dict(keys="all"), dict(causal=True),
                                     dict(window_left=3), dict(deterministic=True),
-                                    dict(kv_dtype=torch.float8_e4m3fn)])
+                                    dict(kv_dtype=torch.float8_e4m3fn, fp8_products=True)])
 def test_key_ranges_refuse_what_they_cannot_take(change):
     args = dict(num_q_heads=2, num_kv_heads=1, head_dim=16, head_dim_v=None, page_size=4,
                 window_left=None, window_right=None, causal=False, softcap=0.0, scale=None,

@@ -1,7 +1,7 @@
 """Context-parallel decode and extend (swattn.parallel) on the CPU: 2 and 3 gloo processes
 spawned by the test, each holding a shard of the cache, against the single-process call over
-the whole cache; window and full attention, sinks, ragged batches, both shard layouts, and
-ranks that see no key (they launch nothing and contribute a neutral state)."""
+the whole cache; window and full attention, sinks, ragged batches, both shard layouts, fp8
+caches, and ranks that see no key (they launch nothing and contribute a neutral state)."""
 
 import json
 import os
@@ -44,14 +44,15 @@ def _run(case, world, timeout=240, device="cpu"):
     return results
 
 
-# (case, world): decode cases, then extend's (a chunk of new tokens after a prefix).
+# (case, world): decode cases, then extend's (a chunk of new tokens after a prefix); "-fp8"
+# an e4m3fn cache with a scale a KV head, "-e5m2" one with one scale (tests/parallel_worker.py).
 CASES = [
     ("window-interleaved", 2), ("window-interleaved", 3), ("window-interleaved-4", 3),
-    ("full-contiguous", 3), ("window-contiguous-idle", 2),
+    ("full-contiguous", 3), ("window-contiguous-idle", 2), ("window-interleaved-4-fp8", 2),
     ("extend-window-interleaved", 3),
     ("extend-window-interleaved-4", 3), ("extend-full-interleaved", 2),
     ("extend-full-contiguous", 3), ("extend-window-contiguous", 3),
-    ("extend-window-contiguous-idle", 2),
+    ("extend-window-contiguous-idle", 2), ("extend-window-contiguous-e5m2", 3),
 ]
 
 
@@ -85,7 +86,8 @@ def test_parallel_equals_the_single_process_call(case, world):
     took_sparse = any(r["sparse"] for r in results)
     if "full" in case:
         assert not took_sparse, results
-    if "window" in case and case.endswith(("interleaved-4", "contiguous", "contiguous-idle")):
+    if "window" in case and case.removesuffix("-fp8").endswith(
+            ("interleaved-4", "contiguous", "contiguous-idle")):
         assert took_sparse, results
 
 
@@ -106,19 +108,22 @@ def test_the_window_is_one_run_of_local_positions_on_every_rank(layout, world):
                                          ("extend-window-interleaved-4", 3),
                                          ("extend-window-contiguous", 3),
                                          ("extend-window-interleaved-d64", 2),
-                                         ("extend-full-contiguous-d64", 2)])
+                                         ("extend-full-contiguous-d64", 2),
+                                         ("window-interleaved-4-fp8", 2),
+                                         ("extend-window-interleaved-d64-fp8", 2),
+                                         ("extend-full-contiguous-d64-e5m2", 2)])
 def test_gpu_parallel_on_one_gpu_over_gloo(case, world):
     """The ranks' kernels on the GPU (every rank on the one device; gloo moves the partial
     states): the plan's device tensors, the decode kernel's window and sparse keys, the
-    extend kernels' key ranges (heads of 64 on the Hopper path on sm_90), the merge, against
-    the single-process call there, and a replanned batch."""
+    extend kernels' key ranges (heads of 64 on the Hopper path on sm_90), fp8 caches, the
+    merge, against the single-process call there, and a replanned batch."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     results = _run(case, world, device="cuda")
     for r in results:
         assert not r["nan"] and r["err"] < 5e-3, r
         assert not r["replan_nan"] and r["replan_err"] < 5e-3, r
-    if case.endswith("-d64") and torch.cuda.get_device_capability() == (9, 0):
+    if "-d64" in case and torch.cuda.get_device_capability() == (9, 0):
         assert any(r["path"] == "hopper" for r in results), results
 
 

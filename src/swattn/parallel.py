@@ -26,7 +26,8 @@ result. The all-reduce moves ``2 (world - 1) / world`` outputs a rank against ``
 for an all-gather of the outputs: fewer from three ranks on, the same at two.
 
 The plan carries the layout and the lengths: ``run`` builds the sparse index on the device
-(no host sync).
+(no host sync). An fp8 cache (``kv_dtype``, its scales given to ``run``) is read by the same
+kernels as on one GPU; the partial states stay float32 lse and outputs in the queries' dtype.
 """
 
 from __future__ import annotations
@@ -111,15 +112,16 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False):
 
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                dtype=torch.bfloat16, device="cuda", deterministic=False):
+                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False):
     """A context-parallel decode plan for this rank of ``group`` (a torch.distributed process
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
     ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``: see
-    :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s."""
+    :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s (``kv_dtype``: an fp8
+    cache, every rank's shard quantized with the same scales, given to ``run``)."""
     return _plan("decode", (seq_lens,), group=group, layout=layout, num_q_heads=num_q_heads,
                  num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
                  page_size=page_size, window_left=window_left, softcap=softcap, scale=scale,
-                 dtype=dtype, device=device, deterministic=deterministic)
+                 kv_dtype=kv_dtype, dtype=dtype, device=device, deterministic=deterministic)
 
 
 def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device, **rest):
@@ -219,7 +221,7 @@ class ParallelPlan:
 
     def __init__(self, seq, pos, totals, *, group, layout, rank, world, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
-                 dtype, device, deterministic=False, kind="decode"):
+                 dtype, device, kv_dtype=None, deterministic=False, kind="decode"):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
         query with no key); ``totals``: each sequence's global length; ``kind``: "decode"
         or "extend" (what :meth:`replan` takes)."""
@@ -239,7 +241,7 @@ class ParallelPlan:
                 self._plan_extend(seq, ranges, num_q_heads=num_q_heads,
                                   num_kv_heads=num_kv_heads, head_dim=head_dim,
                                   head_dim_v=head_dim_v, page_size=page_size, softcap=softcap,
-                                  scale=scale, dtype=dtype, device=device)
+                                  scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device)
             return
         if window_left is None:
             self.m, self.sparse_keys = None, 0  # the kernel's window holds every run
@@ -254,7 +256,8 @@ class ParallelPlan:
             lens, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
             head_dim_v=head_dim_v, page_size=page_size,
             window_left=None if not self.m else self.m - 1, softcap=softcap, scale=scale,
-            return_lse=True, sparse_keys=self.sparse_keys, dtype=dtype, device=device)
+            return_lse=True, sparse_keys=self.sparse_keys, kv_dtype=kv_dtype, dtype=dtype,
+            device=device)
         self.first = first.to(torch.int32).to(device)
         self.rest = rest.to(torch.int32).to(device)
         self.offsets = torch.arange(max(self.sparse_keys, 1), dtype=torch.int32, device=device)
@@ -363,13 +366,17 @@ class ParallelPlan:
         self.first.copy_(first.to(torch.int32), non_blocking=True)
         self.rest.copy_(rest.to(torch.int32), non_blocking=True)
 
-    def run(self, q, k_cache, v_cache, block_table, *, sinks=None, out=None):
+    def run(self, q, k_cache, v_cache, block_table, *, sinks=None, k_scale=None, v_scale=None,
+            out=None):
         """This rank's part of the attention merged with the other ranks': every rank returns
         the whole ``out [T, Hq, Dv]`` (decode: T = B). ``q``: the queries (the same on every
         rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
         token of the sequences this rank owns (decode's new one, and extend's prefix and new
-        tokens, written by their owners) at local positions. No host sync."""
-        part, lse = self.partial(q, k_cache, v_cache, block_table)
+        tokens, written by their owners) at local positions; ``k_scale``/``v_scale``: an fp8
+        cache's scales (as :func:`swattn.decode_attention`'s, the same on every rank). No
+        host sync."""
+        part, lse = self.partial(q, k_cache, v_cache, block_table, k_scale=k_scale,
+                                 v_scale=v_scale)
         return self.merge(part, lse, sinks=sinks, out=out)
 
     def merge(self, part, lse, *, sinks=None, out=None):
@@ -377,12 +384,13 @@ class ParallelPlan:
         applied once: the whole output on every rank."""
         return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic)
 
-    def partial(self, q, k_cache, v_cache, block_table):
+    def partial(self, q, k_cache, v_cache, block_table, *, k_scale=None, v_scale=None):
         """This rank's partial state alone, ``(out [T, Hq, Dv], lse [T, Hq])`` without sinks
         (output 0 and lse -inf where it holds no visible key), for a caller's own merge
         (``swattn.merge_states``' rule)."""
         if self.launched and self.kind == "extend":
-            part, lse = self.inner.run(q, *self.no_keys, k_cache, v_cache, block_table)
+            part, lse = self.inner.run(q, *self.no_keys, k_cache, v_cache, block_table,
+                                       k_scale=k_scale, v_scale=v_scale)
         elif self.launched:
             rows = block_table  # (a padded query reads no page)
             sparse = None
@@ -395,7 +403,8 @@ class ParallelPlan:
                                   + local % self.page_size, -1).to(torch.int32)
                 sparse = (k_cache.view(-1, *k_cache.shape[2:]),
                           v_cache.view(-1, *v_cache.shape[2:]), idx)
-            part, lse = self.inner.run(q, k_cache, v_cache, rows, sparse=sparse)
+            part, lse = self.inner.run(q, k_cache, v_cache, rows, sparse=sparse, k_scale=k_scale,
+                                       v_scale=v_scale)
         else:  # no key of this rank is visible to any query: no launch, a neutral state
             part = torch.zeros(self.tokens, self.num_q_heads, self.head_dim_v, dtype=q.dtype,
                                device=q.device)
@@ -406,14 +415,15 @@ class ParallelPlan:
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                dtype=torch.bfloat16, device="cuda", deterministic=False):
+                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
     the prefix and the new tokens alike. ``deterministic``: see :class:`ParallelPlan`. The
-    rest as :func:`swattn.plan_extend`'s (causal)."""
+    rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as :func:`plan_decode`'s, the
+    products in the queries' precision)."""
     return _plan("extend", (prefix_lens, extend_lens), group=group, layout=layout,
                  num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                  head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
-                 softcap=softcap, scale=scale, dtype=dtype, device=device,
+                 softcap=softcap, scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
                  deterministic=deterministic)
