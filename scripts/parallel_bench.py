@@ -9,7 +9,8 @@ so a long context costs each GPU its share of the memory. ``--same-gpu`` puts ev
 GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at its real share,
 on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
 At world 1 on a GPU the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the
-whole cache, the plan's own kernel choice) is timed beside it.
+whole cache, the plan's own kernel choice) is timed beside it. On a GPU the kernel and the
+single-GPU call are CUDA-graph replays, each after an L2 flush; merge and run are eager calls.
 
     python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
     python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
@@ -54,6 +55,9 @@ def parse():
                    help="every rank on GPU 0 over gloo, the kernels timed in turns")
     p.add_argument("--heads", default="gpt-oss,mistral")
     p.add_argument("--fp8", action="store_true", help="the caches in float8_e4m3fn")
+    p.add_argument("--pages", default="shuffled", choices=("shuffled", "in-order"),
+                   help="each rank's pages in a seeded random order (as an engine's pool "
+                        "hands them out), or sequence after sequence in address order")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args()
@@ -63,10 +67,10 @@ def parse():
 FP8_SCALE = 1 / 32
 
 
-def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed):
+def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed, shuffled=True):
     """This rank's cache of the sequences' ``lengths``: its tokens at local positions, random,
-    pages laid out sequence after sequence; ``(k_cache, v_cache, block_table)``; an fp8
-    ``dtype`` holds them divided by FP8_SCALE."""
+    its pages in a seeded random order (``shuffled``) or sequence after sequence;
+    ``(k_cache, v_cache, block_table)``; an fp8 ``dtype`` holds them divided by FP8_SCALE."""
     local = [int(layout.local_len(n, rank, world)) for n in lengths]
     pages = [-(-n // page) for n in local]
     total = max(sum(pages), 1)
@@ -75,15 +79,27 @@ def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed):
     k = (torch.randn(total, page, hkv, d, generator=g, device=device) / unit).to(dtype)
     v = (torch.randn(total, page, hkv, d, generator=g, device=device) / unit).to(dtype)
     table = torch.full((len(lengths), max(pages + [1])), -1, dtype=torch.int32)
+    order = torch.arange(total, dtype=torch.int32)
+    if shuffled:
+        order = torch.randperm(total, generator=torch.Generator().manual_seed(seed + rank)).int()
     start = 0
     for b, n in enumerate(pages):
-        table[b, :n] = torch.arange(start, start + n, dtype=torch.int32)
+        table[b, :n] = order[start:start + n]
         start += n
     return k, v, table.to(device)
 
 
-def timed(fn, reps, device):
-    """Median microseconds of ``fn()`` over ``reps`` calls (CUDA events on the GPU)."""
+def timed(fn, reps, device, graphed=False):
+    """Median microseconds of ``fn()`` over ``reps`` calls (CUDA events on the GPU);
+    ``graphed``: on the GPU, ``fn`` captured in a CUDA graph and each replay timed after an
+    L2 flush (swattn.bench.harness), so a short kernel's time is not its host's."""
+    if graphed and device.type == "cuda":
+        from swattn.bench import harness
+        replay, _, note = harness.capture(fn)
+        if note:
+            print(note, file=sys.stderr)
+        times = sorted(harness.measure(replay, reps, harness.Flush(device)))
+        return times[len(times) // 2]
     times = []
     for _ in range(reps + 1):
         if device.type == "cuda":
@@ -125,12 +141,12 @@ def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, devi
     if kind == "decode":
         plan = swattn.plan_decode(lengths, **sizes)
         return timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps,
-                     device)
+                     device, graphed=True)
     plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk], **sizes)
     new_k = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     new_v = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     return timed(lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks, **scales),
-                 args.reps, device)
+                 args.reps, device, graphed=True)
 
 
 def workload(args, group, layout, heads, kind, w, dtype, device):
@@ -143,7 +159,7 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     lengths = [args.context] * (args.batch if kind == "decode" else 1)
     kv_dtype = torch.float8_e4m3fn if args.fp8 else dtype
     k, v, table = shard(layout, args.rank, args.world, lengths, hkv, d, args.page, kv_dtype,
-                        device, 11)
+                        device, 11, args.pages == "shuffled")
     scales = {}
     if args.fp8:
         unit = torch.full((hkv,), FP8_SCALE, dtype=torch.float32, device=device)
@@ -164,7 +180,7 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     def merge():
         plan.merge(*state["part"], sinks=sinks)
 
-    compute_us = in_turns(args, group, lambda: timed(compute, args.reps, device))
+    compute_us = in_turns(args, group, lambda: timed(compute, args.reps, device, graphed=True))
     merge_us = timed(merge, args.reps, device)
     total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps, device)
     plain_us = None
@@ -235,8 +251,10 @@ def main():
         rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     where = ("every rank on GPU 0, gloo (merge through the host)" if args.same_gpu
              else args.device)
-    print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout"
-          + (", float8_e4m3fn caches" if args.fp8 else ""))
+    print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout, "
+          f"{args.pages} pages" + (", float8_e4m3fn caches" if args.fp8 else "")
+          + ("; kernel and single-GPU call: CUDA-graph replays after an L2 flush"
+             if args.device == "cuda" else ""))
     print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "
           "share of one GPU's keys | launched | sparse width | single-GPU call us |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
