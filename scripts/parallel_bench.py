@@ -9,8 +9,9 @@ so a long context costs each GPU its share of the memory. ``--same-gpu`` puts ev
 GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at its real share,
 on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
 At world 1 on a GPU the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the
-whole cache, the plan's own kernel choice) is timed beside it. On a GPU the kernel and the
-single-GPU call are CUDA-graph replays, each after an L2 flush; merge and run are eager calls.
+whole cache, the plan's own kernel choice) is timed beside it, turn by turn. On a GPU the
+kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after 500 ms of
+untimed replays (``swattn.bench.harness.interleave``); merge and run are eager calls.
 
     python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
     python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
@@ -89,17 +90,29 @@ def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed, shuff
     return k, v, table.to(device)
 
 
-def timed(fn, reps, device, graphed=False):
-    """Median microseconds of ``fn()`` over ``reps`` calls (CUDA events on the GPU);
-    ``graphed``: on the GPU, ``fn`` captured in a CUDA graph and each replay timed after an
-    L2 flush (swattn.bench.harness), so a short kernel's time is not its host's."""
-    if graphed and device.type == "cuda":
-        from swattn.bench import harness
-        replay, _, note = harness.capture(fn)
+def graph_times(fns, reps, device):
+    """``{name: median microseconds}`` of each of ``fns`` (``{name: fn}``) captured in a CUDA
+    graph, each replay timed after an L2 flush, the variants turn by turn after 500 ms of
+    untimed replays (swattn.bench.harness.interleave: the clocks settle first and no
+    variant always runs first), two rounds; so a short kernel's time is not its host's."""
+    from swattn.bench import harness
+    replays = {}
+    for name, fn in fns.items():
+        replays[name], _, note = harness.capture(fn)
         if note:
             print(note, file=sys.stderr)
-        times = sorted(harness.measure(replay, reps, harness.Flush(device)))
-        return times[len(times) // 2]
+    times, errors = harness.interleave(replays, reps, 2, harness.Flush(device))
+    if errors:
+        raise RuntimeError(f"timing failed: {errors}")
+    return {name: sorted(sum(rounds, []))[len(sum(rounds, [])) // 2]
+            for name, rounds in times.items()}
+
+
+def timed(fn, reps, device, graphed=False):
+    """Median microseconds of ``fn()`` over ``reps`` calls (CUDA events on the GPU);
+    ``graphed``: on the GPU as :func:`graph_times` times it."""
+    if graphed and device.type == "cuda":
+        return graph_times({"fn": fn}, reps, device)["fn"]
     times = []
     for _ in range(reps + 1):
         if device.type == "cuda":
@@ -133,20 +146,18 @@ def in_turns(args, group, fn):
 
 
 def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, device, g, scales):
-    """Microseconds of the single-GPU call on this (whole) cache: the plan's own kernel."""
+    """The single-GPU call on this (whole) cache, the plan's own kernel, as a function."""
     import swattn
     sizes = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=args.page,
                  window_left=None if w is None else w - 1, kv_dtype=k.dtype, dtype=dtype,
                  device=device)
     if kind == "decode":
         plan = swattn.plan_decode(lengths, **sizes)
-        return timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps,
-                     device, graphed=True)
+        return lambda: plan.run(q, k, v, table, sinks=sinks, **scales)
     plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk], **sizes)
     new_k = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     new_v = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
-    return timed(lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks, **scales),
-                 args.reps, device, graphed=True)
+    return lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks, **scales)
 
 
 def workload(args, group, layout, heads, kind, w, dtype, device):
@@ -180,13 +191,18 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     def merge():
         plan.merge(*state["part"], sinks=sinks)
 
-    compute_us = in_turns(args, group, lambda: timed(compute, args.reps, device, graphed=True))
-    merge_us = timed(merge, args.reps, device)
-    total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps, device)
     plain_us = None
     if args.world == 1 and device.type == "cuda":
-        plain_us = plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype,
-                         device, g, scales)
+        # The kernel and the single-GPU call timed turn by turn.
+        got = graph_times({"kernel": compute, "plain": plain(
+            q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, device, g,
+            scales)}, args.reps, device)
+        compute_us, plain_us = got["kernel"], got["plain"]
+    else:
+        compute_us = in_turns(args, group,
+                              lambda: timed(compute, args.reps, device, graphed=True))
+    merge_us = timed(merge, args.reps, device)
+    total_us = timed(lambda: plan.run(q, k, v, table, sinks=sinks, **scales), args.reps, device)
     # The (query, key) pairs of one GPU holding every token, for the share.
     if kind == "decode":
         whole = sum(min(n, w or n) for n in lengths)
