@@ -23,7 +23,8 @@ Workloads: decode and extend (a chunk of ``--chunk`` new tokens ending at the co
 gpt-oss heads (64 query heads, 8 KV heads of 64, sinks) and Mistral heads (32 / 8 of 128),
 full attention and a 4096-key window, the tokens interleaved one by one across the ranks
 (``--layout contiguous``: each rank a range, where the window leaves ranks idle); ``--fp8``
-keeps every cache in e4m3fn with a scale a KV head (the queries in bf16).
+keeps every cache in e4m3fn with a scale a KV head (the queries in bf16), ``--fp8-products``
+with extend's opt-in fp8 products (the parallel plan and the single-GPU call alike).
 """
 
 import argparse
@@ -56,12 +57,17 @@ def parse():
                    help="every rank on GPU 0 over gloo, the kernels timed in turns")
     p.add_argument("--heads", default="gpt-oss,mistral")
     p.add_argument("--fp8", action="store_true", help="the caches in float8_e4m3fn")
+    p.add_argument("--fp8-products", action="store_true",
+                   help="with --fp8, extend's products in fp8 (plan_extend(fp8_products=True))")
     p.add_argument("--pages", default="shuffled", choices=("shuffled", "in-order"),
                    help="each rank's pages in a seeded random order (as an engine's pool "
                         "hands them out), or sequence after sequence in address order")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
-    return p.parse_args()
+    args = p.parse_args()
+    if args.fp8_products and not args.fp8:
+        p.error("--fp8-products needs --fp8")
+    return args
 
 
 # An fp8 cache's scale of every KV head (random normal keys and values, stored times 32).
@@ -154,7 +160,8 @@ def plain(q, k, v, table, lengths, args, hq, hkv, d, w, sinks, kind, dtype, devi
     if kind == "decode":
         plan = swattn.plan_decode(lengths, **sizes)
         return lambda: plan.run(q, k, v, table, sinks=sinks, **scales)
-    plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk], **sizes)
+    plan = swattn.plan_extend([0, args.chunk], [args.context - args.chunk],
+                              fp8_products=args.fp8_products, **sizes)
     new_k = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     new_v = torch.randn(args.chunk, hkv, d, generator=g, device=device).to(dtype)
     return lambda: plan.run(q, new_k, new_v, k, v, table, sinks=sinks, **scales)
@@ -181,7 +188,8 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
     if kind == "decode":
         plan = parallel.plan_decode(lengths, **sizes)
     else:
-        plan = parallel.plan_extend([args.context - args.chunk], [args.chunk], **sizes)
+        plan = parallel.plan_extend([args.context - args.chunk], [args.chunk],
+                                    fp8_products=args.fp8_products, **sizes)
     q = torch.randn(plan.capacity, hq, d, generator=g, device=device).to(dtype)
     state = {}
 
@@ -269,6 +277,7 @@ def main():
              else args.device)
     print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout, "
           f"{args.pages} pages" + (", float8_e4m3fn caches" if args.fp8 else "")
+          + (", extend's fp8 products" if args.fp8_products else "")
           + ("; kernel and single-GPU call: CUDA-graph replays after an L2 flush"
              if args.device == "cuda" else ""))
     print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "

@@ -165,6 +165,26 @@ def test_the_parallel_benchmark_runs_its_ranks():
     assert float(windowed[("decode", "1")][8]) == 1.0
 
 
+def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path):
+    """A one-rank group (gloo, in this process): an fp8 extend plan runs the key-range plan
+    over an fp8 cache, and fp8_products reaches it (off sm_90 its ValueError names the
+    Hopper path)."""
+    import torch.distributed as dist
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        sizes = dict(group=dist.group.WORLD, layout=parallel.Interleaved(1), num_q_heads=2,
+                     num_kv_heads=1, head_dim=16, page_size=4, kv_dtype=torch.float8_e5m2,
+                     dtype=torch.float16, device=DEVICE)
+        plan = parallel.plan_extend([5], [3], **sizes)
+        assert plan.inner.kv_dtype == torch.float8_e5m2
+        if DEVICE == "cpu":
+            with pytest.raises(ValueError, match="fp8_products=True: the Hopper path cannot"):
+                parallel.plan_extend([5], [3], fp8_products=True, **sizes)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_bad_layouts_are_refused():
     with pytest.raises(ValueError, match="Interleaved size"):
         parallel._check_layout(parallel.Interleaved(0))

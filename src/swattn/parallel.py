@@ -221,7 +221,8 @@ class ParallelPlan:
 
     def __init__(self, seq, pos, totals, *, group, layout, rank, world, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
-                 dtype, device, kv_dtype=None, deterministic=False, kind="decode"):
+                 dtype, device, kv_dtype=None, deterministic=False, kind="decode",
+                 fp8_products=False):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
         query with no key); ``totals``: each sequence's global length; ``kind``: "decode"
         or "extend" (what :meth:`replan` takes)."""
@@ -241,7 +242,8 @@ class ParallelPlan:
                 self._plan_extend(seq, ranges, num_q_heads=num_q_heads,
                                   num_kv_heads=num_kv_heads, head_dim=head_dim,
                                   head_dim_v=head_dim_v, page_size=page_size, softcap=softcap,
-                                  scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device)
+                                  scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
+                                  fp8_products=fp8_products)
             return
         if window_left is None:
             self.m, self.sparse_keys = None, 0  # the kernel's window holds every run
@@ -415,15 +417,16 @@ class ParallelPlan:
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False):
+                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False,
+                fp8_products=False):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
     the prefix and the new tokens alike. ``deterministic``: see :class:`ParallelPlan`. The
-    rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as :func:`plan_decode`'s, the
-    products in the queries' precision)."""
+    rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as :func:`plan_decode`'s;
+    ``fp8_products``: over an fp8 cache, the opt-in fp8 products of the Hopper path)."""
     return _plan("extend", (prefix_lens, extend_lens), group=group, layout=layout,
                  num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                  head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
                  softcap=softcap, scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
-                 deterministic=deterministic)
+                 deterministic=deterministic, fp8_products=fp8_products)

@@ -399,9 +399,8 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     """The plan of :func:`plan_extend` and of a one-shot call. ``key_ranges``: ``(key_lo,
     key_hi)``, int32 device tensors of at least ``max_tokens`` entries: query row ``t`` sees
     the cached keys ``[key_lo[t], key_hi[t])`` of its sequence, with ``keys="prefix"``,
-    neither a window nor a causal rule, and the default products over an fp8 cache
-    (swattn.parallel's extend), on either two-stage kernel; the plan's owner writes them
-    before each run."""
+    neither a window nor a causal rule (swattn.parallel's extend), on either two-stage
+    kernel; the plan's owner writes them before each run."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -417,9 +416,9 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     masked = indptr_t is not None
     if key_ranges is not None and (
             keys != "prefix" or causal or window_left is not None or window_right is not None
-            or masked or deterministic or fp8_products):
-        raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask, "
-                         "deterministic=False and fp8_products=False")
+            or masked or deterministic):
+        raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask "
+                         "and deterministic=False")
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products)
@@ -504,15 +503,16 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
 def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_heads,
                     head_dim, head_dim_v=None, page_size, softcap=0.0, scale=None,
                     return_lse=True, kv_dtype=None, max_tokens=None, dtype=torch.bfloat16,
-                    device="cuda", hopper=None, bounds="tight", config=None):
+                    device="cuda", hopper=None, bounds="tight", config=None,
+                    fp8_products=False):
     """An extend plan whose query rows each see their own range of cached keys: row ``t``
     the keys ``[key_lo[t], key_hi[t])`` of its sequence's ``prefix_lens[b]`` (a rank's local
     keys under context parallelism, swattn.parallel). ``key_ranges``: ``(key_lo, key_hi)``,
     int32 device tensors of at least ``max_tokens`` entries, which the plan reads at every
     run (their owner writes them in place, before a run or a replan). No window, causal rule,
     mask or new keys: ``run`` takes ``k``/``v`` of the right shapes but reads neither. The
-    rest as :func:`plan_extend`'s (``kv_dtype``: an fp8 cache, its scales given to ``run``,
-    with the products in the queries' precision); either two-stage kernel."""
+    rest as :func:`plan_extend`'s (``kv_dtype``: an fp8 cache, its scales given to ``run``;
+    ``fp8_products`` the opt-in fp8 products); either two-stage kernel."""
     device = resolve_device(device)
     cu = host_ints("cu_seqlens", cu_seqlens)
     prefix = host_ints("prefix_lens", prefix_lens)
@@ -530,7 +530,8 @@ def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_
         head_dim_v=head_dim_v, page_size=page_size, window_left=None, window_right=None,
         causal=False, softcap=softcap, scale=scale, keys="prefix", return_lse=return_lse,
         deterministic=False, kv_dtype=kv_dtype, dtype=dtype, device=device, hopper=hopper,
-        bounds=bounds, config=config, max_tokens=max_tokens, key_ranges=tuple(key_ranges))
+        bounds=bounds, config=config, max_tokens=max_tokens, fp8_products=fp8_products,
+        key_ranges=tuple(key_ranges))
 
 
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
