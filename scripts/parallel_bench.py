@@ -24,7 +24,8 @@ gpt-oss heads (64 query heads, 8 KV heads of 64, sinks) and Mistral heads (32 / 
 full attention and a 4096-key window, the tokens interleaved one by one across the ranks
 (``--layout contiguous``: each rank a range, where the window leaves ranks idle); ``--fp8``
 keeps every cache in e4m3fn with a scale a KV head (the queries in bf16), ``--fp8-products``
-with extend's opt-in fp8 products (the parallel plan and the single-GPU call alike).
+with extend's opt-in fp8 products (the parallel plan and the single-GPU call alike);
+``--merge reduce-scatter`` merges each rank's share of the heads instead of the whole output.
 """
 
 import argparse
@@ -57,6 +58,9 @@ def parse():
                    help="every rank on GPU 0 over gloo, the kernels timed in turns")
     p.add_argument("--heads", default="gpt-oss,mistral")
     p.add_argument("--fp8", action="store_true", help="the caches in float8_e4m3fn")
+    p.add_argument("--merge", default="all-reduce", choices=("all-reduce", "reduce-scatter"),
+                   help="the plans' merge: the whole output on every rank, or each rank's "
+                        "share of the heads")
     p.add_argument("--fp8-products", action="store_true",
                    help="with --fp8, extend's products in fp8 (plan_extend(fp8_products=True))")
     p.add_argument("--pages", default="shuffled", choices=("shuffled", "in-order"),
@@ -184,7 +188,7 @@ def workload(args, group, layout, heads, kind, w, dtype, device):
         scales = dict(k_scale=unit, v_scale=unit)
     sizes = dict(group=group, layout=layout, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
                  page_size=args.page, window_left=None if w is None else w - 1,
-                 kv_dtype=kv_dtype, dtype=dtype, device=device)
+                 kv_dtype=kv_dtype, dtype=dtype, device=device, merge=args.merge)
     if kind == "decode":
         plan = parallel.plan_decode(lengths, **sizes)
     else:
@@ -278,6 +282,7 @@ def main():
     print(f"context {args.context}, {args.world} rank(s), {where}, {args.layout} layout, "
           f"{args.pages} pages" + (", float8_e4m3fn caches" if args.fp8 else "")
           + (", extend's fp8 products" if args.fp8_products else "")
+          + (", reduce-scatter merge" if args.merge == "reduce-scatter" else "")
           + ("; kernel and single-GPU call: CUDA-graph replays after an L2 flush"
              if args.device == "cuda" else ""))
     print("| kind | heads | window | rank | kernel us | merge us | run us | keys | "

@@ -176,11 +176,23 @@ ordered = None
 for p_r, l_r in zip(parts, lses):
     term = p_r.float() * torch.where(l_r == float("-inf"), 0.0, torch.exp(l_r - denom))[..., None]
     ordered = term if ordered is None else ordered + term
+if hq % args.world == 0:
+    # merge="reduce-scatter": this rank's share of the heads, from the same partial states;
+    # deterministic, the same bits as the rank-order sum's share.
+    share = slice(args.rank * hq // args.world, (args.rank + 1) * hq // args.world)
+    rs = make(merge="reduce-scatter").merge(part, lse, sinks=on(sinks))
+    rs_det = make(merge="reduce-scatter", deterministic=True).merge(part, lse, sinks=on(sinks))
+    scattered = {"rs_err": rel_err(rs, want[:, share]),
+                 "rs_shape": list(rs.shape) == [want.shape[0], hq // args.world, D],
+                 "rs_det_in_rank_order": bool(torch.equal(rs_det,
+                                                          ordered[:, share].to(rs_det.dtype)))}
 result = {"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
           "launched": plan.launched, "sparse": plan.sparse_keys,
           "path": plan.inner.path if plan.inner is not None else None,
           "det_err": rel_err(det, want),
           "det_in_rank_order": bool(torch.equal(det, ordered.to(det.dtype)))}
+if hq % args.world == 0:
+    result.update(scattered)
 if EXTEND:
     # The plan replanned in place for a shorter chunk, one sequence dropped (fewer than the
     # plan's sequences and tokens: the rest padded), against the single process on those.

@@ -70,6 +70,10 @@ def test_parallel_equals_the_single_process_call(case, world):
         assert not r["nan"] and r["err"] < 5e-3, r
         # deterministic=True: right, and the weighted parts added in rank order, bit for bit.
         assert r["det_err"] < 5e-3 and r["det_in_rank_order"], r
+        if "rs_err" in r:  # merge="reduce-scatter": the rank's share of the heads
+            assert r["rs_shape"] and r["rs_err"] < 5e-3 and r["rs_det_in_rank_order"], r
+    # Every world but 3 divides the cases' query heads (4 or 2) and checks the scatter.
+    assert all("rs_err" in r for r in results) == (world != 3)
     if case.endswith("window-contiguous-idle"):
         # Every window lies in rank 0's chunk: rank 1 launched nothing.
         assert [r["launched"] for r in sorted(results, key=lambda r: r["rank"])] == [True, False]
@@ -123,6 +127,8 @@ def test_gpu_parallel_on_one_gpu_over_gloo(case, world):
     for r in results:
         assert not r["nan"] and r["err"] < 5e-3, r
         assert not r["replan_nan"] and r["replan_err"] < 5e-3, r
+        if "rs_err" in r:
+            assert r["rs_shape"] and r["rs_err"] < 5e-3 and r["rs_det_in_rank_order"], r
     if "-d64" in case and torch.cuda.get_device_capability() == (9, 0):
         assert any(r["path"] == "hopper" for r in results), results
 
@@ -165,10 +171,11 @@ def test_the_parallel_benchmark_runs_its_ranks():
     assert float(windowed[("decode", "1")][8]) == 1.0
 
 
-def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path):
+def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path, monkeypatch):
     """A one-rank group (gloo, in this process): an fp8 extend plan runs the key-range plan
     over an fp8 cache, and fp8_products reaches it (off sm_90 its ValueError names the
-    Hopper path)."""
+    Hopper path); an unknown merge is refused, and a reduce-scatter over heads the ranks
+    cannot share (the group seen as 3 ranks)."""
     import torch.distributed as dist
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -181,6 +188,11 @@ def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path):
         if DEVICE == "cpu":
             with pytest.raises(ValueError, match="fp8_products=True: the Hopper path cannot"):
                 parallel.plan_extend([5], [3], fp8_products=True, **sizes)
+        with pytest.raises(ValueError, match="merge must be one of"):
+            parallel.plan_decode([5], merge="gather", **sizes)
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: 3)
+        with pytest.raises(ValueError, match="2 heads do not divide among 3"):
+            parallel.plan_decode([5], merge="reduce-scatter", **sizes)
     finally:
         dist.destroy_process_group()
 

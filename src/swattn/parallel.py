@@ -19,11 +19,17 @@ kernel, each query row's run as its key range (``key_ranges``), so a key tile is
 a block of queries. A rank with no visible key for any query launches nothing and
 contributes a neutral state (output 0, lse -inf).
 
-Merging: every rank all-gathers the ranks' lse (``[world, T, Hq]`` float32, small), weighs
-its own output by ``e^{lse_r - lse}`` where ``lse`` joins every rank's and the sinks (applied
-once, here), and an all-reduce sums the weighted outputs, so every rank ends with the whole
-result. The all-reduce moves ``2 (world - 1) / world`` outputs a rank against ``world - 1``
-for an all-gather of the outputs: fewer from three ranks on, the same at two.
+Merging: every rank all-gathers the ranks' lse (``[world, T, Hq]`` float32, small) and weighs
+its own output by ``e^{lse_r - lse}``, where ``lse`` joins every rank's and the sinks (applied
+once, here). Then the weighted outputs are summed in one of two ways (the plan's ``merge``):
+
+* ``"all-reduce"`` (the default): every rank ends with the whole result, moving
+  ``2 (world - 1) / world`` outputs a rank (an all-gather of the outputs would move
+  ``world - 1``: as many at two ranks, more from three on);
+* ``"reduce-scatter"``: rank ``r`` ends with its share of the query heads,
+  ``[r * Hq / world, (r + 1) * Hq / world)``, moving ``(world - 1) / world`` outputs a rank,
+  half the all-reduce's: for an engine whose ranks hold the heads apart after attention
+  (vLLM's decode context parallelism reduce-scatters so).
 
 The plan carries the layout and the lengths: ``run`` builds the sparse index on the device
 (no host sync). An fp8 cache (``kv_dtype``, its scales given to ``run``) is read by the same
@@ -84,12 +90,17 @@ def _check_layout(layout):
         raise TypeError(f"layout must be Interleaved or Contiguous, got {type(layout).__name__}")
 
 
-def _merge(part, lse, sinks, out, group, world, deterministic=False):
+MERGES = ("all-reduce", "reduce-scatter")
+
+
+def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=False):
     """Every rank's partial state ``(part [N, Hq, Dv], lse [N, Hq])`` merged, sinks joining
     the denominator once: the lse all-gathered, each rank's output weighed by
-    ``e^{lse_r - lse}`` and all-reduced (``deterministic``: all-gathered and added in rank
-    order, the same bits whatever the collective's algorithm). Returns the whole output on
-    every rank."""
+    ``e^{lse_r - lse}`` and all-reduced, the whole output on every rank; or with
+    ``scatter`` reduce-scattered, this rank's share of the heads ``[N, Hq / world, Dv]``.
+    ``deterministic``: the weighted outputs added in rank order, the same bits whatever the
+    collectives' algorithms (all-gathered, or with ``scatter`` each rank's share of them
+    sent to it by an all-to-all)."""
     import torch.distributed as dist
     lses = [torch.empty_like(lse) for _ in range(world)]
     dist.all_gather(lses, lse.contiguous(), group=group)
@@ -97,7 +108,21 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False):
     denom = total if sinks is None else torch.logaddexp(total, sinks.float()[None, :])
     weight = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - denom))
     merged = part.float() * weight[..., None]
-    if deterministic:
+    if scatter:
+        n, hq, dv = merged.shape
+        # [world, N, Hq / world, Dv]: rank r's share of the heads at r.
+        shares = merged.view(n, world, hq // world, dv).transpose(0, 1).contiguous()
+        if deterministic:
+            got = torch.empty_like(shares)
+            dist.all_to_all_single(got, shares, group=group)
+            merged = got[0]
+            for other in got[1:]:
+                merged = merged + other
+        else:
+            merged = torch.empty_like(shares[0])
+            dist.reduce_scatter_tensor(merged, shares.view(world * n, hq // world, dv),
+                                       group=group)
+    elif deterministic:
         parts = [torch.empty_like(merged) for _ in range(world)]
         dist.all_gather(parts, merged, group=group)
         merged = parts[0]
@@ -112,25 +137,34 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False):
 
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False):
+                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False,
+                merge="all-reduce"):
     """A context-parallel decode plan for this rank of ``group`` (a torch.distributed process
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
-    ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``: see
-    :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s (``kv_dtype``: an fp8
+    ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``, ``merge``:
+    see :class:`ParallelPlan`. The rest as :func:`swattn.plan_decode`'s (``kv_dtype``: an fp8
     cache, every rank's shard quantized with the same scales, given to ``run``)."""
     return _plan("decode", (seq_lens,), group=group, layout=layout, num_q_heads=num_q_heads,
                  num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
                  page_size=page_size, window_left=window_left, softcap=softcap, scale=scale,
-                 kv_dtype=kv_dtype, dtype=dtype, device=device, deterministic=deterministic)
+                 kv_dtype=kv_dtype, dtype=dtype, device=device, deterministic=deterministic,
+                 merge=merge)
 
 
-def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device, **rest):
+def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device,
+          merge="all-reduce", **rest):
     totals, seq, pos = _queries(*lengths)
     rank, world = _check(group, layout, totals, window_left)
+    if merge not in MERGES:
+        raise ValueError(f"merge must be one of {MERGES}, got {merge!r}")
+    if merge == "reduce-scatter" and rest["num_q_heads"] % world:
+        raise ValueError(f"merge='reduce-scatter' deals the query heads over the ranks: "
+                         f"{rest['num_q_heads']} heads do not divide among {world}")
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                        window_left=window_left, device=torch.device(device), kind=kind, **rest)
+                        window_left=window_left, device=torch.device(device), kind=kind,
+                        scatter=merge == "reduce-scatter", **rest)
 
 
 def _queries(*lengths):
@@ -215,6 +249,11 @@ class ParallelPlan:
     a rank instead of the all-reduce's ``2 (world - 1) / world``), so a fixed group size
     gives the same bits run after run whatever the collectives' algorithms.
 
+    ``merge="reduce-scatter"`` (``scatter``): :meth:`run` returns this rank's share of the
+    query heads, ``[T, Hq / world, Dv]`` (heads ``[rank * Hq / world, ...)``), moving half
+    the bytes of the all-reduce; deterministic, by an all-to-all of the shares (the same
+    ``(world - 1) / world`` outputs a rank) added in rank order.
+
     Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
     pairs it attends to), ``sparse_keys`` (the sparse index's width), ``capacity`` (the
     query rows: sequences for decode, new tokens for extend)."""
@@ -222,12 +261,13 @@ class ParallelPlan:
     def __init__(self, seq, pos, totals, *, group, layout, rank, world, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
                  dtype, device, kv_dtype=None, deterministic=False, kind="decode",
-                 fp8_products=False):
+                 fp8_products=False, scatter=False):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
         query with no key); ``totals``: each sequence's global length; ``kind``: "decode"
         or "extend" (what :meth:`replan` takes)."""
         import swattn
         self.group, self.world, self.deterministic = group, world, deterministic
+        self.scatter = scatter
         self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
@@ -371,7 +411,8 @@ class ParallelPlan:
     def run(self, q, k_cache, v_cache, block_table, *, sinks=None, k_scale=None, v_scale=None,
             out=None):
         """This rank's part of the attention merged with the other ranks': every rank returns
-        the whole ``out [T, Hq, Dv]`` (decode: T = B). ``q``: the queries (the same on every
+        the whole ``out [T, Hq, Dv]`` (decode: T = B), or under ``merge="reduce-scatter"``
+        its share of the heads ``[T, Hq / world, Dv]``. ``q``: the queries (the same on every
         rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
         token of the sequences this rank owns (decode's new one, and extend's prefix and new
         tokens, written by their owners) at local positions; ``k_scale``/``v_scale``: an fp8
@@ -383,8 +424,10 @@ class ParallelPlan:
 
     def merge(self, part, lse, *, sinks=None, out=None):
         """Every rank's :meth:`partial` state merged (the collectives of :meth:`run`), sinks
-        applied once: the whole output on every rank."""
-        return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic)
+        (all ``Hq`` of them) applied once: the whole output on every rank, or under
+        ``merge="reduce-scatter"`` this rank's share of the heads."""
+        return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic,
+                      self.scatter)
 
     def partial(self, q, k_cache, v_cache, block_table, *, k_scale=None, v_scale=None):
         """This rank's partial state alone, ``(out [T, Hq, Dv], lse [T, Hq])`` without sinks
@@ -418,15 +461,16 @@ class ParallelPlan:
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
                 kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False,
-                fp8_products=False):
+                fp8_products=False, merge="all-reduce"):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
-    the prefix and the new tokens alike. ``deterministic``: see :class:`ParallelPlan`. The
+    the prefix and the new tokens alike. ``deterministic``, ``merge``: see
+    :class:`ParallelPlan`. The
     rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as :func:`plan_decode`'s;
     ``fp8_products``: over an fp8 cache, the opt-in fp8 products of the Hopper path)."""
     return _plan("extend", (prefix_lens, extend_lens), group=group, layout=layout,
                  num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                  head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
                  softcap=softcap, scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
-                 deterministic=deterministic, fp8_products=fp8_products)
+                 deterministic=deterministic, fp8_products=fp8_products, merge=merge)
