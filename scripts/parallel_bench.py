@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -114,8 +115,7 @@ def graph_times(fns, reps, device):
     times, errors = harness.interleave(replays, reps, 2, harness.Flush(device))
     if errors:
         raise RuntimeError(f"timing failed: {errors}")
-    return {name: sorted(sum(rounds, []))[len(sum(rounds, [])) // 2]
-            for name, rounds in times.items()}
+    return {name: statistics.median(sum(rounds, [])) for name, rounds in times.items()}
 
 
 def timed(fn, reps, device, graphed=False):

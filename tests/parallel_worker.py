@@ -37,7 +37,8 @@ def on(t):
 CASES = {
     # (seq_lens, window_left, layout, heads, sinks, page_size)
     "window-interleaved": ([70, 9, 50, 33, 1], 20, parallel.Interleaved(1), (4, 2), True, 16),
-    "window-interleaved-4": ([70, 9, 50, 33], 13, parallel.Interleaved(4), (4, 1), True, 4),
+    # (Six query heads: three ranks share them under merge="reduce-scatter".)
+    "window-interleaved-4": ([70, 9, 50, 33], 13, parallel.Interleaved(4), (6, 1), True, 4),
     "full-contiguous": ([70, 9, 50, 33], None, parallel.Contiguous(24), (4, 2), False, 16),
     # A window inside one rank's chunk: the other ranks see nothing and launch nothing.
     "window-contiguous-idle": ([30, 20], 5, parallel.Contiguous(40), (2, 1), True, 8),
@@ -182,10 +183,13 @@ if hq % args.world == 0:
     share = slice(args.rank * hq // args.world, (args.rank + 1) * hq // args.world)
     rs = make(merge="reduce-scatter").merge(part, lse, sinks=on(sinks))
     rs_det = make(merge="reduce-scatter", deterministic=True).merge(part, lse, sinks=on(sinks))
+    into = make(merge="reduce-scatter").merge(part, lse, sinks=on(sinks),
+                                              out=torch.empty_like(rs))
     scattered = {"rs_err": rel_err(rs, want[:, share]),
                  "rs_shape": list(rs.shape) == [want.shape[0], hq // args.world, D],
                  "rs_det_in_rank_order": bool(torch.equal(rs_det,
-                                                          ordered[:, share].to(rs_det.dtype)))}
+                                                          ordered[:, share].to(rs_det.dtype))),
+                 "rs_out": bool(torch.equal(into, rs))}
 result = {"rank": args.rank, "err": rel_err(got, want), "nan": bool(torch.isnan(got).any()),
           "launched": plan.launched, "sparse": plan.sparse_keys,
           "path": plan.inner.path if plan.inner is not None else None,

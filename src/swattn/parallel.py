@@ -91,6 +91,7 @@ def _check_layout(layout):
 
 
 MERGES = ("all-reduce", "reduce-scatter")
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=False):
@@ -111,7 +112,7 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
     if scatter:
         n, hq, dv = merged.shape
         # [world, N, Hq / world, Dv]: rank r's share of the heads at r.
-        shares = merged.view(n, world, hq // world, dv).transpose(0, 1).contiguous()
+        shares = merged.reshape(n, world, hq // world, dv).transpose(0, 1).contiguous()
         if deterministic:
             got = torch.empty_like(shares)
             dist.all_to_all_single(got, shares, group=group)
@@ -120,8 +121,10 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
                 merged = merged + other
         else:
             merged = torch.empty_like(shares[0])
-            dist.reduce_scatter_tensor(merged, shares.view(world * n, hq // world, dv),
-                                       group=group)
+            # (reduce_scatter_single is the name from torch 2.13 on)
+            reduce_scatter = getattr(dist, "reduce_scatter_single", None) \
+                or dist.reduce_scatter_tensor
+            reduce_scatter(merged, shares.view(world * n, hq // world, dv), group=group)
     elif deterministic:
         parts = [torch.empty_like(merged) for _ in range(world)]
         dist.all_gather(parts, merged, group=group)
@@ -132,6 +135,10 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
         dist.all_reduce(merged, group=group)
     if out is None:
         return merged.to(part.dtype)
+    if tuple(out.shape) != tuple(merged.shape):
+        raise ValueError(f"out has shape {tuple(out.shape)}, the merge gives "
+                         f"{tuple(merged.shape)}" + (" (this rank's share of the heads)"
+                                                     if scatter else ""))
     return out.copy_(merged)
 
 
@@ -160,6 +167,14 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
     if merge == "reduce-scatter" and rest["num_q_heads"] % world:
         raise ValueError(f"merge='reduce-scatter' deals the query heads over the ranks: "
                          f"{rest['num_q_heads']} heads do not divide among {world}")
+    # Checked on every rank: a rank that launches nothing must refuse what the others do,
+    # or it would wait in the merge's collectives for ranks that raised.
+    kv_dtype, dtype = rest.get("kv_dtype"), rest["dtype"]
+    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in _FP8:
+        raise ValueError(f"kv_dtype must be None, the queries' dtype ({dtype}) or one of "
+                         f"{_FP8}, got {kv_dtype}")
+    if rest.get("fp8_products") and kv_dtype not in _FP8:
+        raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
@@ -250,9 +265,10 @@ class ParallelPlan:
     gives the same bits run after run whatever the collectives' algorithms.
 
     ``merge="reduce-scatter"`` (``scatter``): :meth:`run` returns this rank's share of the
-    query heads, ``[T, Hq / world, Dv]`` (heads ``[rank * Hq / world, ...)``), moving half
-    the bytes of the all-reduce; deterministic, by an all-to-all of the shares (the same
-    ``(world - 1) / world`` outputs a rank) added in rank order.
+    query heads, ``[T, Hq / world, Dv]``, heads ``[rank * Hq / world, (rank + 1) * Hq /
+    world)``, moving half the all-reduce's bytes. With ``deterministic=True`` the shares
+    are exchanged by an all-to-all (the same ``(world - 1) / world`` outputs a rank) and
+    added in rank order.
 
     Attributes: ``launched`` (whether this rank runs the kernel), ``keys`` (the (query, key)
     pairs it attends to), ``sparse_keys`` (the sparse index's width), ``capacity`` (the
@@ -268,6 +284,7 @@ class ParallelPlan:
         import swattn
         self.group, self.world, self.deterministic = group, world, deterministic
         self.scatter = scatter
+        self.dtype, self.kv_dtype = dtype, dtype if kv_dtype is None else kv_dtype
         self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
@@ -412,12 +429,12 @@ class ParallelPlan:
             out=None):
         """This rank's part of the attention merged with the other ranks': every rank returns
         the whole ``out [T, Hq, Dv]`` (decode: T = B), or under ``merge="reduce-scatter"``
-        its share of the heads ``[T, Hq / world, Dv]``. ``q``: the queries (the same on every
-        rank); ``k_cache``/``v_cache``/``block_table``: this rank's cache, holding every
-        token of the sequences this rank owns (decode's new one, and extend's prefix and new
-        tokens, written by their owners) at local positions; ``k_scale``/``v_scale``: an fp8
-        cache's scales (as :func:`swattn.decode_attention`'s, the same on every rank). No
-        host sync."""
+        its share of the heads ``[T, Hq / world, Dv]`` (``out``, if given, of that shape).
+        ``q``: the queries (the same on every rank); ``k_cache``/``v_cache``/``block_table``:
+        this rank's cache, holding every token of the sequences this rank owns (decode's new
+        one, and extend's prefix and new tokens, written by their owners) at local
+        positions; ``k_scale``/``v_scale``: an fp8 cache's scales (as
+        :func:`swattn.decode_attention`'s, the same on every rank). No host sync."""
         part, lse = self.partial(q, k_cache, v_cache, block_table, k_scale=k_scale,
                                  v_scale=v_scale)
         return self.merge(part, lse, sinks=sinks, out=out)
@@ -425,7 +442,8 @@ class ParallelPlan:
     def merge(self, part, lse, *, sinks=None, out=None):
         """Every rank's :meth:`partial` state merged (the collectives of :meth:`run`), sinks
         (all ``Hq`` of them) applied once: the whole output on every rank, or under
-        ``merge="reduce-scatter"`` this rank's share of the heads."""
+        ``merge="reduce-scatter"`` this rank's share of the heads (``out``, if given, of the
+        shape :meth:`run` returns)."""
         return _merge(part, lse, sinks, out, self.group, self.world, self.deterministic,
                       self.scatter)
 
@@ -451,11 +469,24 @@ class ParallelPlan:
             part, lse = self.inner.run(q, k_cache, v_cache, rows, sparse=sparse, k_scale=k_scale,
                                        v_scale=v_scale)
         else:  # no key of this rank is visible to any query: no launch, a neutral state
+            self._check_idle(q, k_cache, v_cache, k_scale, v_scale)
             part = torch.zeros(self.tokens, self.num_q_heads, self.head_dim_v, dtype=q.dtype,
                                device=q.device)
             lse = torch.full((self.tokens, self.num_q_heads), float("-inf"), dtype=torch.float32,
                              device=q.device)
         return part, lse
+
+    def _check_idle(self, q, k_cache, v_cache, k_scale, v_scale):
+        """What a rank that launches nothing can check of a run's tensors, so it refuses
+        what the launching ranks' plans refuse (before the merge's collectives)."""
+        if q.dtype != self.dtype:
+            raise TypeError(f"q must be {self.dtype}, got {q.dtype}")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dtype != self.kv_dtype:
+                raise TypeError(f"{name} must be {self.kv_dtype}, got {t.dtype}")
+        if self.kv_dtype not in _FP8 and (k_scale is not None or v_scale is not None):
+            raise ValueError("k_scale/v_scale are an fp8 cache's; this plan's cache is "
+                             f"{self.kv_dtype}")
 
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
@@ -466,9 +497,9 @@ def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
     the prefix and the new tokens alike. ``deterministic``, ``merge``: see
-    :class:`ParallelPlan`. The
-    rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as :func:`plan_decode`'s;
-    ``fp8_products``: over an fp8 cache, the opt-in fp8 products of the Hopper path)."""
+    :class:`ParallelPlan`. The rest as :func:`swattn.plan_extend`'s (causal; ``kv_dtype`` as
+    :func:`plan_decode`'s; ``fp8_products``: over an fp8 cache, the opt-in fp8 products of
+    the Hopper path)."""
     return _plan("extend", (prefix_lens, extend_lens), group=group, layout=layout,
                  num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                  head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
