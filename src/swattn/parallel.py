@@ -122,8 +122,8 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
         else:
             merged = torch.empty_like(shares[0])
             # (reduce_scatter_single is the name from torch 2.13 on)
-            reduce_scatter = getattr(dist, "reduce_scatter_single", None) \
-                or dist.reduce_scatter_tensor
+            reduce_scatter = (getattr(dist, "reduce_scatter_single", None)
+                              or dist.reduce_scatter_tensor)
             reduce_scatter(merged, shares.view(world * n, hq // world, dv), group=group)
     elif deterministic:
         parts = [torch.empty_like(merged) for _ in range(world)]
