@@ -1,8 +1,8 @@
 """One rank of a context-parallel decode or extend check (tests/test_parallel.py runs 2 or 3
-of these over gloo): builds the global batch from a seed, keeps this rank's shard of the
-cache (for extend: the prefix and the chunk's new tokens, as their owners write them), runs
-swattn.parallel's plan and prints, as JSON, how far its output is from the single-process
-call over the whole cache. A case named with ``-fp8`` (e4m3fn, a scale a KV head) or ``-e5m2``
+of these over gloo, or 2 over NCCL on two GPUs): builds the global batch from a seed, keeps
+this rank's shard of the cache (for extend: the prefix and the chunk's new tokens, as their
+owners write them), runs swattn.parallel's plan and prints, as JSON, how far its output is
+from the single-process call over the whole cache. A case named with ``-fp8`` (e4m3fn, a scale a KV head) or ``-e5m2``
 (one scale) quantizes both caches, the shards and the whole one, with the same scales."""
 
 import argparse
@@ -23,9 +23,13 @@ parser.add_argument("--world", type=int, required=True)
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--case", required=True)
 parser.add_argument("--device", default="cpu")
+parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
 args = parser.parse_args()
 dev = torch.device(args.device)
-if dev.type == "cuda":
+if args.backend == "nccl":
+    dev = torch.device("cuda", args.rank)  # a GPU a rank
+    torch.cuda.set_device(dev)
+elif dev.type == "cuda":
     torch.cuda.set_device(0)  # every rank on the one GPU (gloo moves the partial states)
 
 
@@ -74,7 +78,7 @@ else:
     lens, window, layout, (hq, hkv), with_sinks, page = CASES[name]
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+dist.init_process_group(args.backend, rank=args.rank, world_size=args.world)
 case = DecodeCase(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=D, head_dim_v=D,
                   page_size=page, window_left=window, seed=3)
 q, k_cache, v_cache, table, seq_lens = build_decode(case, "cpu")

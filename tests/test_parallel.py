@@ -25,10 +25,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run(case, world, timeout=240, device="cpu"):
+def _run(case, world, timeout=240, device="cpu", backend="gloo"):
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, WORKER, "--rank", str(r), "--world", str(world),
-                               "--port", str(port), "--case", case, "--device", device],
+                               "--port", str(port), "--case", case, "--device", device,
+                               "--backend", backend],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(world)]
     results = []
@@ -134,6 +135,27 @@ def test_gpu_parallel_on_one_gpu_over_gloo(case, world):
                     and r["rs_out"]), r
     if "-d64" in case and torch.cuda.get_device_capability() == (9, 0):
         assert any(r["path"] == "hopper" for r in results), results
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["window-interleaved", "window-contiguous-idle",
+                                  "window-interleaved-4-fp8", "extend-window-interleaved-d64",
+                                  "extend-full-contiguous-d64-fp8"])
+def test_gpu_parallel_over_nccl(case):
+    """Two ranks on two GPUs of one host over NCCL (skipped with fewer GPUs): the same checks
+    as over gloo, both merges, decode and extend (the Hopper path on sm_90), fp8, an idle
+    rank."""
+    if DEVICE != "cuda" or torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    results = _run(case, 2, device="cuda", backend="nccl")
+    for r in results:
+        assert not r["nan"] and r["err"] < 5e-3, r
+        assert r["det_err"] < 5e-3 and r["det_in_rank_order"], r
+        assert not r["replan_nan"] and r["replan_err"] < 5e-3, r
+        assert (r["rs_shape"] and r["rs_err"] < 5e-3 and r["rs_det_in_rank_order"]
+                and r["rs_out"]), r
+    if case == "window-contiguous-idle":
+        assert [r["launched"] for r in sorted(results, key=lambda r: r["rank"])] == [True, False]
 
 
 @pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
