@@ -2,8 +2,9 @@
 of these over gloo, or 2 over NCCL on two GPUs): builds the global batch from a seed, keeps
 this rank's shard of the cache (for extend: the prefix and the chunk's new tokens, as their
 owners write them), runs swattn.parallel's plan and prints, as JSON, how far its output is
-from the single-process call over the whole cache. A case named with ``-fp8`` (e4m3fn, a scale a KV head) or ``-e5m2``
-(one scale) quantizes both caches, the shards and the whole one, with the same scales."""
+from the single-process call over the whole cache. A case named with ``-fp8`` (e4m3fn, a
+scale a KV head) or ``-e5m2`` (one scale) quantizes both caches, the shards and the whole
+one, with the same scales."""
 
 import argparse
 import json
