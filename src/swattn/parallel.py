@@ -42,6 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .ops._validate import FP8_DTYPES
+from .plan._common import check_common
+
 
 @dataclass(frozen=True)
 class Interleaved:
@@ -91,7 +94,6 @@ def _check_layout(layout):
 
 
 MERGES = ("all-reduce", "reduce-scatter")
-_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=False):
@@ -169,11 +171,11 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
                          f"{rest['num_q_heads']} heads do not divide among {world}")
     # Checked on every rank: a rank that launches nothing must refuse what the others do,
     # or it would wait in the merge's collectives for ranks that raised.
-    kv_dtype, dtype = rest.get("kv_dtype"), rest["dtype"]
-    if kv_dtype is not None and kv_dtype != dtype and kv_dtype not in _FP8:
-        raise ValueError(f"kv_dtype must be None, the queries' dtype ({dtype}) or one of "
-                         f"{_FP8}, got {kv_dtype}")
-    if rest.get("fp8_products") and kv_dtype not in _FP8:
+    kv_dtype = rest.get("kv_dtype")
+    check_common(rest["num_q_heads"], rest["num_kv_heads"], head_dim,
+                 head_dim if head_dim_v is None else head_dim_v, rest["page_size"],
+                 rest["softcap"], rest["scale"], rest["dtype"], kv_dtype, None, "tight")
+    if rest.get("fp8_products") and kv_dtype not in FP8_DTYPES:
         raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
@@ -484,7 +486,7 @@ class ParallelPlan:
         for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
             if t.dtype != self.kv_dtype:
                 raise TypeError(f"{name} must be {self.kv_dtype}, got {t.dtype}")
-        if self.kv_dtype not in _FP8 and (k_scale is not None or v_scale is not None):
+        if self.kv_dtype not in FP8_DTYPES and (k_scale is not None or v_scale is not None):
             raise ValueError("k_scale/v_scale are an fp8 cache's; this plan's cache is "
                              f"{self.kv_dtype}")
 
