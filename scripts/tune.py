@@ -2,20 +2,23 @@
 extend kernel on A and B at prefix 8192 (A also a 1024-token chunk over a 7168-token prefix,
 where the fixed cost of a launch shows; B at prefix 0, the new tokens alone; B at
 prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the decode
-kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows). One line per
-config: median us over CUDA-graph replays, each after an L2 flush, and the largest
-difference to the first config's output. Used to choose ops.config; the chosen table is
-recorded in benchmarks/results.
+kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows, unreadable
+rows flagged), S and C-A also over an fp8 e4m3 copy of the cache (S-fp8, C-A-fp8). One line
+per config: median us over CUDA-graph replays, each after an L2 flush, a workload's configs
+timed turn by turn (harness.interleave), and the largest difference to the first config's
+output. Used to choose ops.config; the chosen table is recorded in benchmarks/results.
 
-    PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S]
+    PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S,C-A-fp8,S-fp8]
 """
 
 import sys
 
 import torch
 
+from swattn import reference
 from swattn.bench import decode as decode_bench
 from swattn.bench import extend_inputs, harness, workloads
+from swattn.bench.peers import fp8_cache
 from swattn.ops.config import Config, DecodeConfig, decode_config
 from swattn.plan import decode_plan_for, extend_plan_for
 
@@ -38,27 +41,25 @@ EXTEND_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "pack_gqa", "s
 EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
                 "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
-# Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H]); num_splits None is the library's
-# choice, BLOCK_H the config function's unless given.
+# Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H[, flag_unread]]); num_splits None is
+# the library's choice, BLOCK_H and flag_unread the config function's unless given.
+_S = [(32, 4, 2, None), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, 32), (16, 8, 2, 1, 32),
+      (32, 4, 3, 1), (32, 4, 1, 1), (32, 4, 2, 2), (64, 8, 2, 1, 16), (32, 4, 2, 1, 16, False),
+      (32, 4, 2, 1, 16, True)]
+_C_A = [(128, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (128, 8, 2, 1), (128, 2, 2, 1),
+        (128, 4, 1, 1), (128, 4, 2, 1, 16, False), (128, 4, 2, 1, 16, True)]
 DECODE_SWEEP = {
-    "S": [(16, 4, 2, None), (16, 4, 2, 1), (32, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, 32),
-          (16, 8, 2, 1, 32), (16, 4, 3, 1), (32, 4, 1, 1), (16, 4, 2, 2), (64, 8, 2, 1, 16)],
-    "C-A": [(128, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (128, 8, 2, 1), (128, 2, 2, 1),
-            (128, 4, 1, 1)],
+    "S": _S, "S-fp8": _S, "C-A": _C_A, "C-A-fp8": _C_A,
     "C-B": [(64, 4, 2, None), (32, 4, 3, 1), (64, 4, 2, 2), (32, 4, 4, 1), (64, 2, 3, 1),
             (64, 4, 3, 1), (128, 4, 2, 1), (16, 4, 6, 1)],
 }
 
 
-def timed(fn, flush, reps=30):
-    """Median us of ``fn`` replayed from a CUDA graph, each replay after an L2 flush."""
-    replay, _, _ = harness.capture(fn)
-    return float(torch.tensor(harness.measure(replay, reps, flush)).median())
-
-
-def sweep(label, configs, prepare, flush):
-    """Time ``prepare(config) -> (launch, out)`` for each config; print one line each."""
-    base = None
+def sweep(label, configs, prepare, flush, reps=30, rounds=2):
+    """Time ``prepare(config) -> (launch, out)`` for each config, replayed from CUDA graphs
+    turn by turn (harness.interleave: no config always runs first or on hotter clocks);
+    print one line each."""
+    base, replays, diffs = None, {}, {}
     for config in configs:
         name = f"tune {label} {config}"
         try:
@@ -67,10 +68,17 @@ def sweep(label, configs, prepare, flush):
             torch.cuda.synchronize()
             if base is None:
                 base = out.clone()
-            err = (out.float() - base.float()).abs().max().item()
-            print(f"{name}: {timed(fn, flush):9.1f} us  max diff to first {err:.1e}", flush=True)
+            diffs[name] = (out.float() - base.float()).abs().max().item()
+            replays[name], _, _ = harness.capture(fn)
         except Exception as exc:  # a config that does not compile is a data point too
             print(f"{name}: failed {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+    times, errors = harness.interleave(replays, reps, rounds, flush, label=label)
+    for name in replays:
+        if name in errors:
+            print(f"{name}: failed {errors[name]}", flush=True)
+            continue
+        us = float(torch.tensor(sum(times[name], [])).median())
+        print(f"{name}: {us:9.1f} us  max diff to first {diffs[name]:.1e}", flush=True)
 
 
 def tune_extend(name, configs, prefix, extend_len, page_size, flush):
@@ -94,24 +102,36 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
 
 
 def tune_decode(name, configs, flush):
-    case = workloads.decode_cases(name)[0]
+    workload, fp8 = name.removesuffix("-fp8"), name.endswith("-fp8")
+    case = workloads.decode_cases(workload)[0]
     inputs = decode_bench.build_inputs(case)
+    k_cache, v_cache, sparse, scales = inputs.k_cache, inputs.v_cache, inputs.sparse, {}
+    if fp8:  # an fp8 e4m3 copy, one scale a KV head (as the bench's fp8 variants)
+        k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache)
+        scales = {"k_scale": k_scale, "v_scale": v_scale}
+        if sparse is not None:
+            sparse = (reference.quantize(sparse[0], k_scale, k_cache.dtype),
+                      reference.quantize(sparse[1], v_scale, k_cache.dtype), sparse[2])
     chosen = decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
-                                  torch.bfloat16, inputs.q.device)
+                           torch.bfloat16, inputs.q.device, k_cache.dtype)
 
     def prepare(config):
-        block_n, warps, stages, splits, rows = (*config, chosen.block_h)[:5]
+        block_n, warps, stages, splits = config[:4]
+        rows = config[4] if len(config) > 4 else chosen.block_h
+        flag = config[5] if len(config) > 5 else chosen.flag_unread
         # The grid order stays the config function's (heads first for d128).
-        tensors = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.block_table_window)
+        tensors = (inputs.q, k_cache, v_cache, inputs.block_table_window)
         plan = decode_plan_for(*tensors, inputs.seq_lens, window_left=case.window_left,
-                               sparse=inputs.sparse, num_splits=splits, hopper=False,
-                               config=DecodeConfig(block_h=rows, block_n=block_n, num_warps=warps, num_stages=stages,
+                               sparse=sparse, num_splits=splits, hopper=False,
+                               config=DecodeConfig(block_h=rows, block_n=block_n, num_warps=warps,
+                                                   num_stages=stages, flag_unread=flag,
                                                    heads_first=chosen.heads_first))
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
-        return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=inputs.sparse, out=out)), out
+        return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=sparse, out=out,
+                                 **scales)), out
 
     print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
-          "num_splits[, BLOCK_H])")
+          "num_splits[, BLOCK_H[, flag_unread]])")
     sweep(name, configs, prepare, flush)
 
 

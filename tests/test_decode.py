@@ -57,8 +57,13 @@ def _matrix(count, seed):
             kw["return_lse"] = True
         if i % 2:
             # The carried path (three stages: the block-table entries carried a tile
-            # ahead) and the grid heads first.
-            kw["config"] = DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3, heads_first=True)
+            # ahead) and the grid heads first; every third case, unreadable rows flagged in
+            # the state (flag_unread) instead of read as NaN.
+            kw["config"] = DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3,
+                                        heads_first=True, flag_unread=i % 3 == 0)
+        elif i % 3 == 0:
+            kw["config"] = DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1,
+                                        flag_unread=True)
         case.kwargs = kw
         cases.append(case)
     return cases
@@ -103,7 +108,8 @@ def test_head_blocking():
     assert head_blocking(DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2), 8) == (16, 1)
     assert head_blocking(DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=2), 32) == (32, 1)
     # DeepSeek-style heads on the GPU: 16 heads and 16 keys a program.
-    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
+    assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(
+        block_h=16, block_n=32, num_warps=4, num_stages=2, flag_unread=True)
 
 
 @pytest.mark.parametrize("page_size", [1, 4, 16], ids=lambda p: f"ps{p}")
@@ -361,6 +367,11 @@ def test_decode_config():
     # d128: 64-key tiles in 2 stages (4 programs an SM on the H200), the grid heads first.
     assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2, heads_first=True, hopper=True)
     assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
+    # Unreadable rows flagged in the state where that code ran faster: wide heads (S), and
+    # d64 over an fp8 cache (C-A).
+    assert decode_config(576, 512, 64, torch.bfloat16, "cuda").flag_unread
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda", torch.float8_e4m3fn).flag_unread
+    assert not decode_config(128, 128, 4, torch.bfloat16, "cuda", torch.float8_e4m3fn).flag_unread
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
     assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
 
@@ -427,7 +438,8 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
-        SKIP=not tight, CARRY=not tight, HEADS_FIRST=not tight, PDL=partial), 4)["ptx"]
+        SKIP=not tight, CARRY=not tight, FLAG_UNREAD=d > 128, HEADS_FIRST=not tight,
+        PDL=partial), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
     assert ("griddepcontrol.launch_dependents" in ptx) == partial, "the split kernel lets the merge start"
 # The carried path (d128, 32-key tiles, 3 stages): the block-table entries carried a tile
@@ -438,7 +450,7 @@ for carry, want in ((True, 2), (False, 0)):
         D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4,
         BLOCK_H=16, BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False,
         HAS_SPARSE=False, WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False,
-        CARRY=carry, HEADS_FIRST=True, PDL=False), 4, stages=3)["ttgir"]
+        CARRY=carry, FLAG_UNREAD=False, HEADS_FIRST=True, PDL=False), 4, stages=3)["ttgir"]
     buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
     assert buffers == want, f"carry {carry}: {buffers} two-deep K/V buffers, expected {want}"
 for wait in (False, True):

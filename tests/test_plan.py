@@ -274,9 +274,15 @@ def test_extend_bad_page_gives_nan_rows(window_left, page_size, tma, bad_id, det
     assert torch.isnan(bad[1][needs]).all() and not torch.isnan(bad[1][~needs]).any()
 
 
+# The decode kernel reads an unreadable key's row as NaN, or with the config's flag_unread
+# as zeros beside a NaN l (ops.config.DecodeConfig): the same outputs either way.
+FLAG_UNREAD = [None, {"flag_unread": True}]
+
+
+@pytest.mark.parametrize("config", FLAG_UNREAD, ids=["nan-rows", "flag-unread"])
 @pytest.mark.parametrize("bounds", ["tight", "skip", "none"])
 @pytest.mark.parametrize("splits", [1, 3], ids=lambda s: f"splits{s}")
-def test_decode_bad_page_gives_nan_rows(splits, bounds):
+def test_decode_bad_page_gives_nan_rows(splits, bounds, config):
     case = DecodeCase([30, 21, 9], num_q_heads=8, num_kv_heads=2, window_left=14, page_size=4,
                       seed=11)
     tensors = list(build_decode(case, DEVICE))
@@ -286,11 +292,13 @@ def test_decode_bad_page_gives_nan_rows(splits, bounds):
         table = tensors[3].clone()
         table[1, 4] = bad_id  # keys 16..19 of sequence 1 (its window: 6..20)
         bad = run_decode(*tensors[:3], table, tensors[4], window_left=14, sinks=sinks,
-                         num_splits=splits, bounds=bounds)
-        _assert_nan_where_needed(bad, good, torch.tensor([False, True, False], device=DEVICE))
+                         num_splits=splits, bounds=bounds, config=config, return_lse=True)
+        _assert_nan_where_needed(bad[0], good, torch.tensor([False, True, False], device=DEVICE))
+        assert torch.isnan(bad[1][1]).all() and not torch.isnan(bad[1][[0, 2]]).any()
 
 
-def test_sparse_index_outside_the_pool_gives_nan():
+@pytest.mark.parametrize("config", FLAG_UNREAD, ids=["nan-rows", "flag-unread"])
+def test_sparse_index_outside_the_pool_gives_nan(config):
     """A sparse index past the pool or below -1 is not read; that sequence comes out NaN
     (-1 stays 'no key')."""
     case = DecodeCase([12, 30], num_q_heads=4, num_kv_heads=2, window_left=7, page_size=4,
@@ -301,7 +309,8 @@ def test_sparse_index_outside_the_pool_gives_nan():
     for bad_id in (case.pool_rows, -2, 2 ** 31 - 1):
         bad_idx = idx.clone()
         bad_idx[0, 3] = bad_id
-        bad = run_decode(*tensors, window_left=7, sparse=(k_pool, v_pool, bad_idx), num_splits=2)
+        bad = run_decode(*tensors, window_left=7, sparse=(k_pool, v_pool, bad_idx), num_splits=2,
+                         config=config)
         _assert_nan_where_needed(bad, good, torch.tensor([True, False], device=DEVICE))
 
 

@@ -83,6 +83,15 @@ class DecodeConfig:
     # keys both ran slower in two splits than in one).
     programs_per_sm: int = 2
     min_split_keys: int = 512
+    # A visible key whose row cannot be read (a block-table entry off the cache, a pool
+    # index off the pool) makes its query rows NaN either way, bit for bit: False reads
+    # such a row as NaN (a select over each key tile: ops.decode._load_key), True reads it
+    # as zeros and makes the state's l NaN (a [BLOCK_N] test a tile). Only the code differs,
+    # and which is faster depends on the shape: on the H200 True was faster on S (82.9 us
+    # against 85.9 over bf16, 86.5 against 91.9 over fp8) and on C-A over fp8 (9.0 against
+    # 9.2), slower on C-A over bf16 (9.7 against 9.3) and on C-B over fp8 at d128 (296.3
+    # against 284.9; the 2026-12-03-h200-decode-unread-rows results).
+    flag_unread: bool = False
 
     @property
     def carry(self):
@@ -129,9 +138,10 @@ def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
         return DecodeConfig(block_h=block_h, block_n=16, num_warps=4, num_stages=1)
     width = max(head_dim, head_dim_v)
     if width > 256:
-        return DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
+        return DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2, flag_unread=True)
     if width <= 64:
-        return DecodeConfig(block_h=block_h, block_n=128, num_warps=4, num_stages=2, hopper=True)
+        return DecodeConfig(block_h=block_h, block_n=128, num_warps=4, num_stages=2, hopper=True,
+                            flag_unread=fp8)
     if width <= 128:
         return DecodeConfig(block_h=block_h, block_n=128 if fp8 else 64, num_warps=4,
                             num_stages=2, heads_first=True, hopper=True)

@@ -24,7 +24,9 @@ the chunking is the same in all three, so they are bit-identical for every split
 
 A block-table entry outside ``[0, num_pages)`` is never
 dereferenced: the keys on it read as NaN, so the query heads whose window holds one come out
-NaN (``_common.load_keys``); a sparse index outside the pool likewise.
+NaN (``_common.load_keys``); a sparse index outside the pool likewise. With the config's
+``flag_unread`` such a row is read as zeros instead and the state's ``l`` is made NaN (the
+same outputs, bit for bit; see :class:`.config.DecodeConfig`).
 
 On sm_90 the plan (``swattn.plan``) hands long windows and full attention to the Gluon path
 (:mod:`.decode_hopper`: the pages by TMA, a producer warp, two programs an SM); this module
@@ -50,7 +52,7 @@ from .merge import split_scratch
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.
 DecodeFlags = namedtuple("DecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV SPLIT_D "
-                         "CARRY")  # constexprs
+                         "CARRY FLAG_UNREAD")  # constexprs
 # A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
 # SPLIT_D), the value columns [BDV].
 DecodeLanes = namedtuple("DecodeLanes", "o_n o_d o_d2 o_dv m_d m_d2 m_dv")
@@ -62,10 +64,12 @@ Pool = namedtuple("Pool", "k v stride_kn stride_kh stride_vn stride_vh idx strid
 
 
 @triton.jit
-def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags):
+def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc, scores, flags):
     """Fold one key tile into the state; keys outside ``m_key`` get logit -inf whatever
-    their rows hold (unwritten cache rows never reach the row max). With SPLIT_D the
-    head's tail columns (b_q2, b_k2) add a second product."""
+    their rows hold (unwritten cache rows never reach the row max). With FLAG_UNREAD a
+    visible key outside ``m_read`` (its row not read: zeros) makes ``l`` NaN, as the NaN row
+    of :func:`_load_key` otherwise does through its logit. With SPLIT_D the head's tail
+    columns (b_q2, b_k2) add a second product."""
     if b_v.dtype != b_q.dtype:  # an fp8 cache (keys may come as fp16: _common.load_keys)
         b_k = b_k.to(b_q.dtype)
         b_k2 = b_k2.to(b_q.dtype)
@@ -80,14 +84,26 @@ def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags):
             qk = tl.dot(b_q2, tl.trans(b_k2), qk)
     s, scale = scores_log2(qk, scores.qk_scale, scores.softcap, flags.USE_SOFTCAP)
     s = tl.where(m_key[None, :], s, float("-inf"))
-    return softmax_step(s, scale, b_v, m_i, l_i, acc)
+    m_i, l_i, acc = softmax_step(s, scale, b_v, m_i, l_i, acc)
+    if flags.FLAG_UNREAD:
+        # + 0.0 where every visible key was read: l keeps its bits (the bounds variants'
+        # identity); NaN reaches o and lse through l (finish) where one was not.
+        unread = tl.max((m_key & (m_read == 0)).to(tl.int32), 0)
+        l_i = l_i + tl.where(unread > 0, float("nan"), 0.0)
+    return m_i, l_i, acc
 
 
 @triton.jit
 def _load_key(p, rows, lanes, flags):
     """A key tile's rows (``p``: [BN] row pointers) as its main columns and, with SPLIT_D,
     its tail columns (else the main part again, unused); rows outside ``rows`` NaN
-    (_common.load_keys)."""
+    (_common.load_keys), or with FLAG_UNREAD zeros (_attend flags them)."""
+    if flags.FLAG_UNREAD:
+        b_k = load_rows(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)
+        b_k2 = b_k
+        if flags.SPLIT_D:
+            b_k2 = load_rows(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2, flags.EVEN_D2)
+        return b_k, b_k2
     b_k = load_keys(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)  # [BN, BD]
     if flags.SPLIT_D:
         b_k2 = load_keys(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2,
@@ -136,7 +152,7 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
             if not flags.CARRY:
                 page = _pages(p_table, k_pos, lo, seq_len, page_size)
             # Only keys on a page of the cache are read; a visible key on a bad entry
-            # gives a NaN logit (load_keys).
+            # gives a NaN logit (load_keys), or with FLAG_UNREAD a NaN l (_attend).
             m_read = valid_page(page, cache.num_pages)
             row = page.to(tl.int64)
             offset = k_pos % page_size
@@ -145,7 +161,8 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
             b_k, b_k2 = _load_key(cache.k + slot_k, m_read, lanes, flags)
             b_v = load_rows(cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_read, lanes.m_dv,
                             flags.EVEN_DV)  # [BN, BDV]
-            m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags)
+            m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc,
+                                    scores, flags)
         if flags.CARRY:
             page = page_next
     return m_i, l_i, acc
@@ -166,7 +183,8 @@ def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, pool, sco
                               flags)
         b_v = load_rows(pool.v + (row * pool.stride_vn + i_kvh * pool.stride_vh)[:, None]
                         + lanes.o_dv[None, :], m_read, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
-        m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_i, l_i, acc, scores, flags)
+        m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc, scores,
+                                flags)
     return m_i, l_i, acc
 
 
@@ -182,7 +200,8 @@ def _decode_kernel(
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
-    TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, HEADS_FIRST: tl.constexpr,
+    TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, FLAG_UNREAD: tl.constexpr,
+    HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr, K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
 ):
     if PDL:
@@ -253,7 +272,7 @@ def _decode_kernel(
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
     flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
-                                      SPLIT_D, CARRY)
+                                      SPLIT_D, CARRY, FLAG_UNREAD)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     scores = Scores(qk_scale, softcap)
     if FP8:
@@ -359,6 +378,7 @@ def _launcher(spec: DecodeSpec, dtypes):
         USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
+        FLAG_UNREAD=cfg.flag_unread,
         HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
         V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},

@@ -139,8 +139,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       BLOCK_N=64, USE_WINDOW=window, HAS_SINKS=sinks, USE_SOFTCAP=False,
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
-                      HEADS_FIRST=False, PDL=False, k_scale=None, v_scale=None, K_SCALE_STRIDE=0,
-                      V_SCALE_STRIDE=0)
+                      FLAG_UNREAD=False, HEADS_FIRST=False, PDL=False, k_scale=None, v_scale=None,
+                      K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
     constexprs.update(flags)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
@@ -186,7 +186,10 @@ def fingerprints(progress=None):
         split=True, HAS_SPARSE=True, CARRY=True)),
                 ("decode d576 split head", lambda: compile_decode(
         576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
-        BLOCK_DV=512, BLOCK_H=16))]
+        BLOCK_DV=512, BLOCK_H=16)),
+                ("decode d576 split head sparse flag-unread", lambda: compile_decode(
+        576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
+        BLOCK_DV=512, BLOCK_H=16, HAS_SPARSE=True, FLAG_UNREAD=True))]
     kernels += [(f"hopper extend d128 window 127 {b}", lambda b=b: compile_hopper(
         128, bounds=b, WS=False)[0]) for b in ("tight", "skip", "none")]
     kernels += [(f"hopper decode d128 {b}", lambda b=b: compile_hopper_decode(
