@@ -162,17 +162,28 @@ def test_key_ranges_over_an_fp8_cache(fp8):
                                        for b in ("tight", "skip", "none")]))
 
 
+def _no_new_rows(monkeypatch):
+    """Key ranges read no new rows: a Hopper plan over an fp8 cache that made its launch
+    quantizing them (ops.cache.NewRowsLaunch) fails the test."""
+    from swattn.ops import cache
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("key ranges launched the new rows' quantization")
+    monkeypatch.setattr(cache, "NewRowsLaunch", refuse)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", ["triton", "hopper"])
 @pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3fn", "e5m2"])
-def test_gpu_key_ranges_over_an_fp8_cache_at_real_sizes(fp8, path):
+def test_gpu_key_ranges_over_an_fp8_cache_at_real_sizes(fp8, path, monkeypatch):
     """Either kernel over an fp8 cache with the plan's own tiles (the Hopper path's converter
     warps widening the pages the ranges reach), bf16 queries, every bounds variant bit for
-    bit, against the float64 softmax over the dequantized keys."""
+    bit, against the float64 softmax over the dequantized keys; no new rows quantized."""
     if DEVICE != "cuda":
         pytest.skip("CUDA only")
     if path == "hopper" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90 only")
+    _no_new_rows(monkeypatch)
     c = _fp8(_case(7, keys=(3000, 1500), queries=(300, 200), floors=(700, 0), hq=64, hkv=8,
                    d=64, page=16), fp8)
     _check(c, assert_bounds_identical([_run(c, b, dtype=torch.bfloat16, hopper=path == "hopper",
@@ -180,12 +191,14 @@ def test_gpu_key_ranges_over_an_fp8_cache_at_real_sizes(fp8, path):
 
 
 @pytest.mark.gpu
-def test_gpu_key_ranges_with_fp8_products():
+def test_gpu_key_ranges_with_fp8_products(monkeypatch):
     """The Hopper path's opt-in fp8 products under key ranges: every bounds variant bit for
     bit, rows that see nothing 0 and -inf, and the rest within the fp8 products' error of
-    the float64 softmax over the dequantized keys (a few 1e-2, docs/api.md)."""
+    the float64 softmax over the dequantized keys (a few 1e-2, docs/api.md); no new rows
+    quantized."""
     if DEVICE != "cuda" or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("sm_90 only")
+    _no_new_rows(monkeypatch)
     c = _fp8(_case(8, keys=(3000, 1500), queries=(300, 200), floors=(700, 0), hq=64, hkv=8,
                    d=64, page=16), torch.float8_e4m3fn)
     out, lse = (x.cpu() for x in assert_bounds_identical(

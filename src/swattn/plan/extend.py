@@ -101,7 +101,11 @@ class ExtendPlan(Plan):
         ready = ()  # the launches, in order, for relaunch
         if self.path == "hopper":
             prefix = None
-            if self._unit is not None:
+            if self._unit is not None and s.keys == "prefix":
+                # Stage 1 alone reads no new rows: buffers of the rows' dtype stand in for
+                # the copy descriptors, never written (NaN, should a read ever reach them).
+                k, v = self._row_buffers(k, poison=True)
+            elif self._unit is not None:
                 # An fp8 cache: the kernel reads the new rows as the cache stores them.
                 k, v, rows_ready = self._new_rows(k, v, scales, strides)
                 ready = (rows_ready,)
@@ -135,19 +139,28 @@ class ExtendPlan(Plan):
         s = self.spec
         fp16 = not s.config.fp8_products
         rows_dtype = torch.float16 if fp16 else self.kv_dtype
-        rows = self._launches.get(("new rows", k.shape[0], k.device))
-        if rows is None:
-            rows = self._launches[("new rows", k.shape[0], k.device)] = (
-                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim, dtype=rows_dtype,
-                            device=k.device),
-                torch.empty(k.shape[0], s.num_kv_heads, s.head_dim_v, dtype=rows_dtype,
-                            device=k.device))
+        rows = self._row_buffers(k)
         launch = self._launches.get(("quantize", strides))
         if launch is None:
             launch = self._launches[("quantize", strides)] = NewRowsLaunch(
                 s.num_kv_heads, s.head_dim, s.head_dim_v, strides,
                 (self.dtype, rows_dtype, self.kv_dtype), self.kv_dtype if fp16 else None)
         return (*rows, launch(k, v, *rows, scales))
+
+    def _row_buffers(self, k, poison=False):
+        """The buffers of :meth:`_new_rows` for ``k``'s row count and device, made once and
+        kept with the plan's launches; ``poison``: filled with NaN when made."""
+        s, key = self.spec, ("new rows", k.shape[0], k.device)
+        rows = self._launches.get(key)
+        if rows is None:
+            dtype = self.kv_dtype if s.config.fp8_products else torch.float16
+            rows = self._launches[key] = tuple(
+                torch.empty(k.shape[0], s.num_kv_heads, d, dtype=dtype, device=k.device)
+                for d in (s.head_dim, s.head_dim_v))
+            if poison:
+                for buffer in rows:
+                    buffer.fill_(float("nan"))
+        return rows
 
     def _prefix_rows(self, k_cache, v_cache, block_table):
         """The Hopper path over an fp8 cache with ``config.prefix_rows``: ``(k rows, v rows,
