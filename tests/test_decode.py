@@ -442,6 +442,19 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         PDL=partial), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
     assert ("griddepcontrol.launch_dependents" in ptx) == partial, "the split kernel lets the merge start"
+# An fp8 cache under a head of 40 (32 + a tail of 16, its columns masked), unreadable rows
+# flagged (FLAG_UNREAD), sparse keys and splits: what the interpreter runs without the
+# compiler's checks (a function's returns must agree in type, dead branches too).
+fp8 = {**bf16, **{n: "*fp8e4nv" for n in ("K_cache", "V_cache", "K_pool", "V_pool")},
+       "k_scale": "*fp32", "v_scale": "*fp32"}
+for flag in (False, True):
+    ptx = compile_sm90(_decode_kernel, {**fp8, **f32, **i32}, dict(
+        D=40, DV=40, BLOCK_D=32, BLOCK_D2=16, SPLIT_D=True, BLOCK_DV=64, GROUP=8, BLOCK_H=16,
+        BLOCK_N=64, USE_WINDOW=True, HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=True,
+        WRITE_PARTIAL=True, RETURN_LSE=False, TIGHT=True, SKIP=False, CARRY=False,
+        FLAG_UNREAD=flag, HEADS_FIRST=False, PDL=True, K_SCALE_STRIDE=1, V_SCALE_STRIDE=1),
+        4)["ptx"]
+    assert "mma.sync" in ptx, "the fp8 products are not tensor-core dots"
 # The carried path (d128, 32-key tiles, 3 stages): the block-table entries carried a tile
 # ahead let the pipeliner double-buffer the K and V copies; loaded in the iteration that
 # uses them, they hold each copy to one buffer.

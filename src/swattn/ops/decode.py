@@ -98,16 +98,17 @@ def _load_key(p, rows, lanes, flags):
     """A key tile's rows (``p``: [BN] row pointers) as its main columns and, with SPLIT_D,
     its tail columns (else the main part again, unused); rows outside ``rows`` NaN
     (_common.load_keys), or with FLAG_UNREAD zeros (_attend flags them)."""
+    # (One return: the compiler takes every return's types as one, dead branches too.)
     if flags.FLAG_UNREAD:
         b_k = load_rows(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)
-        b_k2 = b_k
-        if flags.SPLIT_D:
-            b_k2 = load_rows(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2, flags.EVEN_D2)
-        return b_k, b_k2
-    b_k = load_keys(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)  # [BN, BD]
+    else:
+        b_k = load_keys(p[:, None] + lanes.o_d[None, :], rows, lanes.m_d, flags.EVEN_D)  # [BN, BD]
     if flags.SPLIT_D:
-        b_k2 = load_keys(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2,
-                         flags.EVEN_D2)  # [BN, BD2]
+        if flags.FLAG_UNREAD:
+            b_k2 = load_rows(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2, flags.EVEN_D2)
+        else:
+            b_k2 = load_keys(p[:, None] + lanes.o_d2[None, :], rows, lanes.m_d2,
+                             flags.EVEN_D2)  # [BN, BD2]
     else:
         b_k2 = b_k
     return b_k, b_k2
