@@ -58,12 +58,13 @@ DECODE_SWEEP = {
 def sweep(label, configs, prepare, flush, reps=30, rounds=2):
     """Time ``prepare(config) -> (launch, out)`` for each config, replayed from CUDA graphs
     turn by turn (harness.interleave: no config always runs first or on hotter clocks);
-    print one line each."""
-    base, replays, diffs = None, {}, {}
+    print one line each. The launches stay referenced until the timing ends (a graph
+    replays into their plans' buffers and outputs)."""
+    base, replays, diffs, launches = None, {}, {}, {}
     for config in configs:
         name = f"tune {label} {config}"
         try:
-            fn, out = prepare(config)
+            fn, out = launches[name] = prepare(config)
             fn()
             torch.cuda.synchronize()
             if base is None:
