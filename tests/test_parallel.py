@@ -232,6 +232,11 @@ def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path, monkey
         q = torch.zeros(1, 2, 16, dtype=torch.float16, device=DEVICE)
         with pytest.raises(TypeError, match="k_cache must be torch.float8_e5m2"):
             plan.partial(q, cache, cache, torch.zeros(1, 1, dtype=torch.int32))
+        # A scale a launching rank's plan refuses (3 values for one KV head).
+        with pytest.raises(ValueError, match="k_scale"):
+            plan.partial(q, cache.to(torch.float8_e5m2), cache.to(torch.float8_e5m2),
+                         torch.zeros(1, 1, dtype=torch.int32),
+                         k_scale=torch.ones(3, device=DEVICE))
         monkeypatch.setattr(dist, "get_world_size", lambda group=None: 3)
         with pytest.raises(ValueError, match="2 heads do not divide among 3"):
             parallel.plan_decode([5], merge="reduce-scatter", **sizes)

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .ops._validate import FP8_DTYPES
-from .plan._common import check_common
+from .ops._validate import FP8_DTYPES, expect
+from .plan._common import check_common, check_scales, resolve_device
 
 
 @dataclass(frozen=True)
@@ -290,6 +290,9 @@ class ParallelPlan:
         self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
+        index = resolve_device(device)
+        self._index = index.index if index.type == "cuda" else -1  # as the plans' (expect)
         self.capacity = self.tokens = len(pos)
         self.totals = totals
         self.inner = None
@@ -479,16 +482,15 @@ class ParallelPlan:
         return part, lse
 
     def _check_idle(self, q, k_cache, v_cache, k_scale, v_scale):
-        """What a rank that launches nothing can check of a run's tensors, so it refuses
-        what the launching ranks' plans refuse (before the merge's collectives)."""
-        if q.dtype != self.dtype:
-            raise TypeError(f"q must be {self.dtype}, got {q.dtype}")
-        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if t.dtype != self.kv_dtype:
-                raise TypeError(f"{name} must be {self.kv_dtype}, got {t.dtype}")
-        if self.kv_dtype not in FP8_DTYPES and (k_scale is not None or v_scale is not None):
-            raise ValueError("k_scale/v_scale are an fp8 cache's; this plan's cache is "
-                             f"{self.kv_dtype}")
+        """A rank that launches nothing checks a run's tensors with the plans' own checks
+        (ops._validate.expect, plan._common.check_scales), so it refuses what the launching
+        ranks' plans refuse (before the merge's collectives, where it would wait for them)."""
+        expect("q", q, self.dtype, self._index, (self.num_q_heads, self.head_dim), 1)
+        expect("k_cache", k_cache, self.kv_dtype, self._index,
+               (self.page_size, self.num_kv_heads, self.head_dim), 1)
+        expect("v_cache", v_cache, self.kv_dtype, self._index,
+               (k_cache.shape[0], self.page_size, self.num_kv_heads, self.head_dim_v))
+        check_scales(k_scale, v_scale, self.kv_dtype, self.num_kv_heads, self._index)
 
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
