@@ -3,15 +3,17 @@ extend kernel on A and B at prefix 8192 (A also a 1024-token chunk over a 7168-t
 where the fixed cost of a launch shows; B at prefix 0, the new tokens alone; B at
 prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the decode
 kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows, unreadable
-rows flagged), S and C-A also over an fp8 e4m3 copy of the cache (S-fp8, C-A-fp8). One line
-per config: median us over CUDA-graph replays, each after an L2 flush, a workload's configs
-timed turn by turn (harness.interleave), and the largest difference to the first config's
-output. Used to choose ops.config; the chosen table is recorded in benchmarks/results.
+rows flagged, grid order), S and C-A also over an fp8 e4m3 copy of the cache (S-fp8,
+C-A-fp8). One line per config: median us over CUDA-graph replays, each after an L2 flush, a
+workload's configs timed turn by turn (harness.interleave), and the largest difference to
+the first config's output. Used to choose ops.config; the chosen table is recorded in
+benchmarks/results.
 
     PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S,C-A-fp8,S-fp8]
 """
 
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -19,7 +21,7 @@ from swattn import reference
 from swattn.bench import decode as decode_bench
 from swattn.bench import extend_inputs, harness, workloads
 from swattn.bench.peers import fp8_cache
-from swattn.ops.config import Config, DecodeConfig, decode_config
+from swattn.ops.config import Config, decode_config
 from swattn.plan import decode_plan_for, extend_plan_for
 
 # Extend: (BLOCK_M, BLOCK_N, warps, stages, pack_gqa, split_full, tma), over (prefix,
@@ -41,13 +43,17 @@ EXTEND_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "pack_gqa", "s
 EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
                 "B": [(8192, 8192, 16), (8192, 8192, 64), (0, 8192, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
-# Decode: (BLOCK_N, warps, stages, num_splits[, BLOCK_H[, flag_unread]]); num_splits None is
-# the library's choice, BLOCK_H and flag_unread the config function's unless given.
-_S = [(32, 4, 2, None), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, 32), (16, 8, 2, 1, 32),
-      (32, 4, 3, 1), (32, 4, 1, 1), (32, 4, 2, 2), (64, 8, 2, 1, 16), (32, 4, 2, 1, 16, False),
-      (32, 4, 2, 1, 16, True)]
+# Decode: (BLOCK_N, warps, stages, num_splits[, fields]); num_splits None is the library's
+# choice, ``fields`` other DecodeConfig fields (block_h, flag_unread, heads_first), the
+# config function's where not given.
+_H16, _H32, _H64 = {"block_h": 16}, {"block_h": 32}, {"block_h": 64}
+_S = [(32, 4, 2, None), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, _H32), (16, 8, 2, 1, _H32),
+      (32, 4, 3, 1), (32, 4, 1, 1), (32, 4, 2, 2), (64, 8, 2, 1, _H16),
+      (32, 4, 2, 1, {"flag_unread": False}), (32, 4, 2, 1, {"flag_unread": True}),
+      (32, 4, 2, 1, {"heads_first": True}), (32, 4, 2, 1, {"heads_first": False})]
 _C_A = [(128, 4, 2, None), (64, 4, 2, 1), (64, 4, 2, 2), (128, 8, 2, 1), (128, 2, 2, 1),
-        (128, 4, 1, 1), (128, 4, 2, 1, 16, False), (128, 4, 2, 1, 16, True)]
+        (128, 4, 1, 1), (128, 4, 2, 1, {"flag_unread": False}),
+        (128, 4, 2, 1, {"flag_unread": True})]
 DECODE_SWEEP = {
     "S": _S, "S-fp8": _S, "C-A": _C_A, "C-A-fp8": _C_A,
     "C-B": [(64, 4, 2, None), (32, 4, 3, 1), (64, 4, 2, 2), (32, 4, 4, 1), (64, 2, 3, 1),
@@ -118,21 +124,18 @@ def tune_decode(name, configs, flush):
 
     def prepare(config):
         block_n, warps, stages, splits = config[:4]
-        rows = config[4] if len(config) > 4 else chosen.block_h
-        flag = config[5] if len(config) > 5 else chosen.flag_unread
-        # The grid order stays the config function's (heads first for d128).
+        fields = config[4] if len(config) > 4 else {}
         tensors = (inputs.q, k_cache, v_cache, inputs.block_table_window)
         plan = decode_plan_for(*tensors, inputs.seq_lens, window_left=case.window_left,
                                sparse=sparse, num_splits=splits, hopper=False,
-                               config=DecodeConfig(block_h=rows, block_n=block_n, num_warps=warps,
-                                                   num_stages=stages, flag_unread=flag,
-                                                   heads_first=chosen.heads_first))
+                               config=replace(chosen, block_n=block_n, num_warps=warps,
+                                              num_stages=stages, hopper=False, **fields))
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
         return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=sparse, out=out,
                                  **scales)), out
 
     print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
-          "num_splits[, BLOCK_H[, flag_unread]])")
+          "num_splits[, fields])")
     sweep(name, configs, prepare, flush)
 
 
