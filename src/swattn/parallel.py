@@ -42,8 +42,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .ops._validate import FP8_DTYPES, expect
+from .ops._validate import expect
 from .plan._common import check_common, check_scales, resolve_device
+from .plan.extend import check_fp8_products
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,7 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
     check_common(rest["num_q_heads"], rest["num_kv_heads"], head_dim,
                  head_dim if head_dim_v is None else head_dim_v, rest["page_size"],
                  rest["softcap"], rest["scale"], rest["dtype"], kv_dtype, None, "tight")
-    if rest.get("fp8_products") and kv_dtype not in FP8_DTYPES:
-        raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
+    check_fp8_products(rest.get("fp8_products", False), kv_dtype)
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,

@@ -137,19 +137,20 @@ class ExtendPlan(Plan):
         fp8, the products' operands."""
         from ..ops.cache import NewRowsLaunch
         s = self.spec
-        fp16 = not s.config.fp8_products
-        rows_dtype = torch.float16 if fp16 else self.kv_dtype
         rows = self._row_buffers(k)
         launch = self._launches.get(("quantize", strides))
         if launch is None:
+            rows_dtype = rows[0].dtype
             launch = self._launches[("quantize", strides)] = NewRowsLaunch(
                 s.num_kv_heads, s.head_dim, s.head_dim_v, strides,
-                (self.dtype, rows_dtype, self.kv_dtype), self.kv_dtype if fp16 else None)
+                (self.dtype, rows_dtype, self.kv_dtype),
+                self.kv_dtype if rows_dtype == torch.float16 else None)
         return (*rows, launch(k, v, *rows, scales))
 
     def _row_buffers(self, k, poison=False):
         """The buffers of :meth:`_new_rows` for ``k``'s row count and device, made once and
-        kept with the plan's launches; ``poison``: filled with NaN when made."""
+        kept with the plan's launches, in the products' operand dtype (fp16, or with fp8
+        products the cache's); ``poison``: filled with NaN when made."""
         s, key = self.spec, ("new rows", k.shape[0], k.device)
         rows = self._launches.get(key)
         if rows is None:
@@ -317,6 +318,15 @@ class ExtendPlan(Plan):
 
 
 
+def check_fp8_products(fp8_products, kv_dtype):
+    """The option ``fp8_products``: a bool, True only over an fp8 cache (``kv_dtype``).
+    Also checked by a context-parallel rank that plans no launch (swattn.parallel)."""
+    if not isinstance(fp8_products, bool):
+        raise TypeError(f"fp8_products must be a bool, got {type(fp8_products).__name__}")
+    if fp8_products and kv_dtype not in FP8_DTYPES:
+        raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
+
+
 def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group, window_left,
                  masked, deterministic, hopper, config, fp8_products=False):
     """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
@@ -325,8 +335,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     fields to change in the chosen one (tests walk every tiling; with ``hopper=True``, the
     Hopper path's). ``fp8_products``: the Hopper path with fp8 products, or a ValueError
     saying why the plan cannot take it."""
-    if not isinstance(fp8_products, bool):
-        raise TypeError(f"fp8_products must be a bool, got {type(fp8_products).__name__}")
+    check_fp8_products(fp8_products, kv_dtype)
     if fp8_products:
         if hopper is False or deterministic:
             raise ValueError("fp8_products=True runs on the Hopper path: it takes neither "
@@ -336,9 +345,8 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
                             f"config fields, got {type(config).__name__}")
         config = dict(config or {}, fp8_products=True)
         hopper = True
-    if isinstance(config, dict) and config.get("fp8_products") and kv_dtype not in FP8_DTYPES:
-        # Asked for by the plan option or by the Hopper config's field alike.
-        raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
+    if isinstance(config, dict) and config.get("fp8_products"):  # the Hopper config's field
+        check_fp8_products(True, kv_dtype)
     cfg = _config.extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_size)
     tiling_asked = config is not None
     if isinstance(config, dict) and not hopper:
