@@ -137,6 +137,9 @@ def test_an_fp8_decode_plan_checks_its_scales_and_cache():
         plan.run(q, k8, v8, table, k_scale=torch.ones(3, device=DEVICE), v_scale=v_scale)
     with pytest.raises(TypeError, match="v_scale must be float32"):
         plan.run(q, k8, v8, table, k_scale=k_scale, v_scale=v_scale.double())
+    # Per KV head, strided: refused (the kernels step one element a head).
+    with pytest.raises(ValueError, match="k_scale must be contiguous"):
+        plan.run(q, k8, v8, table, k_scale=k_scale.repeat_interleave(2)[::2], v_scale=v_scale)
     with pytest.raises(TypeError, match="k_cache must be"):
         plan.run(q, k8.to(q.dtype), v8, table)
     # A cache of the queries' dtype takes no scales.

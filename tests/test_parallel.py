@@ -230,6 +230,8 @@ def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path, monkey
                                  **dict(idle, kv_dtype=torch.float16))
         with pytest.raises(TypeError, match="fp8_products must be a bool"):
             parallel.plan_extend([5], [1], fp8_products=1, **idle)
+        with pytest.raises(ValueError, match="fp8_products=True: the Hopper path cannot"):
+            parallel.plan_extend([5], [1], fp8_products=True, **idle)
         cache = torch.zeros(2, 4, 1, 16, dtype=torch.float16, device=DEVICE)
         q = torch.zeros(1, 2, 16, dtype=torch.float16, device=DEVICE)
         with pytest.raises(TypeError, match="k_cache must be torch.float8_e5m2"):

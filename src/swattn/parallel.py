@@ -44,7 +44,7 @@ import torch
 
 from .ops._validate import expect
 from .plan._common import check_common, check_scales, resolve_device
-from .plan.extend import check_fp8_products
+from .plan.extend import check_key_ranges_path
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,10 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
     check_common(rest["num_q_heads"], rest["num_kv_heads"], head_dim,
                  head_dim if head_dim_v is None else head_dim_v, rest["page_size"],
                  rest["softcap"], rest["scale"], rest["dtype"], kv_dtype, None, "tight")
-    check_fp8_products(rest.get("fp8_products", False), kv_dtype)
+    if kind == "extend":
+        check_key_ranges_path(rest["num_q_heads"], rest["num_kv_heads"], head_dim, head_dim_v,
+                              rest["page_size"], kv_dtype, rest["dtype"], device,
+                              rest["fp8_products"])
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,

@@ -88,7 +88,8 @@ def check_cache_dtype(k_cache, q_dtype):
 
 def check_scales(k_scale, v_scale, kv_dtype, num_kv_heads, device_index):
     """An fp8 cache's scales: None (1) or float32 tensors of one value ([] or [1]) or one a
-    KV head ([Hkv]) on the plan's device; none for a cache of the queries' dtype."""
+    KV head ([Hkv], contiguous) on the plan's device; none for a cache of the queries'
+    dtype."""
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if scale is None:
             continue
@@ -101,6 +102,8 @@ def check_scales(k_scale, v_scale, kv_dtype, num_kv_heads, device_index):
         if scale.dim() > 1 or scale.numel() not in (1, num_kv_heads):
             raise ValueError(f"{name} must be [] or [1] (per tensor) or [{num_kv_heads}] (per KV "
                              f"head), got shape {tuple(scale.shape)}")
+        if scale.numel() > 1 and scale.stride(0) != 1:  # the kernels step one element a head
+            raise ValueError(f"{name} must be contiguous, got stride {scale.stride(0)}")
         if scale.get_device() != device_index:
             raise ValueError(f"{name} must be on the plan's device")
 

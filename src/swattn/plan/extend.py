@@ -319,12 +319,23 @@ class ExtendPlan(Plan):
 
 
 def check_fp8_products(fp8_products, kv_dtype):
-    """The option ``fp8_products``: a bool, True only over an fp8 cache (``kv_dtype``).
-    Also checked by a context-parallel rank that plans no launch (swattn.parallel)."""
+    """The option ``fp8_products``: a bool, True only over an fp8 cache (``kv_dtype``)."""
     if not isinstance(fp8_products, bool):
         raise TypeError(f"fp8_products must be a bool, got {type(fp8_products).__name__}")
     if fp8_products and kv_dtype not in FP8_DTYPES:
         raise ValueError(f"fp8_products needs an fp8 cache (kv_dtype), got {kv_dtype}")
+
+
+def check_key_ranges_path(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, kv_dtype,
+                          dtype, device, fp8_products=False):
+    """Refuse, without making a plan, what :func:`plan_key_ranges` refuses in choosing its
+    path (``fp8_products``: a bool, over an fp8 cache, on a Hopper path that takes these
+    sizes on ``device``): a context-parallel rank that launches nothing calls it
+    (swattn.parallel), so it raises where the launching ranks do."""
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
+    _extend_path(resolve_device(device), dtype, kv_dtype, head_dim,
+                 head_dim if head_dim_v is None else head_dim_v, page_size,
+                 num_q_heads // num_kv_heads, None, False, False, None, None, fp8_products)
 
 
 def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group, window_left,
