@@ -77,12 +77,13 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             request's outputs are bit-identical whatever else is in the batch and however
             its prefill is chunked (given the cache holds the bits write_kv stored).
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
-            (per KV head); None = 1. A cached key is its stored value times k_scale (folded
+            (per KV head, contiguous); None = 1. A cached key is its stored value times k_scale (folded
             into the scores' scale), a value times v_scale (folded into the output). The new
             tokens' k and v are taken as the cache stores them (write_kv's rounding), so a
             chunk's result does not depend on where its keys came from. The products run on
-            the stored values converted to fp16 (q too, if bf16); an fp8 cache runs on the
-            Triton kernels.
+            the stored values converted to fp16 (q too, if bf16; fp32 queries keep fp32
+            products); over an fp8 cache the plan's path as over a 16-bit one (on sm_90 the
+            Hopper path at its head dims, else the Triton kernels).
         out: [T, Hq, Dv] output buffer.
 
     Returns:
@@ -143,7 +144,8 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] or [Hkv]; None = 1. The
             cache stores ``value / scale`` computed in float32, saturated to the format's
             largest finite value (448 for e4m3fn, 57344 for e5m2; NaN stays NaN), rounded
-            to the nearest fp8 value, ties to even: what ``tensor.to(fp8_dtype)`` gives.
+            to the nearest fp8 value, ties to even (``tensor.to(fp8_dtype)``'s rounding;
+            ``tensor.to`` does not saturate).
     """
     if torch.compiler.is_compiling():
         _write_kv_op(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
@@ -206,10 +208,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             None = chosen from the shape and the GPU's SM count.
         return_lse: also return lse [B, Hq] float32 (natural log, sinks excluded).
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
-            (per KV head); None = 1. A key is its stored value times k_scale (folded into the
+            (per KV head, contiguous); None = 1. A key is its stored value times k_scale (folded into the
             scores' scale), a value times v_scale (folded into the output); the products
-            run on the stored values converted to fp16 (q too, if bf16). The sparse pool
-            shares the cache's dtype and scales.
+            run on the stored values converted to fp16 (q too, if bf16; fp32 queries keep
+            fp32 products). The sparse pool shares the cache's dtype and scales.
         out: [B, Hq, Dv] output buffer.
 
     Returns:
