@@ -77,13 +77,13 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             request's outputs are bit-identical whatever else is in the batch and however
             its prefill is chunked (given the cache holds the bits write_kv stored).
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
-            (per KV head, contiguous); None = 1. A cached key is its stored value times k_scale (folded
-            into the scores' scale), a value times v_scale (folded into the output). The new
-            tokens' k and v are taken as the cache stores them (write_kv's rounding), so a
-            chunk's result does not depend on where its keys came from. The products run on
-            the stored values converted to fp16 (q too, if bf16; fp32 queries keep fp32
-            products); over an fp8 cache the plan's path as over a 16-bit one (on sm_90 the
-            Hopper path at its head dims, else the Triton kernels).
+            (per KV head, contiguous); None = 1. A cached key is its stored value times
+            k_scale (folded into the scores' scale), a value times v_scale (folded into the
+            output). The new tokens' k and v are taken as the cache stores them (write_kv's
+            rounding), so a chunk's result does not depend on where its keys came from. The
+            products run on the stored values converted to fp16 (q too, if bf16; fp32
+            queries keep fp32 products); over an fp8 cache the plan's path as over a 16-bit
+            one (on sm_90 the Hopper path at its head dims, else the Triton kernels).
         out: [T, Hq, Dv] output buffer.
 
     Returns:
@@ -208,10 +208,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             None = chosen from the shape and the GPU's SM count.
         return_lse: also return lse [B, Hq] float32 (natural log, sinks excluded).
         k_scale, v_scale: an fp8 cache's float32 scales, [] or [1] (per tensor) or [Hkv]
-            (per KV head, contiguous); None = 1. A key is its stored value times k_scale (folded into the
-            scores' scale), a value times v_scale (folded into the output); the products
-            run on the stored values converted to fp16 (q too, if bf16; fp32 queries keep
-            fp32 products). The sparse pool shares the cache's dtype and scales.
+            (per KV head, contiguous); None = 1. A key is its stored value times k_scale
+            (folded into the scores' scale), a value times v_scale (folded into the output);
+            the products run on the stored values converted to fp16 (q too, if bf16; fp32
+            queries keep fp32 products). The sparse pool shares the cache's dtype and scales.
         out: [B, Hq, Dv] output buffer.
 
     Returns:

@@ -317,7 +317,6 @@ class ExtendPlan(Plan):
         self._ready.clear()  # the runs' checks depend on the lengths
 
 
-
 def check_fp8_products(fp8_products, kv_dtype):
     """The option ``fp8_products``: a bool, True only over an fp8 cache (``kv_dtype``)."""
     if not isinstance(fp8_products, bool):
