@@ -68,7 +68,7 @@ def probe(workload, fp8, mode, configs, rounds=3, reps=30):
     inputs = build_inputs(case)
     k_cache, v_cache, scales = inputs.k_cache, inputs.v_cache, {}
     if fp8:
-        k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache)
+        k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache, latent=case.latent)
         scales = dict(k_scale=k_scale, v_scale=v_scale)
     table = inputs.block_table_window
     if mode == "l2":

@@ -4,7 +4,8 @@ where the fixed cost of a launch shows; B at prefix 0, the new tokens alone; B a
 prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the decode
 kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows, unreadable
 rows flagged, grid order), S and C-A also over an fp8 e4m3 copy of the cache (S-fp8,
-C-A-fp8). One line per config: median us over CUDA-graph replays, each after an L2 flush, a
+C-A-fp8); S's latent cache also with its values as their own copy (``{"copy": True}``: the
+kernel then loads them apart from the keys). One line per config: median us over CUDA-graph replays, each after an L2 flush, a
 workload's configs timed turn by turn (harness.interleave), and the largest difference to
 the first config's output. Used to choose ops.config; the chosen table is recorded in
 benchmarks/results.
@@ -45,9 +46,9 @@ EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
                 "B-prefix": [(8192, 8192, 16), (8192, 8192, 64)]}
 # Decode: (BLOCK_N, warps, stages, num_splits[, fields]); num_splits None is the library's
 # choice, ``fields`` other DecodeConfig fields (block_h, flag_unread, heads_first), the
-# config function's where not given.
+# config function's where not given, and ``copy`` (the values as their own copy).
 _H16, _H32, _H64 = {"block_h": 16}, {"block_h": 32}, {"block_h": 64}
-_S = [(32, 4, 2, None), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, _H32), (16, 8, 2, 1, _H32),
+_S = [(32, 4, 2, None), (32, 4, 2, None, {"copy": True}), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, _H32), (16, 8, 2, 1, _H32),
       (32, 4, 3, 1), (32, 4, 1, 1), (32, 4, 2, 2), (64, 8, 2, 1, _H16),
       (32, 4, 2, 1, {"flag_unread": False}), (32, 4, 2, 1, {"flag_unread": True}),
       (32, 4, 2, 1, {"heads_first": True}), (32, 4, 2, 1, {"heads_first": False})]
@@ -114,24 +115,29 @@ def tune_decode(name, configs, flush):
     inputs = decode_bench.build_inputs(case)
     k_cache, v_cache, sparse, scales = inputs.k_cache, inputs.v_cache, inputs.sparse, {}
     if fp8:  # an fp8 e4m3 copy, one scale a KV head (as the bench's fp8 variants)
-        k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache)
+        k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache, latent=case.latent)
         scales = {"k_scale": k_scale, "v_scale": v_scale}
         if sparse is not None:
-            sparse = (reference.quantize(sparse[0], k_scale, k_cache.dtype),
-                      reference.quantize(sparse[1], v_scale, k_cache.dtype), sparse[2])
+            k_pool = reference.quantize(sparse[0], k_scale, k_cache.dtype)
+            v_pool = (k_pool[..., :case.head_dim_v] if case.latent
+                      else reference.quantize(sparse[1], v_scale, k_cache.dtype))
+            sparse = (k_pool, v_pool, sparse[2])
+    # The values as their own copy: the same numbers, loaded apart from the keys.
+    copied = (v_cache.clone(), None if sparse is None else (sparse[0], sparse[1].clone(), sparse[2]))
     chosen = decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
                            torch.bfloat16, inputs.q.device, k_cache.dtype)
 
     def prepare(config):
         block_n, warps, stages, splits = config[:4]
-        fields = config[4] if len(config) > 4 else {}
-        tensors = (inputs.q, k_cache, v_cache, inputs.block_table_window)
+        fields = dict(config[4]) if len(config) > 4 else {}
+        values, pool = copied if fields.pop("copy", False) else (v_cache, sparse)
+        tensors = (inputs.q, k_cache, values, inputs.block_table_window)
         plan = decode_plan_for(*tensors, inputs.seq_lens, window_left=case.window_left,
-                               sparse=sparse, num_splits=splits, hopper=False,
+                               sparse=pool, num_splits=splits, hopper=False,
                                config=replace(chosen, block_n=block_n, num_warps=warps,
                                               num_stages=stages, hopper=False, **fields))
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
-        return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=sparse, out=out,
+        return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=pool, out=out,
                                  **scales)), out
 
     print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "

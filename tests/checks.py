@@ -73,3 +73,13 @@ def runs_without_sync(run, out, times=3):
     finally:
         torch.cuda.set_sync_debug_mode(0)
     return results
+
+
+def latent_inputs(case, tensors, sparse):
+    """A latent cache of the case: the values are the keys' first ``head_dim_v`` columns
+    (``v_cache = k_cache[..., :Dv]``, the pool likewise), and the same values as their own
+    copies: ``(latent, copied)``, each ``(v_cache, sparse)``."""
+    dv = case.head_dim_v
+    k_cache, (k_pool, _, idx) = tensors[1], sparse
+    latent = (k_cache[..., :dv], (k_pool, k_pool[..., :dv], idx))
+    return latent, (latent[0].clone(), (k_pool, latent[1][1].clone(), idx))

@@ -13,7 +13,8 @@ from swattn.ops import decode as ops_decode
 from swattn.ops.config import (DecodeConfig, HopperDecodeConfig, decode_config, head_blocking)
 
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
-from checks import TOL, assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
+from checks import (TOL, assert_bounds_identical, assert_matches_reference, latent_inputs,
+                    replay_after, run_fresh)
 from conftest import DEVICE
 
 
@@ -247,6 +248,33 @@ def test_key_head_split_into_two_products(head_dim):
         check_case(case, num_splits=splits, sinks=sinks, return_lse=True)
 
 
+@pytest.mark.parametrize("head_dim, head_dim_v", [(40, 32), (32, 32)], ids=["d40-v32", "d32-v32"])
+def test_latent_cache_reads_values_from_the_key_tiles(head_dim, head_dim_v):
+    """Over a latent cache (DeepSeek's MLA: 576 key columns, the values their first 512)
+    each tile is loaded once for both products: the same bits as the values given as their
+    own copy, under every bounds variant and split count, and the reference's answer."""
+    case = DecodeCase([40, 3, 77, 0], num_q_heads=4, num_kv_heads=1, head_dim=head_dim,
+                      head_dim_v=head_dim_v, window_left=20, sparse_keys=9, page_size=4, seed=41)
+    tensors = build_decode(case, DEVICE)
+    q, k_cache, _, block_table, seq_lens = tensors
+    latent, copied = latent_inputs(case, tensors, build_sparse(case, DEVICE))
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(41)).to(DEVICE)
+    for splits in (1, 3):
+        kw = dict(window_left=20, sinks=sinks, num_splits=splits, return_lse=True)
+        got = run_all_bounds((q, k_cache, latent[0], block_table, seq_lens), sparse=latent[1], **kw)
+        own = run_all_bounds((q, k_cache, copied[0], block_table, seq_lens), sparse=copied[1], **kw)
+        assert all(torch.equal(a, b) for a, b in zip(got, own)), splits
+        assert_matches_reference(got, reference.decode_attention(
+            q, k_cache, latent[0], block_table, seq_lens, sparse=latent[1], **kw))
+    # The plan took the one-load kernel for the latent cache only.
+    plan = swattn.plan.plan_decode(case.seq_lens, num_q_heads=4, num_kv_heads=1,
+                                   head_dim=head_dim, head_dim_v=head_dim_v, page_size=4,
+                                   window_left=20, sparse_keys=9, dtype=case.dtype, device=DEVICE)
+    for v_cache, sparse in (latent, copied):
+        plan.run(q, k_cache, v_cache, block_table, sparse=sparse)
+    assert sorted(key[3] for key in plan._launches) == [False, True]
+
+
 def test_custom_op_registration():
     """Schema, fake (meta) implementation and the mutation of out/lse, as torch checks them;
     and a whole graph (decode, then merge) under torch.compile."""
@@ -430,7 +458,8 @@ def compile_sm90(fn, pointers, consts, warps, stages=2):
 bf16 = {n: "*bf16" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
 f32 = {n: "*fp32" for n in ("sinks", "Lse", "Part_o", "Part_lse", "Parts_o", "Parts_lse")}
 i32 = {n: "*i32" for n in ("block_table", "seq_lens", "Idx")}
-# (head dim, value dim, main/tail widths, window, sparse, partial, tight): 576 = 512 + 64.
+# (head dim, value dim, main/tail widths, window, sparse, partial, tight): 576 = 512 + 64,
+# its values from the key tiles (a latent cache).
 for d, dv, (bd, bd2), window, sparse, partial, tight in (
         (64, 64, (64, 0), True, False, False, True), (128, 128, (128, 0), False, True, True, False),
         (576, 512, (512, 64), True, True, False, True)):
@@ -438,8 +467,8 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
-        SKIP=not tight, CARRY=not tight, FLAG_UNREAD=d > 128, HEADS_FIRST=not tight,
-        PDL=partial), 4)["ptx"]
+        SKIP=not tight, CARRY=not tight, FLAG_UNREAD=d > 128, V_IN_K=d > 128,
+        HEADS_FIRST=not tight, PDL=partial), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
     assert ("griddepcontrol.launch_dependents" in ptx) == partial, "the split kernel lets the merge start"
 # An fp8 cache under a head of 40 (32 + a tail of 16, its columns masked), unreadable rows
@@ -452,8 +481,8 @@ for flag in (False, True):
         D=40, DV=40, BLOCK_D=32, BLOCK_D2=16, SPLIT_D=True, BLOCK_DV=64, GROUP=8, BLOCK_H=16,
         BLOCK_N=64, USE_WINDOW=True, HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=True,
         WRITE_PARTIAL=True, RETURN_LSE=False, TIGHT=True, SKIP=False, CARRY=False,
-        FLAG_UNREAD=flag, HEADS_FIRST=False, PDL=True, K_SCALE_STRIDE=1, V_SCALE_STRIDE=1),
-        4)["ptx"]
+        FLAG_UNREAD=flag, V_IN_K=False, HEADS_FIRST=False, PDL=True, K_SCALE_STRIDE=1,
+        V_SCALE_STRIDE=1), 4)["ptx"]
     assert "mma.sync" in ptx, "the fp8 products are not tensor-core dots"
 # The carried path (d128, 32-key tiles, 3 stages): the block-table entries carried a tile
 # ahead let the pipeliner double-buffer the K and V copies; loaded in the iteration that
@@ -463,7 +492,8 @@ for carry, want in ((True, 2), (False, 0)):
         D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4,
         BLOCK_H=16, BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False,
         HAS_SPARSE=False, WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False,
-        CARRY=carry, FLAG_UNREAD=False, HEADS_FIRST=True, PDL=False), 4, stages=3)["ttgir"]
+        CARRY=carry, FLAG_UNREAD=False, V_IN_K=False, HEADS_FIRST=True, PDL=False), 4,
+        stages=3)["ttgir"]
     buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
     assert buffers == want, f"carry {carry}: {buffers} two-deep K/V buffers, expected {want}"
 for wait in (False, True):

@@ -14,8 +14,8 @@ from swattn import reference
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, build_sparse
 
-from checks import (assert_bounds_identical, assert_matches_reference, replay_after,
-                    runs_without_sync)
+from checks import (assert_bounds_identical, assert_matches_reference, latent_inputs,
+                    replay_after, runs_without_sync)
 from conftest import DEVICE
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -93,6 +93,39 @@ def test_decode_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_hea
                                    for b in ("tight", "skip", "none")])
     want = reference.decode_attention(*tensors, **kw)
     assert_matches_reference(got, want)
+
+
+def check_latent(case, fp8, kwargs, tol):
+    """A latent cache over ``fp8`` (None: the queries' dtype), the values the keys' first
+    columns under the keys' scale: the same bits as the values given as their own copy,
+    every bounds variant, and the reference's answer."""
+    if fp8 is None:
+        tensors = build_decode(case, DEVICE)
+        k_scale = None
+        k_pool, _, idx = build_sparse(case, DEVICE)
+    else:
+        tensors, k_scale, _ = _fp8_decode_inputs(case, fp8, True)
+        k_pool, _, idx = build_sparse(case, DEVICE)
+        k_pool = reference.quantize(k_pool, k_scale, fp8)
+    latent, copied = latent_inputs(case, tensors, (k_pool, None, idx))
+    q, k_cache, _, block_table, seq_lens = tensors
+    kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=k_scale,
+              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(9)).to(DEVICE))
+    results = []
+    for v_cache, sparse in (latent, copied):
+        results.append(assert_bounds_identical([
+            run_decode(q, k_cache, v_cache, block_table, seq_lens, sparse=sparse, bounds=b, **kw)
+            for b in ("tight", "skip", "none")]))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert_matches_reference(results[0], reference.decode_attention(
+        q, k_cache, latent[0], block_table, seq_lens, sparse=latent[1], **kw), tol=tol)
+
+
+@pytest.mark.parametrize("fp8", FP8, ids=IDS.get)
+def test_a_latent_fp8_cache_reads_values_from_the_key_tiles(fp8):
+    check_latent(DecodeCase([33, 15, 1], num_q_heads=8, num_kv_heads=1, head_dim=40,
+                            head_dim_v=32, page_size=16, window_left=14, sparse_keys=17, seed=43),
+                 fp8, {"num_splits": 2, "return_lse": True}, 5e-3)
 
 
 def test_fp8_products_are_asked_for_and_say_why_a_plan_cannot_take_them():
@@ -316,6 +349,21 @@ def test_gpu_bf16_queries_over_fp8_caches(fp8, per_head):
         got = assert_bounds_identical([run_extend(*tensors, bounds=b, **kw)
                                        for b in ("tight", "skip", "none")])
         assert_matches_reference(got, reference.extend_attention(*tensors, **kw), tol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp8", (None,) + FP8, ids=lambda x: "bf16" if x is None else IDS[x])
+def test_gpu_latent_cache_at_s_shape(fp8):
+    """S's heads (64 query heads on one KV head, 576 key columns, values their first 512),
+    bf16 queries over a bf16 or fp8 latent cache: the one-load kernel gives the bits of the
+    values as their own copy, and the reference's answer."""
+    if DEVICE != "cuda":
+        pytest.skip("bf16 products under the interpreter are broken (tests/test_gpu.py)")
+    case = DecodeCase([700, 300, 129], num_q_heads=64, num_kv_heads=1, head_dim=576,
+                      head_dim_v=512, page_size=64, window_left=127, sparse_keys=480,
+                      pool_rows=900, dtype=torch.bfloat16, seed=35)
+    for splits in (1, 2):
+        check_latent(case, fp8, {"num_splits": splits, "return_lse": True}, 1e-2)
 
 
 # The Hopper decode path over fp8 caches: windows starting mid-page and mid-tile, a key of

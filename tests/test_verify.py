@@ -57,6 +57,15 @@ def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
     assert not identity.Row(**dict(row, max_abs_tight_none=1e-7), tol=8e-2).ok
 
 
+def test_latent_matrix_takes_wide_heads_and_every_cache_kind():
+    rows = identity.FAMILIES["decode-latent"][0](gpu=True)
+    assert all(kw["latent"] for _, _, kw, _ in rows)
+    assert {(c.head_dim, c.head_dim_v) for _, c, _, _ in rows} >= {(576, 512), (64, 64)}
+    assert {kw.get("kv") for _, _, kw, _ in rows} == {None, *identity.FP8_KINDS}
+    assert any(c.sparse_keys for _, c, _, _ in rows) and len(rows) >= 24
+    assert identity.FAMILIES["decode-latent"][0](gpu=False)
+
+
 def test_hopper_decode_matrix_covers_the_path():
     rows = identity.hopper_decode_matrix(gpu=True)
     assert {int(name.split()[0][1:]) for name, *_ in rows} == set(identity.GPU_WINDOWS)

@@ -83,12 +83,14 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
     import swattn
     from .. import reference
     case = inputs.case
-    k8, v8, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8)
+    k8, v8, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8, latent=case.latent)
     sparse = None
     if inputs.sparse is not None:
         k_pool, v_pool, idx = inputs.sparse
-        sparse = (reference.quantize(k_pool, k_scale, fp8), reference.quantize(v_pool, v_scale, fp8),
-                  idx)
+        k_pool = reference.quantize(k_pool, k_scale, fp8)
+        v_pool = (k_pool[..., :case.head_dim_v] if case.latent
+                  else reference.quantize(v_pool, v_scale, fp8))
+        sparse = (k_pool, v_pool, idx)
     table = inputs.block_table_window
     try:
         plan = swattn.plan_decode(

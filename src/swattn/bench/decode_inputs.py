@@ -18,7 +18,8 @@ Inputs (:func:`build_inputs`), built with tensor operations on the device (C-B's
 
 The cache, the rows between and the sparse pool are views of one flat allocation per K and V
 (``k_rows``/``v_rows`` ``[rows, Hkv, D]``): swattn gets the paged cache and a separate pool,
-SGLang's token-pool kernel the flat rows with its index list over both.
+SGLang's token-pool kernel the flat rows with its index list over both. Over a latent cache
+(S) ``v_rows`` is ``k_rows[..., :Dv]``: the values are the keys' first columns.
 
 Each variant's output is poisoned with NaN, then checked against the float64 reference
 (``swattn.reference.decode_attention``) on the first :data:`CHECK_SEQS` sequences (NaN
@@ -105,7 +106,8 @@ def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
     cache_end = guard + num_pages * size
     sparse_row0 = cache_end + 1  # one NaN row between: pool row -1 addresses it
     rows = sparse_row0 + sparse_rows
-    k_rows, v_rows = randn(rows, hkv, d), randn(rows, hkv, dv)
+    k_rows = randn(rows, hkv, d)
+    v_rows = k_rows[..., :dv] if case.latent else randn(rows, hkv, dv)
     for flat in (k_rows, v_rows):
         flat[:guard] = nan
         flat[cache_end] = nan
@@ -129,7 +131,8 @@ def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
         flat[tail_slots[tail]] = nan
         cache[below_pages] = nan
     k_cache[0] = randn(size, hkv, d)  # the null page stays finite
-    v_cache[0] = randn(size, hkv, dv)
+    if not case.latent:
+        v_cache[0] = randn(size, hkv, dv)
 
     table_full = seq_pages.clone()
     table_window = seq_pages.clone()

@@ -60,7 +60,8 @@ def sglang_decode(inputs, *, core_count=None):
 
     On S the index list of a sequence is its window slots followed by its sparse pool rows
     (the pool lives in the same flat buffer), so the kernel joins both in one softmax, as
-    swattn does; V is its own buffer (``has_mla=False``). Index building is not timed.
+    swattn does; over its latent cache the values come from the key tiles (``has_mla=True``,
+    as its MLA backend calls it), else V is its own buffer. Index building is not timed.
     """
     need_device(inputs)
     mod = import_peer(SGLANG_DECODE)
@@ -93,7 +94,8 @@ def sglang_decode(inputs, *, core_count=None):
         mod.decode_attention_fwd(
             inputs.q, inputs.k_rows, inputs.v_rows, out, kv_indptr, kv_indices, attn_logits,
             attn_lse, num_kv_splits, SGLANG_MAX_KV_SPLITS, softmax_scale(case), 1.0, 1.0, logit_cap=0.0,
-            sinks=inputs.sinks, has_mla=False, use_pdl=use_pdl, page_size=1, uneven_batch=uneven)
+            sinks=inputs.sinks, has_mla=case.latent, use_pdl=use_pdl, page_size=1,
+            uneven_batch=uneven)
 
     what = "all keys" if case.window_left is None else f"last W={case.window_left + 1} keys"
     note = (f"token pool (page 1), {what} per sequence in kv_indices"

@@ -58,10 +58,12 @@ class Prepared:
     tolerance: float | None = None
 
 
-def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True):
+def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True, latent=False):
     """An fp8 copy of a paged cache ``[pages, page_size, Hkv, D]`` under one scale a KV head
     (or one for the tensor), calibrated as engines do (the largest finite magnitude maps to
-    the format's largest value): ``(k8, v8, k_scale, v_scale)``; NaN rows stay NaN."""
+    the format's largest value): ``(k8, v8, k_scale, v_scale)``; NaN rows stay NaN. With
+    ``latent`` (the values are the keys' first columns) ``v8`` is ``k8``'s first columns
+    and ``v_scale`` is ``k_scale``."""
     from .. import reference
     limit = torch.finfo(dtype).max
 
@@ -71,7 +73,10 @@ def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True):
         scale = (amax / limit).to(torch.float32)
         return reference.quantize(x, scale, dtype), scale
 
-    (k8, k_scale), (v8, v_scale) = one(k_cache), one(v_cache)
+    k8, k_scale = one(k_cache)
+    if latent:
+        return k8, k8[..., :v_cache.shape[-1]], k_scale, k_scale
+    v8, v_scale = one(v_cache)
     return k8, v8, k_scale, v_scale
 
 

@@ -51,6 +51,8 @@ class Workload:
     window_layers: int = 0
     full_layers: int = 0
     note: str = ""
+    # The values are the keys' first head_dim_v columns (a latent cache, as DeepSeek's MLA).
+    latent: bool = False
 
     @property
     def window_left(self):
@@ -78,7 +80,8 @@ WORKLOADS = {
                  note="input 8192 in chunks of 4096; window 128 on 18 layers, full on 18"),
         Workload("S", "DeepSeek-style sparse + window decode", "sparse_decode", 64, 1, 576, 512,
                  128, True, 64, context=32768, sparse_keys=512,
-                 note="MQA over a latent cache; 512 sparse keys from a separate pool"),
+                 note="MQA over a latent cache (values the keys' first 512 columns); 512 "
+                      "sparse keys from a separate pool", latent=True),
     )
 }
 
@@ -252,6 +255,7 @@ class DecodeCase(_Measured):
     seq_lens: tuple[int, ...]
     sparse_keys: int = 0
     page_size: int = 16
+    latent: bool = False  # the workload's: values are the keys' first head_dim_v columns
 
     kind = "decode"
 
@@ -328,5 +332,6 @@ def decode_cases(workload, *, batch=None, contexts=None, page_size=16):
     contexts = (workload.context,) if contexts is None else tuple(contexts)
     return [DecodeCase(workload.name, workload.num_q_heads, workload.num_kv_heads,
                        workload.head_dim, workload.head_dim_v, workload.window_left,
-                       workload.sinks, (context,) * batch, workload.sparse_keys, page_size)
+                       workload.sinks, (context,) * batch, workload.sparse_keys, page_size,
+                       workload.latent)
             for context in contexts]

@@ -16,7 +16,9 @@ split writes a sink-free partial (out, lse) to scratch and ``merge.launch_merge`
 them, applying the sinks once; on sm_90 the merge is launched as a programmatic dependent
 (PDL) of this kernel, so it can start as soon as every program of this one has.
 ``sparse=(k_pool, v_pool, idx)`` adds up to K pool rows per sequence to the same softmax as
-extra key tiles after the window's, chunked over the splits with them.
+extra key tiles after the window's, chunked over the splits with them. Where the values are
+the keys' first columns (a latent cache, :func:`values_in_keys`), each tile is loaded (and
+over fp8 converted) once for both products.
 
 ``bounds="skip"``/``"none"`` let the chunk of split 0 start at position 0 (on the grid of
 the window's first key) and skip, or compute under the mask, the tiles below the window;
@@ -52,7 +54,7 @@ from .merge import split_scratch
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.
 DecodeFlags = namedtuple("DecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV SPLIT_D "
-                         "CARRY FLAG_UNREAD")  # constexprs
+                         "CARRY FLAG_UNREAD V_IN_K")  # constexprs
 # A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
 # SPLIT_D), the value columns [BDV].
 DecodeLanes = namedtuple("DecodeLanes", "o_n o_d o_d2 o_dv m_d m_d2 m_dv")
@@ -69,11 +71,14 @@ def _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc, scores, fla
     their rows hold (unwritten cache rows never reach the row max). With FLAG_UNREAD a
     visible key outside ``m_read`` (its row not read: zeros) makes ``l`` NaN, as the NaN row
     of :func:`_load_key` otherwise does through its logit. With SPLIT_D the head's tail
-    columns (b_q2, b_k2) add a second product."""
+    columns (b_q2, b_k2) add a second product. With V_IN_K ``b_v`` is the key tile itself
+    (a latent cache: the values are the keys' first columns), converted once."""
     if b_v.dtype != b_q.dtype:  # an fp8 cache (keys may come as fp16: _common.load_keys)
         b_k = b_k.to(b_q.dtype)
         b_k2 = b_k2.to(b_q.dtype)
         b_v = b_v.to(b_q.dtype)
+    if flags.V_IN_K:
+        b_v = b_k
     if b_q.dtype == tl.float32:  # fp32 products in fp32 (see _common.FP32_PRODUCTS)
         qk = tl.dot(b_q, tl.trans(b_k), input_precision=FP32_PRODUCTS)  # [BH, BN]
         if flags.SPLIT_D:
@@ -158,10 +163,14 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
             row = page.to(tl.int64)
             offset = k_pos % page_size
             slot_k = row * cache.stride_kp + offset * cache.stride_ks + i_kvh * cache.stride_kh
-            slot_v = row * cache.stride_vp + offset * cache.stride_vs + i_kvh * cache.stride_vh
+            if not flags.V_IN_K:
+                slot_v = row * cache.stride_vp + offset * cache.stride_vs + i_kvh * cache.stride_vh
             b_k, b_k2 = _load_key(cache.k + slot_k, m_read, lanes, flags)
-            b_v = load_rows(cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_read, lanes.m_dv,
-                            flags.EVEN_DV)  # [BN, BDV]
+            if flags.V_IN_K:
+                b_v = b_k  # (the key tile's first columns: _attend)
+            else:
+                b_v = load_rows(cache.v + slot_v[:, None] + lanes.o_dv[None, :], m_read,
+                                lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
             m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc,
                                     scores, flags)
         if flags.CARRY:
@@ -182,8 +191,11 @@ def _sparse_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, pool, sco
         row = row.to(tl.int64)
         b_k, b_k2 = _load_key(pool.k + row * pool.stride_kn + i_kvh * pool.stride_kh, m_read, lanes,
                               flags)
-        b_v = load_rows(pool.v + (row * pool.stride_vn + i_kvh * pool.stride_vh)[:, None]
-                        + lanes.o_dv[None, :], m_read, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
+        if flags.V_IN_K:
+            b_v = b_k
+        else:
+            b_v = load_rows(pool.v + (row * pool.stride_vn + i_kvh * pool.stride_vh)[:, None]
+                            + lanes.o_dv[None, :], m_read, lanes.m_dv, flags.EVEN_DV)  # [BN, BDV]
         m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_read, m_i, l_i, acc, scores,
                                 flags)
     return m_i, l_i, acc
@@ -202,7 +214,7 @@ def _decode_kernel(
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, FLAG_UNREAD: tl.constexpr,
-    HEADS_FIRST: tl.constexpr,
+    V_IN_K: tl.constexpr, HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr, K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
 ):
     if PDL:
@@ -273,7 +285,7 @@ def _decode_kernel(
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
     flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
-                                      SPLIT_D, CARRY, FLAG_UNREAD)
+                                      SPLIT_D, CARRY, FLAG_UNREAD, V_IN_K)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     scores = Scores(qk_scale, softcap)
     if FP8:
@@ -348,11 +360,32 @@ class DecodeSpec:
     # of its k_scale and v_scale (1: one a head, 0: one value; from the run).
     kv_dtype: object = None
     scale_strides: tuple = (0, 0)
+    # The run's values are its keys' first head_dim_v columns (:func:`values_in_keys`).
+    v_in_k: bool = False
 
     @property
     def head_blocking(self):
         """``(BLOCK_H, head blocks)``: the group's query heads in programs."""
         return head_blocking(self.config, self.group)
+
+
+def latent_widths(head_dim, head_dim_v):
+    """Whether a value block of ``head_dim_v`` columns is a key tile's main part: the
+    kernel can then take a latent cache's values from its key tiles."""
+    block_d, _ = split_width(head_dim)
+    return dot_side(head_dim_v) == block_d and head_dim_v == min(head_dim, block_d)
+
+
+def values_in_keys(spec, k_cache, v_cache, sparse):
+    """Whether a run may read its values as its keys' first columns, one load a tile: the
+    values (and the sparse pool's) are the keys' first ``head_dim_v`` columns, at the same
+    address with the same strides, as a latent cache holds them (DeepSeek's MLA: 512 of 576
+    columns, ``v_cache = k_cache[..., :512]``), and :func:`latent_widths` holds. Tensor
+    metadata only: no host sync."""
+    if not latent_widths(spec.head_dim, spec.head_dim_v):
+        return False
+    pairs = ((k_cache, v_cache),) if sparse is None else ((k_cache, v_cache), sparse[:2])
+    return all(k.data_ptr() == v.data_ptr() and k.stride() == v.stride() for k, v in pairs)
 
 
 _TENSORS = ("Q", "K_cache", "V_cache", "block_table", "seq_lens", "sinks", "K_pool", "V_pool",
@@ -379,7 +412,7 @@ def _launcher(spec: DecodeSpec, dtypes):
         USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
-        FLAG_UNREAD=cfg.flag_unread,
+        FLAG_UNREAD=cfg.flag_unread or spec.v_in_k, V_IN_K=spec.v_in_k,
         HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
         V_SCALE_STRIDE=spec.scale_strides[1])
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},

@@ -86,7 +86,10 @@ class DecodePlan(Plan):
             lse = torch.empty(batch, self._hq, dtype=torch.float32, device=q.device)
         if batch:
             scales, strides = scale_args(k_scale, v_scale, self._unit)
-            launch, merge = self._launch(sinks is not None, sparse is not None, strides)
+            # A latent cache's values are read from its key tiles (Triton kernel).
+            v_in_k = self.path == "triton" and _decode.values_in_keys(self.spec, k_cache, v_cache,
+                                                                      sparse)
+            launch, merge = self._launch(sinks is not None, sparse is not None, strides, v_in_k)
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
                                self._parts,
@@ -164,14 +167,15 @@ class DecodePlan(Plan):
                                                             s.head_dim_v))
         expect("sparse idx", idx, torch.int32, dev, (self.batch, self.sparse_keys))
 
-    def _launch(self, has_sinks, has_sparse, scale_strides):
+    def _launch(self, has_sinks, has_sparse, scale_strides, v_in_k=False):
         """``(kernel launch, split merge or None)`` of a run with or without sinks and
-        sparse keys, and an fp8 cache's scales per tensor or per KV head (bound once each)."""
-        key = (has_sinks, has_sparse, scale_strides)
+        sparse keys, an fp8 cache's scales per tensor or per KV head, and values read from
+        the key tiles or not (bound once each)."""
+        key = (has_sinks, has_sparse, scale_strides, v_in_k)
         bound = self._launches.get(key)
         if bound is None:
             spec = replace_spec(self.spec, has_sinks=has_sinks, has_sparse=has_sparse,
-                                scale_strides=scale_strides)
+                                scale_strides=scale_strides, v_in_k=v_in_k)
             if self.path == "hopper":
                 launch = self._hopper.HopperDecodeLaunch(spec, self.dtype)
             else:

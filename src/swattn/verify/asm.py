@@ -139,7 +139,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       BLOCK_N=64, USE_WINDOW=window, HAS_SINKS=sinks, USE_SOFTCAP=False,
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
-                      FLAG_UNREAD=False, HEADS_FIRST=False, PDL=False, k_scale=None, v_scale=None,
+                      FLAG_UNREAD=False, V_IN_K=False, HEADS_FIRST=False, PDL=False, k_scale=None,
+                      v_scale=None,
                       K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
     constexprs.update(flags)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
@@ -174,7 +175,7 @@ def fingerprints(progress=None):
                 for d, sp in ((64, False), (128, True))]
     # The variants the launches above leave out: the bounds checks, a custom mask, soft-capping
     # and the lse, sparse keys, the carried page walk, a split head dim, the short-window
-    # (not warp-specialized) Hopper extend.
+    # (not warp-specialized) Hopper extend, a latent cache's values from the key tiles.
     mistral = next(shape for shape in SHAPES if shape.name.startswith("mistral"))
     kernels += [(f"extend {mistral.name} {bounds}", lambda b=bounds: compile_extend(mistral, b))
                 for bounds in ("skip", "none")]
@@ -189,7 +190,10 @@ def fingerprints(progress=None):
         BLOCK_DV=512, BLOCK_H=16)),
                 ("decode d576 split head sparse flag-unread", lambda: compile_decode(
         576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
-        BLOCK_DV=512, BLOCK_H=16, HAS_SPARSE=True, FLAG_UNREAD=True))]
+        BLOCK_DV=512, BLOCK_H=16, HAS_SPARSE=True, FLAG_UNREAD=True)),
+                ("decode d576 split head sparse latent", lambda: compile_decode(
+        576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
+        BLOCK_DV=512, BLOCK_H=16, HAS_SPARSE=True, FLAG_UNREAD=True, V_IN_K=True))]
     kernels += [(f"hopper extend d128 window 127 {b}", lambda b=b: compile_hopper(
         128, bounds=b, WS=False)[0]) for b in ("tight", "skip", "none")]
     kernels += [(f"hopper decode d128 {b}", lambda b=b: compile_hopper_decode(

@@ -15,7 +15,7 @@ def add_arguments(parser):
                         help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
-                             "extend-fp8, unified-fp8, decode-fp8, hopper, decode-hopper, "
+                             "extend-fp8, unified-fp8, decode-fp8, decode-latent, hopper, decode-hopper, "
                              "hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
                              "hopper-fp8-prefix-rows; "
                              "default all, the hopper ones on an sm_90 GPU only)")
@@ -49,7 +49,7 @@ def run(args):
     families = args.family
     if families is None:
         hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-        families = ("extend,unified,decode,extend-fp8,unified-fp8,decode-fp8"
+        families = ("extend,unified,decode,extend-fp8,unified-fp8,decode-fp8,decode-latent"
                     + (",hopper,decode-hopper,hopper-fp8,decode-hopper-fp8,hopper-fp8-products,"
                           "hopper-fp8-prefix-rows"
                        if hopper else ""))

@@ -321,15 +321,41 @@ def _tight_only(kwargs, bounds):
     return dict(kwargs, config={k: v for k, v in config.items() if k != "prefix_rows"})
 
 
+def _latent_rows(gpu=True):
+    """The decode matrix's rows whose value block is the key tile's main part, over a
+    latent cache (the values the keys' first columns; the sparse pool likewise): in turn
+    the queries' dtype, e4m3fn with one scale and e5m2 with one a KV head."""
+    rows = [row for row in decode_matrix(gpu)
+            if ops_decode.latent_widths(row[1].head_dim, row[1].head_dim_v)]
+    out = []
+    for n, (name, case, kwargs, block_n) in enumerate(rows):
+        kv = (None,) + FP8_KINDS
+        kv = kv[n % 3]
+        label = "" if kv is None else f" {str(kv[0])[6:]} {'per-head' if kv[1] else 'per-tensor'}"
+        extra = {"latent": True} if kv is None else {"latent": True, "kv": kv}
+        out.append((f"{name} latent{label}", case, dict(kwargs, **extra), block_n))
+    return out
+
+
 def _run_decode_row(row, device):
     _name, case, kwargs, block_n = row
     tensors = build_decode(case, device)
     kwargs = _on_device(kwargs, device)
     kv = kwargs.pop("kv", None)
+    latent = kwargs.pop("latent", False)
     if case.sparse_keys:
         kwargs["sparse"] = build_sparse(case, device)
     if kv is not None:
         tensors = _fp8_cache(tensors, (1, 2), case, kv, kwargs, device)
+    if latent:
+        # The values are the keys' first columns (under the keys' scale over fp8).
+        dv = case.head_dim_v
+        tensors = tensors[:2] + (tensors[1][..., :dv],) + tensors[3:]
+        if "sparse" in kwargs:
+            k_pool, _, idx = kwargs["sparse"]
+            kwargs["sparse"] = (k_pool, k_pool[..., :dv], idx)
+        if kv is not None:
+            kwargs["v_scale"] = kwargs["k_scale"]
     results = {b: run_decode(*tensors, window_left=case.window_left, bounds=b,
                                               block_n=block_n, **kwargs)
                for b in ops_decode.BOUNDS}
@@ -351,6 +377,7 @@ FAMILIES = {
     "unified-fp8": (_fp8_rows(unified_matrix), lambda row, device: _run_extend_row(row, device, True)),
     "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
+    "decode-latent": (_latent_rows, _run_decode_row),
     "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix, period=len(HOPPER_DECODE_FEATURES)),
                           _run_decode_row),
     "hopper-fp8-products": (_fp8_rows(hopper_matrix, {"fp8_products": True}),
@@ -373,6 +400,8 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "unified-fp8": "deterministic single-pass extend over an fp8 cache",
           "hopper-fp8": "two-stage extend over an fp8 cache, Hopper path (Gluon)",
           "decode-fp8": "decode over an fp8 cache",
+          "decode-latent": "decode over a latent cache (values the keys' first columns), "
+                           "bf16/fp16 and fp8",
           "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)",
           "hopper-fp8-products": "two-stage extend over an fp8 cache, Hopper path with fp8 "
                                  "products (opt-in)",
