@@ -294,9 +294,10 @@ class DecodeCase(_Measured):
     def bytes_moved(self, element_size=2, kv_element_size=None):
         """Q and O of the new tokens and the K, V rows of the window (and the sparse rows),
         each once (K and V at ``kv_element_size`` bytes an element, by default
-        ``element_size``)."""
+        ``element_size``; over a latent cache the K rows alone, which hold the values)."""
         q_o = self.batch * self.num_q_heads * (self.head_dim + self.head_dim_v)
-        k_v = self.keys() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
+        k_v = self.keys() * self.num_kv_heads * (self.head_dim + (0 if self.latent
+                                                                  else self.head_dim_v))
         return q_o * element_size + k_v * (kv_element_size or element_size)
 
 

@@ -109,9 +109,10 @@ class ExtendPlan(Plan):
                 # An fp8 cache: the kernel reads the new rows as the cache stores them.
                 k, v, rows_ready = self._new_rows(k, v, scales, strides)
                 ready = (rows_ready,)
-                if s.config.prefix_rows:
-                    *prefix, prefix_ready = self._prefix_rows(k_cache, v_cache, block_table)
-                    ready += (prefix_ready,)
+            if self._unit is not None and s.config.prefix_rows:
+                # (stage 1 alone too: it reads the widened prefix as the whole pass does)
+                *prefix, prefix_ready = self._prefix_rows(k_cache, v_cache, block_table)
+                ready += (prefix_ready,)
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
             ready += (self._launch(sinks is not None, False, False, strides)(
