@@ -216,6 +216,27 @@ def test_sglang_decode_against_dense(seed):
         assert _rel(out[b:b + 1], want) < TOL
 
 
+def test_sglang_mla_decode_takes_the_values_from_the_keys():
+    """``has_mla=True``: the values are the keys' first Lv columns (SGLang's MLA decode), not
+    what ``v_buffer`` holds (NaN here)."""
+    g = torch.Generator().manual_seed(5)
+    pool, d, dv, lens = 30, 40, 32, [7, 1, 12]
+    k_buffer = torch.randn(pool, 1, d, generator=g).to(DTYPE).to(DEVICE)
+    v_buffer = torch.full((pool, 1, dv), float("nan"), dtype=DTYPE, device=DEVICE)
+    q = torch.randn(len(lens), 4, d, generator=g).to(DTYPE).to(DEVICE)
+    lists = [torch.randperm(pool, generator=g)[:n] for n in lens]
+    kv_indptr = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).to(DEVICE)
+    out = torch.full((len(lens), 4, dv), float("nan"), dtype=DTYPE, device=DEVICE)
+    sg.decode_attention_fwd(q, k_buffer, v_buffer, out, kv_indptr, torch.cat(lists).to(DEVICE),
+                            sm_scale=d ** -0.5, has_mla=True)
+    for b, n in enumerate(lens):
+        idx = lists[b].to(DEVICE)
+        want, _ = _dense(q[b:b + 1], k_buffer[idx], k_buffer[idx][..., :dv],
+                         torch.tensor([n - 1], device=DEVICE), torch.arange(n, device=DEVICE),
+                         scale=d ** -0.5)
+        assert _rel(out[b:b + 1], want) < TOL
+
+
 def _vllm_case(seed, block=16, batch=3, heads=(4, 2), dim=16):
     g = torch.Generator().manual_seed(seed)
     hq, hkv = heads

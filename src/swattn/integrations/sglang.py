@@ -103,7 +103,11 @@ def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_l
                          score_mod=None, aux_tensors=None, enable_lean=None, lean_Mp=None,
                          lean_Lp=None, lean_Op=None, lean_locks=None, uneven_batch=None):
     """SGLang's ``decode_attention_fwd`` on swattn's decode kernel: every key the lists
-    name (SGLang's decode takes its window as the list itself)."""
+    name (SGLang's decode takes its window as the list itself). With ``has_mla`` the values
+    are the keys' first ``Lv`` columns, as SGLang's MLA decode reads them, whatever
+    ``v_buffer`` holds; the kernel then loads each key tile once for both products."""
+    if has_mla:
+        v_buffer = k_buffer[..., :v_buffer.shape[-1]]
     k_scale = cache_scale("k_scale", k_scale, k_buffer)
     v_scale = cache_scale("v_scale", v_scale, v_buffer)
     require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
