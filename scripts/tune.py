@@ -5,9 +5,9 @@ prefix 8192 also over pages of 64, whole key tiles the cache loads by TMA), the 
 kernel on C-A, C-B and S (tile width, warps, stages, split count, head rows, unreadable
 rows flagged, grid order), S and C-A also over an fp8 e4m3 copy of the cache (S-fp8,
 C-A-fp8); S's latent cache also with its values as their own copy (``{"copy": True}``: the
-kernel then loads them apart from the keys). One line per config: median us over CUDA-graph replays, each after an L2 flush, a
-workload's configs timed turn by turn (harness.interleave), and the largest difference to
-the first config's output. Used to choose ops.config; the chosen table is recorded in
+kernel then loads them apart from the keys). One line per config: median us over CUDA-graph
+replays, each after an L2 flush, a workload's configs timed turn by turn
+(harness.interleave), and the largest difference to the first config's output. Used to choose ops.config; the chosen table is recorded in
 benchmarks/results.
 
     PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S,C-A-fp8,S-fp8]
@@ -48,7 +48,8 @@ EXTEND_CASES = {"A": [(8192, 8192, 16), (7168, 1024, 16)],
 # choice, ``fields`` other DecodeConfig fields (block_h, flag_unread, heads_first), the
 # config function's where not given, and ``copy`` (the values as their own copy).
 _H16, _H32, _H64 = {"block_h": 16}, {"block_h": 32}, {"block_h": 64}
-_S = [(32, 4, 2, None), (32, 4, 2, None, {"copy": True}), (16, 4, 2, 1), (16, 8, 2, 1), (32, 8, 2, 1, _H32), (16, 8, 2, 1, _H32),
+_S = [(32, 4, 2, None), (32, 4, 2, None, {"copy": True}), (16, 4, 2, 1), (16, 8, 2, 1),
+      (32, 8, 2, 1, _H32), (16, 8, 2, 1, _H32),
       (32, 4, 3, 1), (32, 4, 1, 1), (32, 4, 2, 2), (64, 8, 2, 1, _H16),
       (32, 4, 2, 1, {"flag_unread": False}), (32, 4, 2, 1, {"flag_unread": True}),
       (32, 4, 2, 1, {"heads_first": True}), (32, 4, 2, 1, {"heads_first": False})]
@@ -123,7 +124,8 @@ def tune_decode(name, configs, flush):
                       else reference.quantize(sparse[1], v_scale, k_cache.dtype))
             sparse = (k_pool, v_pool, sparse[2])
     # The values as their own copy: the same numbers, loaded apart from the keys.
-    copied = (v_cache.clone(), None if sparse is None else (sparse[0], sparse[1].clone(), sparse[2]))
+    copied = (v_cache.clone(),
+              None if sparse is None else (sparse[0], sparse[1].clone(), sparse[2]))
     chosen = decode_config(case.head_dim, case.head_dim_v, case.num_q_heads // case.num_kv_heads,
                            torch.bfloat16, inputs.q.device, k_cache.dtype)
 

@@ -109,8 +109,8 @@ def check_latent(case, fp8, kwargs, tol):
         k_pool = reference.quantize(k_pool, k_scale, fp8)
     latent, copied = latent_inputs(case, tensors, (k_pool, None, idx))
     q, k_cache, _, block_table, seq_lens = tensors
-    kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=k_scale,
-              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(9)).to(DEVICE))
+    sinks = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=k_scale, sinks=sinks)
     results = []
     for v_cache, sparse in (latent, copied):
         results.append(assert_bounds_identical([
