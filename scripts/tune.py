@@ -18,10 +18,9 @@ from dataclasses import replace
 
 import torch
 
-from swattn import reference
 from swattn.bench import decode as decode_bench
 from swattn.bench import extend_inputs, harness, workloads
-from swattn.bench.peers import fp8_cache
+from swattn.bench.peers import fp8_cache, fp8_pool
 from swattn.ops.config import Config, decode_config
 from swattn.plan import decode_plan_for, extend_plan_for
 
@@ -119,10 +118,7 @@ def tune_decode(name, configs, flush):
         k_cache, v_cache, k_scale, v_scale = fp8_cache(k_cache, v_cache, latent=case.latent)
         scales = {"k_scale": k_scale, "v_scale": v_scale}
         if sparse is not None:
-            k_pool = reference.quantize(sparse[0], k_scale, k_cache.dtype)
-            v_pool = (k_pool[..., :case.head_dim_v] if case.latent
-                      else reference.quantize(sparse[1], v_scale, k_cache.dtype))
-            sparse = (k_pool, v_pool, sparse[2])
+            sparse = fp8_pool(sparse, k_scale, v_scale, k_cache.dtype, case.latent)
     # The values as their own copy: the same numbers, loaded apart from the keys.
     copied = (v_cache.clone(),
               None if sparse is None else (sparse[0], sparse[1].clone(), sparse[2]))

@@ -21,7 +21,7 @@ from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLIT
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
-from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, poisoner
+from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, fp8_pool, poisoner
 
 
 # --------------------------------------------------------------------------------------
@@ -86,11 +86,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
     k8, v8, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8, latent=case.latent)
     sparse = None
     if inputs.sparse is not None:
-        k_pool, v_pool, idx = inputs.sparse
-        k_pool = reference.quantize(k_pool, k_scale, fp8)
-        v_pool = (k_pool[..., :case.head_dim_v] if case.latent
-                  else reference.quantize(v_pool, v_scale, fp8))
-        sparse = (k_pool, v_pool, idx)
+        sparse = fp8_pool(inputs.sparse, k_scale, v_scale, fp8, case.latent)
     table = inputs.block_table_window
     try:
         plan = swattn.plan_decode(

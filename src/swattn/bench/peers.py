@@ -80,6 +80,16 @@ def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True, latent
     return k8, v8, k_scale, v_scale
 
 
+def fp8_pool(sparse, k_scale, v_scale, dtype, latent=False):
+    """A sparse pool ``(k_pool, v_pool, idx)`` quantized under the cache's scales (from
+    :func:`fp8_cache`); with ``latent`` the values are the quantized keys' first columns."""
+    from .. import reference
+    k_pool, v_pool, idx = sparse
+    k8 = reference.quantize(k_pool, k_scale, dtype)
+    v8 = k8[..., :v_pool.shape[-1]] if latent else reference.quantize(v_pool, v_scale, dtype)
+    return k8, v8, idx
+
+
 def peers_dir(path=None):
     """The peers folder: ``path``, else ``$SWATTN_PEERS``, else ``.peers/py``."""
     return path or os.environ.get("SWATTN_PEERS") or DEFAULT_PEERS

@@ -129,10 +129,12 @@ def _compile(source_class, fn, constexprs, arg_type, pointers, options):
 
 
 def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False, sinks=True,
-                   bounds="tight", **flags):
+                   bounds="tight", kv_dtype=None, maxnreg=None, **flags):
     """The Triton decode kernel (ops.decode) compiled for sm_90 with Triton's ptxas, one
     head block of ``group`` query heads a KV head, keys in tiles of 64; ``flags`` override
-    its constexprs (HAS_SPARSE, CARRY, SPLIT_D with BLOCK_D and BLOCK_D2, ...)."""
+    its constexprs (HAS_SPARSE, CARRY, SPLIT_D with BLOCK_D and BLOCK_D2, ...).
+    ``kv_dtype``: the cache's and pool's Triton type where it is not ``dtype`` (``"fp8e4nv"``:
+    an fp8 cache with one scale a KV head); ``maxnreg``: a register cap for the launch."""
     from ..ops import decode as ops_decode
     constexprs = dict(D=head_dim, DV=head_dim, BLOCK_D=head_dim, BLOCK_D2=16, SPLIT_D=False,
                       BLOCK_DV=head_dim, GROUP=group, BLOCK_H=max(group, 16), HEAD_BLOCKS=1,
@@ -142,13 +144,22 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       FLAG_UNREAD=False, V_IN_K=False, HEADS_FIRST=False, PDL=False, k_scale=None,
                       v_scale=None,
                       K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
-    constexprs.update(flags)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
                      "sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
+    if kv_dtype is not None:
+        pointers.update({n: f"*{kv_dtype}" for n in ("K_cache", "V_cache", "K_pool", "V_pool")})
+        pointers.update(k_scale="*fp32", v_scale="*fp32")
+        for name in ("k_scale", "v_scale"):
+            del constexprs[name]
+        constexprs.update(K_SCALE_STRIDE=1, V_SCALE_STRIDE=1)
+    constexprs.update(flags)
+    options = {"num_warps": 4, "num_stages": 2}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
     compiled, _ = _compile(ASTSource, ops_decode._decode_kernel, constexprs,
                            lambda name: pointers.get(name, "fp32" if name in _FLOATS else "i32"),
-                           pointers, {"num_warps": 4, "num_stages": 2})
+                           pointers, options)
     return compiled
 
 

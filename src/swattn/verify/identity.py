@@ -329,8 +329,7 @@ def _latent_rows(gpu=True):
             if ops_decode.latent_widths(row[1].head_dim, row[1].head_dim_v)]
     out = []
     for n, (name, case, kwargs, block_n) in enumerate(rows):
-        kv = (None,) + FP8_KINDS
-        kv = kv[n % 3]
+        kv = ((None,) + FP8_KINDS)[n % 3]
         label = "" if kv is None else f" {str(kv[0])[6:]} {'per-head' if kv[1] else 'per-tensor'}"
         extra = {"latent": True} if kv is None else {"latent": True, "kv": kv}
         out.append((f"{name} latent{label}", case, dict(kwargs, **extra), block_n))
