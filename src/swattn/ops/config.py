@@ -272,6 +272,29 @@ class HopperDecodeConfig:
         return 2 if -(-programs // 2) >= 0.95 * slots else 1
 
 
+@dataclass(frozen=True)
+class LatentDecodeConfig:
+    """The Gluon latent-cache decode path's tiling (ops.decode_latent): 64 query-head rows
+    a program (two warpgroups' products, one program an SM: the query's 72 KB and two key
+    buffers in shared memory), tiles of ``block_n`` keys, split-KV to fill the SMs."""
+
+    block_h: int = 64
+    block_n: int = 32
+    num_warps: int = 8
+    programs_per_sm: int = 1
+    min_split_keys: int = 128
+    # The plan takes this path for groups of at least min_group query heads a KV head.
+    min_group: int = 32
+
+    def splits(self, batch, kv_heads, max_keys, sm_count):
+        """Split-KV chunks per (sequence, head block): as many as fill ``programs_per_sm``
+        x ``sm_count`` SMs in one wave, none given fewer than ``min_split_keys`` keys; at
+        least 1."""
+        programs = max(batch * kv_heads, 1)
+        wanted = self.programs_per_sm * sm_count // programs
+        return max(1, min(wanted, max_keys // self.min_split_keys))
+
+
 def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     """The Gluon decode path's tiling for a head dim (fp16 and bf16 share it): 4 ring
     stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
@@ -289,7 +312,7 @@ def head_blocking(config, group):
     """``(BLOCK_H, head blocks)``: the query heads of a KV group in blocks of BLOCK_H rows
     (at least 16, tl.dot's smallest side; a power of two), one program each; the Hopper
     decode path's blocks are its config's rows, whatever the group."""
-    if isinstance(config, HopperDecodeConfig):
+    if isinstance(config, (HopperDecodeConfig, LatentDecodeConfig)):
         return config.block_h, -(-group // config.block_h)
     block_h = dot_side(min(config.block_h, group))
     return block_h, -(-group // block_h)

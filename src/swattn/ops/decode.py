@@ -362,6 +362,10 @@ class DecodeSpec:
     scale_strides: tuple = (0, 0)
     # The run's values are its keys' first head_dim_v columns (:func:`values_in_keys`).
     v_in_k: bool = False
+    # The Gluon latent-cache path's tiling (config.LatentDecodeConfig) where the plan
+    # chose it: a run whose values are its keys' first columns takes that kernel
+    # (ops.decode_latent), any other the Triton kernel of ``config``.
+    latent_config: object = None
 
     @property
     def head_blocking(self):
@@ -385,7 +389,15 @@ def values_in_keys(spec, k_cache, v_cache, sparse):
     if not latent_widths(spec.head_dim, spec.head_dim_v):
         return False
     pairs = ((k_cache, v_cache),) if sparse is None else ((k_cache, v_cache), sparse[:2])
-    return all(k.data_ptr() == v.data_ptr() and k.stride() == v.stride() for k, v in pairs)
+    return all(k.data_ptr() == v.data_ptr() and _same_steps(k, v) for k, v in pairs)
+
+
+def _same_steps(k, v):
+    """Whether ``k`` and ``v`` (of one rank) step through memory alike on every axis that
+    has more than one element: a single KV head's stride is arbitrary (``view`` gives a
+    sliced tensor another one than the tensor it was sliced from)."""
+    return k.dim() == v.dim() and all(a == b or n == 1 for a, b, n in
+                                      zip(k.stride(), v.stride(), v.shape))
 
 
 _TENSORS = ("Q", "K_cache", "V_cache", "block_table", "seq_lens", "sinks", "K_pool", "V_pool",

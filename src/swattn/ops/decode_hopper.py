@@ -497,7 +497,7 @@ def _finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     col_o: gl.constexpr = gl.SliceLayout(0, o_layout)
     rows = gl.arange(0, acc.shape[0], layout=row_o)
-    if flags.FP8:
+    if flags.HEAD_BLOCKS > 1:
         rows = rows + split.i_hb * flags.BM  # the head block's rows of the group
     head = split.i_kvh * flags.GROUP + rows
     m_row = rows < flags.GROUP

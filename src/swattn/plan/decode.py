@@ -17,7 +17,7 @@ from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_ran
 class DecodePlan(Plan):
     """One batch's decode attention, planned: made by :func:`plan_decode`.
 
-    Attributes: ``path`` (``"hopper"`` or ``"triton"``), ``config``, ``num_splits`` (the
+    Attributes: ``path`` (``"hopper"``, ``"latent"`` or ``"triton"``), ``config``, ``num_splits`` (the
     split-KV chunks per sequence and KV head), ``batch`` (the capacity ``replan`` keeps),
     and the device buffer ``seq_lens`` the kernels read."""
 
@@ -87,7 +87,7 @@ class DecodePlan(Plan):
         if batch:
             scales, strides = scale_args(k_scale, v_scale, self._unit)
             # A latent cache's values are read from its key tiles (Triton kernel).
-            v_in_k = self.path == "triton" and _decode.values_in_keys(self.spec, k_cache, v_cache,
+            v_in_k = self.path != "hopper" and _decode.values_in_keys(self.spec, k_cache, v_cache,
                                                                       sparse)
             launch, merge = self._launch(sinks is not None, sparse is not None, strides, v_in_k)
             if self.path == "hopper":
@@ -178,6 +178,9 @@ class DecodePlan(Plan):
                                 scale_strides=scale_strides, v_in_k=v_in_k)
             if self.path == "hopper":
                 launch = self._hopper.HopperDecodeLaunch(spec, self.dtype)
+            elif self.path == "latent" and v_in_k:
+                from ..ops import decode_latent
+                launch = decode_latent.LatentDecodeLaunch(spec, (self.dtype, self.kv_dtype))
             else:
                 launch = _decode.DecodeLaunch(spec, (self.dtype, self.kv_dtype))
             merge = None
@@ -229,6 +232,15 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                 and max_keys >= _config.hopper_decode_config(head_dim, dtype).min_keys)
     path = "triton"
     kv_dtype = dtype if kv_dtype is None else kv_dtype
+    latent = None
+    if hopper is not False and config is None:
+        # A latent cache's many query heads a KV head: the Gluon latent path (its runs over
+        # a cache whose values are not the keys' first columns take the Triton kernel).
+        from ..ops import decode_latent
+        tiling = _config.LatentDecodeConfig()
+        if decode_latent.unsupported(device, dtype, head_dim, head_dim_v, group, kv_dtype,
+                                     tiling) is None:
+            path, latent, want = "latent", tiling, False
     if want:
         from ..ops import decode_hopper
         reason = decode_hopper.unsupported(device, dtype, head_dim, head_dim_v, group, page_size,
@@ -248,9 +260,10 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                     raise ValueError(f"config: {problem}")
     sms = (torch.cuda.get_device_properties(device).multi_processor_count
            if device.type == "cuda" else _config.DECODE_CPU_SMS)
-    programs = num_kv_heads * _config.head_blocking(cfg, group)[1]
+    tiling = cfg if latent is None else latent
+    programs = num_kv_heads * _config.head_blocking(tiling, group)[1]
     if num_splits is None:
-        num_splits = cfg.splits(batch, programs, max_keys + sparse_keys, sms)
+        num_splits = tiling.splits(batch, programs, max_keys + sparse_keys, sms)
     if (path == "hopper" and _config.is_fp8(kv_dtype, dtype)
             and not (isinstance(config, dict) and "items" in config)):
         cfg = replace_spec(cfg, items=cfg.items_for(batch * programs * num_splits, sms))
@@ -261,7 +274,8 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         head_dim=head_dim, head_dim_v=head_dim_v, group=group, num_kv_heads=num_kv_heads,
         page_size=page_size, config=cfg, window_left=window_left, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
-        num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds, kv_dtype=kv_dtype)
+        num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds, kv_dtype=kv_dtype,
+        latent_config=latent)
     return DecodePlan(spec, path, device, dtype, batch, seq_lens_t, sparse_keys, lens)
 
 

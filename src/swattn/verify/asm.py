@@ -209,6 +209,9 @@ def fingerprints(progress=None):
         128, bounds=b, WS=False)[0]) for b in ("tight", "skip", "none")]
     kernels += [(f"hopper decode d128 {b}", lambda b=b: compile_hopper_decode(
         128, bounds=b, HAS_SINKS=True)[0]) for b in ("skip", "none")]
+    kernels += [(f"hopper latent decode {kv or 'bf16'}{' sparse' if sp else ''}",
+                 lambda kv=kv, sp=sp: compile_latent_decode(kv_dtype=kv, sparse=sp)[0])
+                for kv, sp in ((None, True), (None, False), ("float8_e4m3fn", True))]
     for name, compile_one in kernels:
         c = compile_one()
         digest = hashlib.sha1("\n".join(c.sass).encode()).hexdigest()[:16]
@@ -310,6 +313,45 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
         lambda name: mangle_type(descs[name]) if name in descs else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
         dict(num_warps=cfg.num_warps, maxnreg=cfg.maxnreg, num_stages=1))
+    return compiled, kernel.asm["ptx"]
+
+
+def compile_latent_decode(dtype="bf16", kv_dtype=None, sparse=True, bounds="tight", group=64,
+                          page_size=16, **flags):
+    """The Gluon latent-cache decode path (ops.decode_latent) compiled for sm_90 with
+    Triton's ptxas, no GPU needed: queries of ``dtype`` over a cache of theirs or of
+    ``kv_dtype`` (an fp8 torch dtype), with a sparse pool or not; ``flags`` override its
+    feature constexprs (HAS_SINKS, WRITE_PARTIAL, ...). Returns (Compiled, the PTX)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from ..ops import decode_latent as latent
+    from ..ops.config import LatentDecodeConfig
+
+    cfg = LatentDecodeConfig()
+    kv = {None: dtype, "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}[
+        None if kv_dtype is None else str(kv_dtype).removeprefix("torch.")]
+    constexprs = dict(PAGE=page_size, DV=latent.HEAD_DIM_V, DT=latent.HEAD_DIM - latent.HEAD_DIM_V,
+                      GROUP=group,
+                      HEAD_BLOCKS=-(-group // latent.BLOCK_H), BN=cfg.block_n, USE_WINDOW=True,
+                      HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=sparse, WRITE_PARTIAL=False,
+                      RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
+                      PDL=False, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
+    pointers = {"Q": f"*{dtype}", "K_cache": f"*{kv}", "block_table": "*i32", "seq_lens": "*i32",
+                "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32",
+                "Part_lse": "*fp32"}
+    if sparse:
+        pointers.update(K_pool=f"*{kv}", Idx="*i32")
+    else:
+        constexprs.update(K_pool=None, Idx=None)
+    if kv_dtype is None:
+        constexprs.update(k_scale=None, v_scale=None)
+    else:
+        pointers.update(k_scale="*fp32", v_scale="*fp32")
+    constexprs.update(flags)
+    compiled, kernel = _compile(
+        GluonASTSource, latent._latent_decode_kernel, constexprs,
+        lambda name: pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
+        dict(num_warps=cfg.num_warps, num_stages=1))
     return compiled, kernel.asm["ptx"]
 
 

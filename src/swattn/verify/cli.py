@@ -17,7 +17,7 @@ def add_arguments(parser):
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, decode-latent, hopper, "
                              "decode-hopper, hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
-                             "hopper-fp8-prefix-rows; "
+                             "hopper-fp8-prefix-rows, decode-hopper-latent; "
                              "default all, the hopper ones on an sm_90 GPU only)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="processes sharing the matrix (compiles run in parallel; GPU only)")
@@ -51,7 +51,7 @@ def run(args):
         hopper = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
         families = ("extend,unified,decode,extend-fp8,unified-fp8,decode-fp8,decode-latent"
                     + (",hopper,decode-hopper,hopper-fp8,decode-hopper-fp8,hopper-fp8-products,"
-                          "hopper-fp8-prefix-rows"
+                          "hopper-fp8-prefix-rows,decode-hopper-latent"
                        if hopper else ""))
     for family in families.split(","):
         t0 = time.perf_counter()

@@ -236,6 +236,49 @@ def hopper_decode_matrix(gpu=True):
     return rows
 
 
+# The Gluon latent decode path's matrix (ops.decode_latent, sm_90): keys of 576 columns whose
+# first 512 are the values, groups of 32 to 128 query heads (one head block of 64, less,
+# or two), fp16/bf16 queries over a cache of their dtype, e4m3fn with one scale or e5m2
+# with one a KV head; pages of 1 to 64 rows; split counts 1 to 8 and the plan's own (None).
+LATENT_HOPPER_HEADS = ((64, 1), (32, 1), (128, 2), (128, 1), (40, 1))
+LATENT_HOPPER_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", None),
+                          ("sparse+sinks", 8), ("full-attention", 4))
+
+
+def latent_hopper_matrix(gpu=True):
+    """(name, case, kwargs, None) for every configuration of the Gluon latent decode path's
+    matrix: the decode matrix's windows and ragged lengths (below, at and past the window,
+    off the 32-key tile grid) over latent caches of each dtype and scale kind, the heads,
+    pages and split counts above, sinks, soft-cap, sparse keys (a latent pool) and full
+    attention. The runs force the Hopper paths (``hopper=True``), so a row the latent path
+    cannot take fails rather than passing on the Triton kernel."""
+    rows = []
+    for i, w in enumerate(GPU_WINDOWS if gpu else GPU_WINDOWS[:3]):
+        dtype = (torch.bfloat16, torch.float16)[i % 2]
+        for j, (feature, splits) in enumerate(LATENT_HOPPER_FEATURES):
+            hq, hkv = LATENT_HOPPER_HEADS[(i + j) % len(LATENT_HOPPER_HEADS)]
+            seq_lens = [w - 1 or 1, w, w + 1, w + 35, 1, 3 * w + 5]
+            case = DecodeCase(seq_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=576,
+                              head_dim_v=512, dtype=dtype, page_size=(16, 1, 64)[(i + j) % 3],
+                              window_left=None if feature == "full-attention" else w - 1,
+                              sparse_keys=67 if "sparse" in feature else 0,
+                              seed=5000 + 100 * i + j)
+            g = torch.Generator().manual_seed(case.seed)
+            kwargs = {"num_splits": splits, "return_lse": True, "hopper": True, "latent": True}
+            kv = ((None,) + FP8_KINDS)[(i + j) % 3]
+            label = ""
+            if kv is not None:
+                kwargs["kv"] = kv
+                label = f" {str(kv[0])[6:]} {'per-head' if kv[1] else 'per-tensor'}"
+            if "sinks" in feature:
+                kwargs["sinks"] = torch.randn(hq, generator=g)
+            if "softcap" in feature:
+                kwargs["softcap"] = 4.0
+            rows.append((f"W{w} {feature} d576/512 {str(dtype)[6:]}{label} h{hq}/{hkv} "
+                         f"ps{case.page_size} splits {splits}", case, kwargs, None))
+    return rows
+
+
 # fp8 rows: every third configuration of a family over an fp8 cache, e4m3fn with one scale
 # and e5m2 with one a KV head in turn, on each row's default path (the Triton kernels, and
 # for decode rows of long windows on sm_90 the Hopper decode path).
@@ -377,6 +420,7 @@ FAMILIES = {
     "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
     "decode-latent": (_latent_rows, _run_decode_row),
+    "decode-hopper-latent": (latent_hopper_matrix, _run_decode_row),
     "decode-hopper-fp8": (_fp8_rows(hopper_decode_matrix, period=len(HOPPER_DECODE_FEATURES)),
                           _run_decode_row),
     "hopper-fp8-products": (_fp8_rows(hopper_matrix, {"fp8_products": True}),
@@ -402,6 +446,8 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "decode-latent": "decode over a latent cache (values the keys' first columns), "
                            "bf16/fp16 and fp8",
           "decode-hopper-fp8": "decode over an fp8 cache, Hopper path (Gluon)",
+          "decode-hopper-latent": "decode over a latent cache, Hopper latent path (Gluon), "
+                                  "bf16/fp16 and fp8",
           "hopper-fp8-products": "two-stage extend over an fp8 cache, Hopper path with fp8 "
                                  "products (opt-in)",
           "hopper-fp8-prefix-rows": "two-stage extend over an fp8 cache, Hopper path, tight "
