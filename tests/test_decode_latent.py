@@ -51,7 +51,7 @@ def _latent_case(seq_lens, fp8, seed=61):
 
 
 def test_plans_take_the_latent_path_on_hopper_only():
-    """A plan takes the path for 576/512 heads with a group of 32 or more on sm_90, and
+    """A plan takes the path for 576/512 heads with a group of 16 or more on sm_90, and
     ``unsupported`` names why elsewhere."""
     kw = dict(num_q_heads=64, num_kv_heads=1, head_dim=576, head_dim_v=512, page_size=64,
               window_left=127, sparse_keys=16, dtype=torch.bfloat16, device=DEVICE)
@@ -63,8 +63,8 @@ def test_plans_take_the_latent_path_on_hopper_only():
         dev = torch.device("cuda")
         assert decode_latent.unsupported(dev, torch.bfloat16, 576, 512, 64) is None
         assert "576" in decode_latent.unsupported(dev, torch.bfloat16, 128, 128, 64)
-        assert "at least 32" in decode_latent.unsupported(dev, torch.bfloat16, 576, 512, 16)
-        assert swattn.plan.plan_decode([300, 40], **dict(kw, num_q_heads=16)).path == "triton"
+        assert "at least 16" in decode_latent.unsupported(dev, torch.bfloat16, 576, 512, 8)
+        assert swattn.plan.plan_decode([300, 40], **dict(kw, num_q_heads=8)).path == "triton"
         assert swattn.plan.plan_decode([300, 40], hopper=False, **kw).path == "triton"
 
 

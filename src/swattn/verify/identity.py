@@ -237,10 +237,10 @@ def hopper_decode_matrix(gpu=True):
 
 
 # The Gluon latent decode path's matrix (ops.decode_latent, sm_90): keys of 576 columns whose
-# first 512 are the values, groups of 32 to 128 query heads (one head block of 64, less,
+# first 512 are the values, groups of 16 to 128 query heads (one head block of 64, less,
 # or two), fp16/bf16 queries over a cache of their dtype, e4m3fn with one scale or e5m2
 # with one a KV head; pages of 1 to 64 rows; split counts 1 to 8 and the plan's own (None).
-LATENT_HOPPER_HEADS = ((64, 1), (32, 1), (128, 2), (128, 1), (40, 1))
+LATENT_HOPPER_HEADS = ((64, 1), (32, 1), (128, 2), (128, 1), (40, 1), (16, 1))
 LATENT_HOPPER_FEATURES = (("plain", 1), ("sinks", 2), ("softcap+sinks", 3), ("sparse", None),
                           ("sparse+sinks", 8), ("full-attention", 4))
 
