@@ -148,8 +148,9 @@ def test_gpu_latent_path_bad_pages_and_pool_rows(fp8):
 
 @pytest.mark.gpu
 def test_gpu_latent_path_replays_from_a_cuda_graph():
-    """plan_decode's run over a latent cache captured in a CUDA graph: no host sync, and a
-    replay after replan (new lengths in place) gives the reference's answer for them."""
+    """plan_decode's run over a latent cache with sparse keys: later runs on its tensors
+    relaunch what the first assembled, with no host sync; captured in a CUDA graph, a replay
+    after replan (new lengths in place) gives the reference's answer for them."""
     if not _hopper():
         pytest.skip("the Gluon latent path runs on sm_90 only")
     lens = [900, 100, 128, 1, 600, 64]
@@ -168,6 +169,8 @@ def test_gpu_latent_path_replays_from_a_cuda_graph():
     run()  # (the first launch compiles)
     first, second = runs_without_sync(run, out, times=2)
     assert torch.equal(first, second)
+    # The run's tensors, sparse pool and index list among them, are relaunched unchecked.
+    assert len(plan._ready) == 1
     want = reference.decode_attention(*tensors, window_left=127, sinks=sinks, sparse=sparse)
     assert_matches_reference(first, want)
     # (shorter where every key of the new window was written: the old one started at 0)

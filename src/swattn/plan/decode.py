@@ -55,8 +55,9 @@ class DecodePlan(Plan):
         :func:`swattn.decode_attention`'s. No host sync; no allocation when ``out`` (and
         ``lse``) are given."""
         key = None
-        if out is not None and (lse is not None or not self.spec.return_lse) and sparse is None:
-            # As ExtendPlan.run: the tensors of an earlier run, its launches.
+        if out is not None and (lse is not None or not self.spec.return_lse):
+            # As ExtendPlan.run: the tensors of an earlier run, its launches (the sparse
+            # pool's and index list's among them: their contents are the kernels' to mask).
             try:
                 key = (q.data_ptr(), q.shape, q.stride(), q.dtype, k_cache.data_ptr(),
                        k_cache.shape, k_cache.stride(), k_cache.dtype, v_cache.data_ptr(),
@@ -69,6 +70,8 @@ class DecodePlan(Plan):
                                                      k_scale.dtype),
                        None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
                                                      v_scale.dtype),
+                       None if sparse is None else tuple((t.data_ptr(), t.shape, t.stride(),
+                                                          t.dtype) for t in sparse),
                        self.seq_lens.data_ptr())
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
