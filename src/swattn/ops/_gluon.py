@@ -18,6 +18,7 @@ from .. import window
 from ._common import (compile_bound, range_bounds_source, range_keep_source, tanh_source,
                       visible_source)
 from ._tma import row_descriptor
+from ._validate import FP8_DTYPES
 
 
 @gluon.constexpr_function
@@ -167,6 +168,21 @@ def descriptor(t, box_rows, layout, padding="zero"):
     shared ``layout``, padded with ``padding`` past its rows; None where the copy engine
     cannot take it (:func:`._tma.row_descriptor`)."""
     return row_descriptor(t, box_rows, padding, layout, TensorDescriptor)
+
+
+def device_problem(device, dtype, kv_dtype):
+    """Why a Gluon decode path cannot run for ``device`` and the queries' ``dtype`` over a
+    cache of ``kv_dtype`` (None: the queries'), a sentence, or None: sm_90 only, fp16/bf16
+    queries over a cache of their dtype or fp8."""
+    if device.type != "cuda":
+        return "it runs on CUDA devices only (not under the interpreter)"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return "it needs an sm_90 GPU (Hopper)"
+    if dtype not in (torch.float16, torch.bfloat16):
+        return f"it takes fp16 or bf16, got {dtype}"
+    if kv_dtype not in (None, dtype) + FP8_DTYPES:
+        return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
+    return None
 
 
 # Gluon's element types of the torch dtypes the Hopper paths take.

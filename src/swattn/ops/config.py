@@ -285,7 +285,8 @@ class LatentDecodeConfig:
     min_split_keys: int = 128
     # The plan takes this path for groups of at least min_group query heads a KV head: on
     # the H200 at S's sizes it ran 51.1 us at 16 heads against the Triton kernel's 65.0
-    # (fp8 46.6 against 71.9); smaller groups were not measured (the latent-decode results).
+    # (fp8 46.6 against 71.9); smaller groups were not measured (the s-latent-gluon
+    # results).
     min_group: int = 16
 
     def splits(self, batch, kv_heads, max_keys, sm_count):

@@ -65,7 +65,6 @@ launch cannot take it.
 import functools
 from collections import namedtuple
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -74,8 +73,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .. import window
 from ._common import compile_bound
-from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_descriptor,
-                     tile_pages, uniform, weights, wgmma_layout)
+from ._gluon import (GL_DTYPES, Rule, descriptor, device_problem, issue, operand_layout,
+                     poison_descriptor, tile_pages, uniform, weights, wgmma_layout)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig, hopper_decode_config
@@ -707,14 +706,9 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, page_size, kv_dtype=
     """Why a plan cannot take the Hopper path (a sentence), or None when it can; the
     tensors' strides are checked at run time (:func:`descriptors`). ``kv_dtype``: the
     cache's, where it is fp8."""
-    if device.type != "cuda":
-        return "it runs on CUDA devices only (not under the interpreter)"
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return "it needs an sm_90 GPU (Hopper)"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return f"it takes fp16 or bf16, got {dtype}"
-    if kv_dtype not in (None, dtype) + FP8_DTYPES:
-        return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
+    problem = device_problem(device, dtype, kv_dtype)
+    if problem is not None:
+        return problem
     block_n = hopper_decode_config(head_dim, dtype, kv_dtype).block_n
     if not takes_shape(head_dim, head_dim_v, group, page_size, block_n, kv_dtype):
         return (f"it needs D = Dv in {HEAD_DIMS}, at most {HopperDecodeConfig.block_h} query "

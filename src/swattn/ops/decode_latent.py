@@ -21,9 +21,9 @@ ahead (its block-table or index entries two tiles ahead), then written to one of
 shared-memory buffers (over fp8 widened to fp16 on the way, exactly) for the products:
 the loads of the next tile are in flight while this one's products run. Only rows of
 visible keys are loaded; a visible key whose page (or pool row) is outside the cache is not
-read: its row reads as zeros and the row's ``l`` is made NaN, so the query heads whose
-window holds one come out NaN (the Triton kernel's ``flag_unread``). Every tile is computed
-under its mask (keys not visible get logit -inf and rows of zeros).
+read: its row reads as zeros and its logit is NaN, so the query heads whose window holds one
+come out NaN (output and lse). Every tile is computed under its mask (keys not visible get
+logit -inf and rows of zeros).
 
 ``bounds="skip"``/``"none"``: split 0 starts at the tile holding position 0 on the grid of
 ``lo`` and skips, or computes under the mask, the tiles below the window; the tiles and
@@ -38,15 +38,13 @@ e5m2: the products in fp16, K's scale in qk_scale and V's on the output);
 import functools
 from collections import namedtuple
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ._gluon import Rule, uniform, weights
+from ._gluon import Rule, device_problem, uniform, weights
 from ._launch import Launch
-from ._validate import FP8_DTYPES
 from .config import LatentDecodeConfig
 from .decode_hopper import (DecodeFlags, DecodeStore, Split, _finish, decode_first_key,
                             split_tiles)
@@ -208,7 +206,7 @@ def _latent_decode_kernel(
     keys_s: gl.constexpr = gl.SliceLayout(0, s_layout)
 
     # (the page size a constexpr: a key's page and slot are a shift and a mask where it is a
-    # power of two, not an integer division; 8% of the loop's instructions at BN 32)
+    # power of two, not an integer division; a tenth of the loop's instructions at BN 32)
     cache = Cache(K_cache, block_table + i_seq * stride_bt, PAGE, num_pages, stride_kp,
                   stride_ks, stride_kh)
     pool = None
@@ -227,12 +225,12 @@ def _latent_decode_kernel(
     s_zero = gl.zeros([BM, BN], gl.float32, layout=s_layout)
 
     # The pipeline: tile t's rows in registers, tile t + 1's entries.
-    ptrs, _key, m_read = _tile_rows(t_start, tiles, cache, pool, i_kvh, lo, seq_len, BN, entry,
-                                 HAS_SPARSE)
+    ptrs, _key, m_read = _tile_rows(t_start, tiles, cache, pool, i_kvh, lo, seq_len, BN,
+                                    entry, HAS_SPARSE)
     r_main = _load_rows(ptrs, m_read, DV, 0, main_read)
     r_tail = _load_rows(ptrs, m_read, DT, DV, tail_read)
-    n_ptrs, _key, n_read = _tile_rows(t_start + 1, tiles, cache, pool, i_kvh, lo, seq_len, BN, entry,
-                                   HAS_SPARSE)
+    n_ptrs, _key, n_read = _tile_rows(t_start + 1, tiles, cache, pool, i_kvh, lo, seq_len, BN,
+                                      entry, HAS_SPARSE)
     for t in range(t_start, t_stop):
         buf = (t - t_start) % 2
         k_m = k_main.index(buf)
@@ -245,8 +243,8 @@ def _latent_decode_kernel(
         # products.
         r_main = _load_rows(n_ptrs, n_read, DV, 0, main_read)
         r_tail = _load_rows(n_ptrs, n_read, DT, DV, tail_read)
-        n_ptrs, _key, n_read = _tile_rows(t + 2, tiles, cache, pool, i_kvh, lo, seq_len, BN, entry,
-                                       HAS_SPARSE)
+        n_ptrs, _key, n_read = _tile_rows(t + 2, tiles, cache, pool, i_kvh, lo, seq_len, BN,
+                                          entry, HAS_SPARSE)
         # Under SKIP the tiles below the window (t < 0) take no product.
         if (not SKIP) or (t >= 0):
             # (the query's buffers indexed by a zero the compiler cannot see through: else
@@ -257,8 +255,8 @@ def _latent_decode_kernel(
                                   is_async=True)
             s_tok = warpgroup_mma(q_tail.index(z), k_t.permute((1, 0)), s_tok, is_async=True)
             # The tile's keys again, as the scores hold them (their entries are in L1).
-            _ptrs, key, read = _tile_rows(t, tiles, cache, pool, i_kvh, lo, seq_len, BN, keys_s,
-                                      HAS_SPARSE)
+            _ptrs, key, read = _tile_rows(t, tiles, cache, pool, i_kvh, lo, seq_len, BN,
+                                          keys_s, HAS_SPARSE)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             # A visible key not read (its row zeros) gets logit NaN: its query rows' l and
             # output come out NaN.
@@ -270,8 +268,8 @@ def _latent_decode_kernel(
             acc_tok = warpgroup_mma(p_op, k_m, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop)
-    store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb, stride_pb,
-                   stride_psh, stride_ps, stride_plb, stride_plh, v_scale)
+    store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
+                        stride_pb, stride_psh, stride_ps, stride_plb, stride_plh, v_scale)
     _finish(m_i, l_i, acc, store, split, flags, o_layout)
 
 
@@ -285,19 +283,15 @@ def unsupported(device, dtype, head_dim, head_dim_v, group, kv_dtype=None,
     values are its keys' first columns is asked at run time (:func:`.decode.values_in_keys`:
     a run whose are not takes the Triton kernel). ``kv_dtype``: the cache's, where it is
     fp8."""
-    if device.type != "cuda":
-        return "it runs on CUDA devices only (not under the interpreter)"
-    if torch.cuda.get_device_capability(device) != (9, 0):
-        return "it needs an sm_90 GPU (Hopper)"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return f"it takes fp16 or bf16, got {dtype}"
-    if kv_dtype not in (None, dtype) + FP8_DTYPES:
-        return f"it takes a cache of the queries' dtype or fp8, got {kv_dtype}"
+    problem = device_problem(device, dtype, kv_dtype)
+    if problem is not None:
+        return problem
     if (head_dim, head_dim_v) != (HEAD_DIM, HEAD_DIM_V):
         return (f"it takes keys of {HEAD_DIM} columns whose first {HEAD_DIM_V} are the values "
                 f"(a latent cache), got D={head_dim}, Dv={head_dim_v}")
     if group < config.min_group:
-        return f"it takes groups of at least {config.min_group} query heads a KV head, got {group}"
+        return (f"it takes groups of at least {config.min_group} query heads a KV head, got "
+                f"{group}")
     return None
 
 

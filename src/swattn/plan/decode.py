@@ -17,9 +17,11 @@ from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_ran
 class DecodePlan(Plan):
     """One batch's decode attention, planned: made by :func:`plan_decode`.
 
-    Attributes: ``path`` (``"hopper"``, ``"latent"`` or ``"triton"``), ``config``, ``num_splits`` (the
-    split-KV chunks per sequence and KV head), ``batch`` (the capacity ``replan`` keeps),
-    and the device buffer ``seq_lens`` the kernels read."""
+    Attributes: ``path`` (``"hopper"``, ``"latent"`` or ``"triton"``), ``config`` (the
+    Triton kernel's, or the Hopper path's; a latent plan's own tiling is
+    ``spec.latent_config``), ``num_splits`` (the split-KV chunks per sequence and KV head),
+    ``batch`` (the capacity ``replan`` keeps), and the device buffer ``seq_lens`` the
+    kernels read."""
 
     def __init__(self, spec, path, device, dtype, batch, seq_lens, sparse_keys, host=None,
                  launches=None):
@@ -89,7 +91,8 @@ class DecodePlan(Plan):
             lse = torch.empty(batch, self._hq, dtype=torch.float32, device=q.device)
         if batch:
             scales, strides = scale_args(k_scale, v_scale, self._unit)
-            # A latent cache's values are read from its key tiles (Triton kernel).
+            # A latent cache's values are read from its key tiles (the latent path, or the
+            # Triton kernel).
             v_in_k = self.path != "hopper" and _decode.values_in_keys(self.spec, k_cache, v_cache,
                                                                       sparse)
             launch, merge = self._launch(sinks is not None, sparse is not None, strides, v_in_k)

@@ -330,8 +330,8 @@ def compile_latent_decode(dtype="bf16", kv_dtype=None, sparse=True, bounds="tigh
     cfg = LatentDecodeConfig()
     kv = {None: dtype, "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}[
         None if kv_dtype is None else str(kv_dtype).removeprefix("torch.")]
-    constexprs = dict(PAGE=page_size, DV=latent.HEAD_DIM_V, DT=latent.HEAD_DIM - latent.HEAD_DIM_V,
-                      GROUP=group,
+    constexprs = dict(PAGE=page_size, DV=latent.HEAD_DIM_V,
+                      DT=latent.HEAD_DIM - latent.HEAD_DIM_V, GROUP=group,
                       HEAD_BLOCKS=-(-group // latent.BLOCK_H), BN=cfg.block_n, USE_WINDOW=True,
                       HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=sparse, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
