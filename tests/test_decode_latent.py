@@ -132,8 +132,9 @@ def test_gpu_latent_path_bad_pages_and_pool_rows(fp8):
     kw = dict(window_left=127, return_lse=True, **scales)
     want = reference.decode_attention(*tensors, sparse=sparse, **kw)
     bad_table, bad_idx = block_table.clone(), idx.clone()
-    bad_table[0, 699 // 64] = k_cache.shape[0] + 5  # the page of sequence 0's last key
-    bad_idx[1, 3] = k_pool.shape[0] + 2
+    # Far past any allocation: a read would fault, not land in another tensor.
+    bad_table[0, 699 // 64] = 2 ** 31 - 1  # the page of sequence 0's last key
+    bad_idx[1, 3] = 2 ** 31 - 1
     for splits in (1, 2):
         results = [run_decode(q, k_cache, v_cache, bad_table, seq_lens,
                               sparse=(k_pool, v_pool, bad_idx), bounds=b, num_splits=splits, **kw)
@@ -169,8 +170,13 @@ def test_gpu_latent_path_replays_from_a_cuda_graph():
     run()  # (the first launch compiles)
     first, second = runs_without_sync(run, out, times=2)
     assert torch.equal(first, second)
-    # The run's tensors, sparse pool and index list among them, are relaunched unchecked.
+    # The run's tensors, sparse pool and index list among them, are relaunched unchecked;
+    # another index list is a run of its own.
     assert len(plan._ready) == 1
+    k_pool, v_pool, idx = sparse
+    other = plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=(k_pool, v_pool,
+                                                                            idx.clone()), out=out)
+    assert len(plan._ready) == 2 and torch.equal(other, first)
     want = reference.decode_attention(*tensors, window_left=127, sinks=sinks, sparse=sparse)
     assert_matches_reference(first, want)
     # (shorter where every key of the new window was written: the old one started at 0)
@@ -185,7 +191,8 @@ def test_gpu_latent_path_replays_from_a_cuda_graph():
 def test_a_single_kv_heads_latent_view_is_recognized():
     """``v_cache = k_rows[..., :512]`` viewed as pages (one KV head) gets a stride on the
     head axis other than the keys' (``view`` picks any for an axis of one): still the
-    keys' first columns, so the one-load kernels take it; a copy is not."""
+    keys' first columns (what lets a plan's latent or one-load kernel take it); a copy, or
+    the same address stepped otherwise, is not."""
     from swattn.ops.decode import values_in_keys
     k_rows = torch.randn(100, 1, 576)
     k_cache = k_rows[4:68].view(4, 16, 1, 576)
@@ -197,4 +204,7 @@ def test_a_single_kv_heads_latent_view_is_recognized():
 
     assert values_in_keys(Spec, k_cache, v_cache, None)
     assert not values_in_keys(Spec, k_cache, v_cache.clone(), None)
-    assert not values_in_keys(Spec, k_cache, k_rows[..., 64:][4:68].view(4, 16, 1, 512), None)
+    # The same address, another stride on an axis of more than one element: not the keys.
+    other = torch.as_strided(k_rows, (2, 16, 1, 512), (2 * 16 * 576, 576, 576, 1), 4 * 576)
+    assert other.data_ptr() == k_cache.data_ptr()
+    assert not values_in_keys(Spec, k_cache[:2], other, None)

@@ -278,6 +278,7 @@ class LatentDecodeConfig:
     a program (two warpgroups' products, one program an SM: the query's 72 KB and two key
     buffers in shared memory), tiles of ``block_n`` keys, split-KV to fill the SMs."""
 
+    # (the kernel's layouts are written for 64 head rows and 8 warps: not tunable)
     block_h: int = 64
     block_n: int = 32
     num_warps: int = 8

@@ -101,8 +101,9 @@ DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
 # cache's V scale (None over a 16-bit one).
 DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob stride_oh "
                          "stride_lb stride_pb stride_ph stride_ps stride_plb stride_plh v_scale")
-# The program's sequence, KV head, head block (over an fp8 cache; 0 otherwise) and split,
-# the sequence's length and first visible key, the split's tiles [t_start, t_stop).
+# The program's sequence, KV head, head block (over an fp8 cache, and in the latent path:
+# ops.decode_latent; 0 otherwise) and split, the sequence's length and first visible key,
+# the split's tiles [t_start, t_stop).
 Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop")
 # Over an fp8 cache a program takes up to ITEMS work items (sequence, KV head, head block)
 # one after another, its ring running on across them: items first, first + stride, ... of

@@ -2,7 +2,7 @@
 contract as :mod:`.decode` (window, sparse keys, splits, sinks, soft-cap, lse, an fp8
 cache), for one layout: keys of 576 columns whose first 512 are the values
 (``v_cache = k_cache[..., :512]``, :func:`.decode.values_in_keys`), the query heads of a
-KV head many (MQA: 16 to 128).
+KV head many (16 or more, in head blocks of 64: MQA).
 
 Why: the Triton kernel takes a group as blocks of 16 head rows, each its own program of
 mma.sync products, so every key tile is read and converted once a block (four times for
@@ -306,6 +306,9 @@ _INTS = ("stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "strid
 @functools.lru_cache(maxsize=64)
 def _launcher(spec, dtypes):
     cfg = spec.latent_config
+    if (cfg.block_h, cfg.num_warps) != (BLOCK_H, 8):
+        raise ValueError(f"the latent decode kernel is written for {BLOCK_H} head rows and 8 "
+                         f"warps, got block_h={cfg.block_h}, num_warps={cfg.num_warps}")
     fixed = dict(
         PAGE=spec.page_size, num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits,
         qk_scale=spec.qk_scale, softcap=float(spec.softcap), window_left=spec.window_left or 0,

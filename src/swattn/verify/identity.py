@@ -250,22 +250,25 @@ def latent_hopper_matrix(gpu=True):
     matrix: the decode matrix's windows and ragged lengths (below, at and past the window,
     off the 32-key tile grid) over latent caches of each dtype and scale kind, the heads,
     pages and split counts above, sinks, soft-cap, sparse keys (a latent pool) and full
-    attention. The runs force the Hopper paths (``hopper=True``), so a row the latent path
-    cannot take fails rather than passing on the Triton kernel."""
+    attention. The plans are made with ``hopper=True`` (one the latent path cannot take
+    raises) and the rows' values are their keys' first columns, which the run checks
+    (:func:`_run_decode_row`), so no row passes on the Triton kernel."""
     rows = []
     for i, w in enumerate(GPU_WINDOWS if gpu else GPU_WINDOWS[:3]):
         dtype = (torch.bfloat16, torch.float16)[i % 2]
         for j, (feature, splits) in enumerate(LATENT_HOPPER_FEATURES):
+            # (heads, pages and cache dtype each on their own cycle: every pairing occurs)
             hq, hkv = LATENT_HOPPER_HEADS[(i + j) % len(LATENT_HOPPER_HEADS)]
             seq_lens = [w - 1 or 1, w, w + 1, w + 35, 1, 3 * w + 5]
             case = DecodeCase(seq_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=576,
-                              head_dim_v=512, dtype=dtype, page_size=(16, 1, 64)[(i + j) % 3],
+                              head_dim_v=512, dtype=dtype,
+                              page_size=(16, 1, 64)[(i // 2 + j) % 3],
                               window_left=None if feature == "full-attention" else w - 1,
                               sparse_keys=67 if "sparse" in feature else 0,
                               seed=5000 + 100 * i + j)
             g = torch.Generator().manual_seed(case.seed)
             kwargs = {"num_splits": splits, "return_lse": True, "hopper": True, "latent": True}
-            kv = ((None,) + FP8_KINDS)[(i + j) % 3]
+            kv = ((None,) + FP8_KINDS)[i % 3]
             label = ""
             if kv is not None:
                 kwargs["kv"] = kv
@@ -398,6 +401,8 @@ def _run_decode_row(row, device):
             kwargs["sparse"] = (k_pool, k_pool[..., :dv], idx)
         if kv is not None:
             kwargs["v_scale"] = kwargs["k_scale"]
+        # (what decides, at run time, that a plan's latent or one-load kernel takes them)
+        assert ops_decode.values_in_keys(case, tensors[1], tensors[2], kwargs.get("sparse"))
     results = {b: run_decode(*tensors, window_left=case.window_left, bounds=b,
                                               block_n=block_n, **kwargs)
                for b in ops_decode.BOUNDS}
