@@ -223,7 +223,7 @@ def _consume(q_smem, ring, store, split, rule, flags):
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(ring.empty.index(st))
             i += 1
-    _finish(m_i, l_i, acc, store, split, flags, o_layout)
+    finish(m_i, l_i, acc, store, split, flags, o_layout)
 
 
 @gluon.constexpr_function
@@ -483,12 +483,12 @@ def _consume_item(ring, store, work, split, rule, flags, i):
     l_o = gl.sum(l_i * shift, 0)
     acc = gl.sum(acc * gl.expand_dims(gl.convert_layout(shift, cols3), 1), 0)
     acc = gl.convert_layout(_output_order(acc, D), o_layout)
-    _finish(m, l_o, acc, store, split, flags, o_layout)
+    finish(m, l_o, acc, store, split, flags, o_layout)
     return i
 
 
 @gluon.jit
-def _finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
+def finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
     """_common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is
     visible, NaN where a visible key's page was bad; stored as the output (and lse) or the
     split's partial. ``acc`` [R, D] in ``o_layout``, ``m_i`` and ``l_i`` [R]: the program's

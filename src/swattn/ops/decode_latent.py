@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ._gluon import Rule, device_problem, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
-from .decode_hopper import (DecodeFlags, DecodeStore, Split, _finish, decode_first_key,
+from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_first_key, finish,
                             split_tiles)
 from .merge import split_scratch
 
@@ -215,7 +215,7 @@ def _latent_decode_kernel(
     tiles = (window_tiles, t_stop)
     scale = qk_scale
     if FP8:
-        # The cache holds value / scale: K's scale joins the scores' (V's: _finish).
+        # The cache holds value / scale: K's scale joins the scores' (V's: finish).
         scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
     rule = Rule(scale, softcap, window_left, 0)
 
@@ -270,7 +270,7 @@ def _latent_decode_kernel(
     split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_psh, stride_ps, stride_plb, stride_plh, v_scale)
-    _finish(m_i, l_i, acc, store, split, flags, o_layout)
+    finish(m_i, l_i, acc, store, split, flags, o_layout)
 
 
 # --------------------------------------------------------------------------------------
