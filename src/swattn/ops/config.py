@@ -256,10 +256,7 @@ class HopperDecodeConfig:
         DecodeConfig.splits caps them. A grid past one wave is left whole: its programs
         start wherever the first wave's end, which balanced the SMs better than shorter
         split programs and a merge (the hopper-decode run)."""
-        programs = max(batch * kv_heads, 1)
-        wanted = self.programs_per_sm * sm_count // programs
-        tiles = -(-max(max_keys, 1) // self.block_n)
-        return max(1, min(wanted, tiles, max_keys // self.min_split_keys))
+        return one_wave_splits(self, batch, kv_heads, max_keys, sm_count)
 
     def items_for(self, programs, sm_count):
         """Work items a program over an fp8 cache, for a grid of ``programs`` of one item
@@ -291,12 +288,21 @@ class LatentDecodeConfig:
     min_group: int = 16
 
     def splits(self, batch, kv_heads, max_keys, sm_count):
-        """Split-KV chunks per (sequence, head block): as many as fill ``programs_per_sm``
-        x ``sm_count`` SMs in one wave, none given fewer than ``min_split_keys`` keys; at
-        least 1."""
-        programs = max(batch * kv_heads, 1)
-        wanted = self.programs_per_sm * sm_count // programs
-        return max(1, min(wanted, max_keys // self.min_split_keys))
+        """Split-KV chunks per (sequence, head block), as the Hopper decode path's: as many
+        as fill ``programs_per_sm`` x ``sm_count`` SMs in one wave, none given fewer than
+        ``min_split_keys`` keys; at least 1."""
+        return one_wave_splits(self, batch, kv_heads, max_keys, sm_count)
+
+
+def one_wave_splits(config, batch, kv_heads, max_keys, sm_count):
+    """The Gluon decode paths' split-KV chunks per (sequence, KV head or head block): as
+    many as still fit ``config.programs_per_sm`` x ``sm_count`` programs in one wave, never
+    more than a sequence's key tiles (``config.block_n`` keys each) nor than leave a split
+    fewer than ``config.min_split_keys`` keys; at least 1."""
+    programs = max(batch * kv_heads, 1)
+    wanted = config.programs_per_sm * sm_count // programs
+    tiles = -(-max(max_keys, 1) // config.block_n)
+    return max(1, min(wanted, tiles, max_keys // config.min_split_keys))
 
 
 def hopper_decode_config(head_dim, dtype, kv_dtype=None):
