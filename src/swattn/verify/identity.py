@@ -179,16 +179,23 @@ def decode_matrix(gpu=True):
                               window_left=None if feature == "full-attention" else w - 1,
                               sparse_keys=(2 * block_n + 3) if "sparse" in feature else 0,
                               seed=1000 + 100 * i + j)
-            g = torch.Generator().manual_seed(case.seed)
-            kwargs = {"num_splits": splits, "return_lse": True}
-            if "sinks" in feature:
-                kwargs["sinks"] = torch.randn(hq, generator=g)
-            if "softcap" in feature:
-                kwargs["softcap"] = 4.0
+            kwargs = _decode_kwargs(feature, case, splits)
             name = (f"W{w} {feature} d{head_dim}/{head_dim_v} {str(dtype)[6:]} BN{block_n} "
                     f"h{hq}/{hkv} ps{case.page_size} splits {splits}")
             rows.append((name, case, kwargs, block_n))
     return rows
+
+
+def _decode_kwargs(feature, case, splits, **options):
+    """A decode matrix row's keyword arguments: its split count and lse, ``options``, and
+    the feature's sinks (random, from the case's seed) and soft-cap."""
+    g = torch.Generator().manual_seed(case.seed)
+    kwargs = {"num_splits": splits, "return_lse": True, **options}
+    if "sinks" in feature:
+        kwargs["sinks"] = torch.randn(case.num_q_heads, generator=g)
+    if "softcap" in feature:
+        kwargs["softcap"] = 4.0
+    return kwargs
 
 
 # (head_dim, head_dim_v, dtype, BLOCK_N): every decode tiling on the GPU (128 keys up to
@@ -225,12 +232,7 @@ def hopper_decode_matrix(gpu=True):
                               page_size=HOPPER_PAGES[(i + j) % len(HOPPER_PAGES)],
                               window_left=None if feature == "full-attention" else w - 1,
                               seed=3000 + 100 * i + j)
-            g = torch.Generator().manual_seed(case.seed)
-            kwargs = {"num_splits": splits, "return_lse": True, "hopper": True}
-            if "sinks" in feature:
-                kwargs["sinks"] = torch.randn(hq, generator=g)
-            if "softcap" in feature:
-                kwargs["softcap"] = 4.0
+            kwargs = _decode_kwargs(feature, case, splits, hopper=True)
             rows.append((f"W{w} {feature} d{head_dim} {str(dtype)[6:]} h{hq}/{hkv} "
                          f"ps{case.page_size} splits {splits}", case, kwargs, None))
     return rows
@@ -266,17 +268,12 @@ def latent_hopper_matrix(gpu=True):
                               window_left=None if feature == "full-attention" else w - 1,
                               sparse_keys=67 if "sparse" in feature else 0,
                               seed=5000 + 100 * i + j)
-            g = torch.Generator().manual_seed(case.seed)
-            kwargs = {"num_splits": splits, "return_lse": True, "hopper": True, "latent": True}
+            kwargs = _decode_kwargs(feature, case, splits, hopper=True, latent=True)
             kv = ((None,) + FP8_KINDS)[i % 3]
             label = ""
             if kv is not None:
                 kwargs["kv"] = kv
                 label = f" {str(kv[0])[6:]} {'per-head' if kv[1] else 'per-tensor'}"
-            if "sinks" in feature:
-                kwargs["sinks"] = torch.randn(hq, generator=g)
-            if "softcap" in feature:
-                kwargs["softcap"] = 4.0
             rows.append((f"W{w} {feature} d576/512 {str(dtype)[6:]}{label} h{hq}/{hkv} "
                          f"ps{case.page_size} splits {splits}", case, kwargs, None))
     return rows
