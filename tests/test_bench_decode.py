@@ -506,7 +506,8 @@ def test_main_runs_the_decode_rows(monkeypatch, tmp_path, capsys):
     from swattn.bench import cli
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (100 << 30, 141 << 30))
-    monkeypatch.setattr(harness, "Flush", lambda: (lambda: None))
+    kinds = []
+    monkeypatch.setattr(harness, "Flush", lambda kind: kinds.append(kind) or (lambda: None))
     monkeypatch.setattr(harness, "measure_ceilings", lambda flush: ANCHOR_CEILINGS)
     monkeypatch.setattr(report, "collect_meta", lambda command, method="": {"command": command, "gpu": "fake",
                                                                             "method": method})
@@ -528,7 +529,10 @@ def test_main_runs_the_decode_rows(monkeypatch, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "# swattn decode attention benchmark" in text and "out of memory" in text
     assert "--workload C-A,C-B,S" in text and "first 4 sequences" in text
+    assert "256 MB read that flushes L2 (leaving it clean)" in text and kinds == ["clean"]
     assert (tmp_path / "decode.md").exists() and not (tmp_path / "extend.md").exists()
+    assert cli.main(["--workload", "C-A", "--out", str(tmp_path), "--flush", "dirty"]) == 0
+    assert kinds[-1] == "dirty" and "256 MB write that flushes L2" in capsys.readouterr().out
     assert cli.main(["--workload", "C-A", "--skip", "nope"]) == 2
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (_ for _ in ()).throw(RuntimeError("no GPU")))
     assert cli.main(["--workload", "C-A", "--out", str(tmp_path)]) == 2

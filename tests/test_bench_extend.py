@@ -458,11 +458,26 @@ def test_interleave_times_the_variants_turn_by_turn(monkeypatch):
     assert times["bad"] == [] and "lost" in errors["bad"]
 
 
+def test_flush_kinds():
+    """The clean flush reads its buffer (L2 left clean), the dirty one writes it; another
+    kind is refused by name."""
+    clean = harness.Flush(device="cpu", nbytes=4096)
+    clean.buffer[7] = 2.5
+    clean()
+    assert clean.total.item() == 1024.0 + 1.5 and clean.buffer.dtype == torch.float32
+    dirty = harness.Flush(device="cpu", nbytes=4096, kind="dirty")
+    dirty.buffer.fill_(3)
+    dirty()
+    assert dirty.buffer.numel() == 4096 and not dirty.buffer.any()
+    with pytest.raises(ValueError, match="flush kind"):
+        harness.Flush(device="cpu", nbytes=4096, kind="warm")
+
+
 def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
     from swattn.bench import cli
     real_gpu = torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(harness, "Flush", lambda: (lambda: None))
+    monkeypatch.setattr(harness, "Flush", lambda kind: (lambda: None))
     monkeypatch.setattr(harness, "measure_ceilings", lambda flush: {"matmul_tflops": 791.0, "copy_gbps": 4266.0})
     monkeypatch.setattr(report, "collect_meta", lambda command, method="": {"command": command, "gpu": "fake"})
     seen = []

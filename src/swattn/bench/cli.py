@@ -20,9 +20,12 @@ import sys
 
 from . import workloads as wl
 
-METHOD = ("median of repetitions, each one CUDA-graph replay after a 256 MB write that "
-          "flushes L2; variants interleaved repetition by repetition (order rotated each "
-          "repetition and round); a "
+# How L2 is flushed before each repetition (harness.Flush), as the method line says it.
+FLUSHES = {"clean": "a 256 MB read that flushes L2 (leaving it clean)",
+           "dirty": "a 256 MB write that flushes L2 (leaving it dirty)"}
+
+METHOD = ("median of repetitions, each one CUDA-graph replay after {flush}; variants "
+          "interleaved repetition by repetition (order rotated each repetition and round); a "
           "same-variant control (a second plan of the same batch, timed as its own variant) "
           "gives the noise floor, and a ratio within it reads 'no change'; every output "
           "checked against the float64 reference on the first sequence (poisoned with NaN "
@@ -57,6 +60,11 @@ def parse_args(argv=None, prog=None):
                    help="variants to leave out, by key: extend triton, hopper, tight-full, skip, det, det-skip, sglang, "
                         "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
                         "triton, sglang, vllm, flex, flashinfer")
+    p.add_argument("--flush", choices=tuple(FLUSHES), default="clean",
+                   help="how L2 is flushed before each repetition: 'clean' reads a 256 MB buffer "
+                        "(default), 'dirty' writes it as triton.testing.do_bench does, leaving "
+                        "L2's dirty lines for the timed kernel to write back (the bench's way "
+                        "before 2026-12-04)")
     p.add_argument("--fp8-config", action="append", default=[], metavar="JSON",
                    help="add a variant: swattn over the fp8 e4m3 cache on the Hopper path with this "
                         "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "
@@ -183,7 +191,8 @@ def main(argv=None, prog=None):
     stem = "extend" if not decode_cases else ("decode" if not extend_cases else "bench")
     out_dir = args.out or os.path.join(
         "benchmarks", "results", f"{stem}-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
-    meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), METHOD)
+    method = METHOD.format(flush=FLUSHES[args.flush])
+    meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), method)
     meta["peers"] = use_peers(args.peers)
     harness.log(f"{len(extend_cases)} extend cases x {len(variants)} variants, {len(decode_cases)} decode "
                 f"cases x {len(decode_variants)} variants, {args.rounds} rounds x <= {args.reps} reps; "
@@ -195,7 +204,7 @@ def main(argv=None, prog=None):
                         "it may not fit")
     harness.PROGRESS.start((len(extend_cases) * len(variants) + len(decode_cases) * len(decode_variants))
                            * args.rounds)
-    flush = harness.Flush()
+    flush = harness.Flush(kind=args.flush)
     ceilings = harness.measure_ceilings(flush)
     harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "
                 f"copy {ceilings['copy_gbps']:.0f} GB/s {ceilings.get('copy_gbps_by_method', '')}")
@@ -206,7 +215,7 @@ def main(argv=None, prog=None):
                                out_dir, meta, ceilings, flush))
         harness.log(f"plots: {plot(os.path.join(out_dir, 'extend.json'))}")
     if decode_cases:
-        decode_meta = dict(meta, method=DECODE_METHOD)
+        decode_meta = dict(meta, method=DECODE_METHOD.format(flush=FLUSHES[args.flush]))
         texts.append(_run_kind("decode", decode_cases, decode_variants, decode_bench.run_case, args,
                                out_dir, decode_meta, ceilings, flush))
         harness.log(f"plots: {plot(os.path.join(out_dir, 'decode.json'))}")

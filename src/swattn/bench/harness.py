@@ -6,10 +6,11 @@ variants (:mod:`.extend`, :mod:`.decode`) to :func:`run_case`.
   NaN anywhere in the output fails), then captured in a CUDA graph (plain launches if
   capture fails, and the table says so).
 * Variants are timed interleaved repetition by repetition, A/B/C, B/C/A, ... within each
-  round, each repetition one graph replay after a 256 MB write that flushes L2; median and
-  20th/80th percentiles. swattn's rows are a plan's ``run`` (what an engine calls per
-  layer); the host time of that call and of the one-shot function are measured beside
-  (:func:`host_time`).
+  round, each repetition one graph replay after L2 is flushed by reading a 256 MB buffer
+  (:class:`Flush`; a write, the older way, leaves L2 dirty and adds its write-back to the
+  timed kernel); median and 20th/80th percentiles. swattn's rows are a plan's ``run``
+  (what an engine calls per layer); the host time of that call and of the one-shot
+  function are measured beside (:func:`host_time`).
 * The ceilings (bf16 matmul 8192^3, device-to-device copy) are measured in the same run.
 """
 
@@ -87,13 +88,36 @@ def relative_error(out, ref):
 # --------------------------------------------------------------------------------------
 
 class Flush:
-    """Writes a 256 MB buffer: whatever a variant left in L2 is gone before the next."""
+    """Evicts whatever a variant left in L2 before the next is timed, by streaming a 256 MB
+    buffer through it, in one of two ways (``kind``):
 
-    def __init__(self, device="cuda", nbytes=L2_FLUSH_BYTES):
-        self.buffer = torch.empty(nbytes, dtype=torch.int8, device=device)
+    * ``"clean"`` (the default) reads the buffer: L2 is left holding clean lines, as a decode
+      step finds it after the layer's weight GEMMs, and a variant's own dirty lines (its
+      outputs) are written back during the flush, not the next variant's time.
+    * ``"dirty"`` writes it (``triton.testing.do_bench``'s flush, and the bench's before
+      2026-12-04): L2 is left full of dirty lines, whose write-back the timed kernel then
+      pays as it evicts them. On the H200 that is about 9 us for a kernel streaming more
+      than L2 holds, whatever its own bytes: C-B took 258.4 us over bf16 and 144.1 over
+      fp8 after a write, 249.6 and 135.1 after a read (write then read: 249.9 and 135.1),
+      interleaved in one run (benchmarks/results/2026-12-04-h200-flush/)."""
+
+    KINDS = ("clean", "dirty")
+
+    def __init__(self, device="cuda", nbytes=L2_FLUSH_BYTES, kind="clean"):
+        if kind not in self.KINDS:
+            raise ValueError(f"flush kind must be one of {self.KINDS}, got {kind!r}")
+        self.kind = kind
+        if kind == "dirty":
+            self.buffer = torch.empty(nbytes, dtype=torch.int8, device=device)
+        else:
+            self.buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+            self.total = torch.empty((), dtype=torch.float32, device=device)
 
     def __call__(self):
-        self.buffer.zero_()
+        if self.kind == "dirty":
+            self.buffer.zero_()
+        else:
+            torch.sum(self.buffer, dim=None, out=self.total)
 
 
 def capture(fn, warmup=2):
