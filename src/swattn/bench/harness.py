@@ -96,10 +96,10 @@ class Flush:
       outputs) are written back during the flush, not the next variant's time.
     * ``"dirty"`` writes it (``triton.testing.do_bench``'s flush, and the bench's before
       2026-12-04): L2 is left full of dirty lines, whose write-back the timed kernel then
-      pays as it evicts them. On the H200 that is about 9 us for a kernel streaming more
-      than L2 holds, whatever its own bytes: C-B took 258.4 us over bf16 and 144.1 over
-      fp8 after a write, 249.6 and 135.1 after a read (write then read: 249.9 and 135.1),
-      interleaved in one run (benchmarks/results/2026-12-04-h200-flush/)."""
+      pays as it evicts them. On the H200 C-B took 258.4 us over bf16 and 144.1 over fp8
+      after a write, 249.6 and 135.1 after a read (write then read: 249.9 and 135.1), in
+      one run; how much a kernel pays depends on how much it evicts and hides
+      (benchmarks/results/2026-12-04-h200-flush/)."""
 
     KINDS = ("clean", "dirty")
 
