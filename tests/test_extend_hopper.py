@@ -40,7 +40,10 @@ variants += [dict(config=f8p(128), kv_dtype=e4m3),
                   page_size=128)]
 # Over an fp8 cache with the window's prefix widened before the kernel: every tile 16-bit.
 prefix_rows = lambda d: replace(hopper_extend_config(d, torch.bfloat16), prefix_rows=True)
+# Warp-specialized for long windows; for short ones (WS=False) and skip/none the warpgroup
+# issues the copies itself, as over a 16-bit cache.
 variants += [dict(config=prefix_rows(128), kv_dtype=e4m3),
+             dict(config=prefix_rows(128), kv_dtype=e4m3, WS=False, HAS_SINKS=True),
              dict(config=prefix_rows(64), kv_dtype=e5m2, head_dim=64, bounds="none",
                   HAS_SINKS=True, RETURN_LSE=True)]
 # key_ranges (stage 1 alone, each row its own keys): warp-specialized and not, every bounds.
@@ -128,8 +131,14 @@ def test_config_takes_the_hopper_path_for_d64_and_d128():
     assert cfg.warp_specialized("tight", 4095) and cfg.warp_specialized("tight", None)
     assert not any(cfg.warp_specialized(*a) for a in (("tight", 127), ("skip", 4095),
                                                       ("none", None)))
-    # Over an fp8 cache every launch is (the converter warps are a partition).
+    # Over an fp8 cache every launch is (the converter warps are a partition), but with the
+    # window's prefix widened before the kernel, which is taken as a 16-bit launch is.
     assert all(cfg.warp_specialized(b, 127, True) for b in ("tight", "skip", "none"))
+    from dataclasses import replace
+    rows = replace(cfg, prefix_rows=True)
+    assert rows.warp_specialized("tight", 4095, True)
+    assert not any(rows.warp_specialized(*a, True) for a in (("tight", 127), ("skip", 4095),
+                                                            ("none", 127)))
     assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
     assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
                                                           (128, 128, 48), (128, 128, 96)))

@@ -173,8 +173,9 @@ class HopperExtendConfig:
     ws_min_window: int = 1024
     ws_maxnreg: int = 128
     producer_regs: int = 24
-    # Over an fp8 cache every launch is warp-specialized, with these converter warps (and
-    # registers) making the ring's tiles fp16 beside the warpgroup.
+    # Over an fp8 cache every launch is warp-specialized (but with prefix_rows, below),
+    # with these converter warps (and registers) making the ring's tiles fp16 beside the
+    # warpgroup.
     convert_warps: int = 2
     convert_regs: int = 56
     # Over an fp8 cache, opt-in: the products in fp8 (e4m3 query rows and weights against
@@ -192,10 +193,13 @@ class HopperExtendConfig:
                              f"block_m={self.block_m}, num_warps={self.num_warps}")
 
     def warp_specialized(self, bounds, window_left, fp8=False):
-        """Whether a launch runs the warp-specialized loop (the tight bounds only, or any
-        over an fp8 cache)."""
-        return fp8 or (self.warp_specialize and bounds == "tight"
-                       and (window_left is None or window_left >= self.ws_min_window))
+        """Whether a launch runs the warp-specialized loop: the tight bounds of long windows
+        and full attention, and over an fp8 cache any launch but one whose window's prefix
+        is widened before the kernel (``prefix_rows``: every tile then copied as a 16-bit
+        one, and taken as a 16-bit launch would take it)."""
+        return (fp8 and not self.prefix_rows) or (
+            self.warp_specialize and bounds == "tight"
+            and (window_left is None or window_left >= self.ws_min_window))
 
     def launch_options(self, ws):
         """The compile options of a launch (``ws``: warp-specialized, with the register

@@ -40,7 +40,7 @@ overlapped loop, so the same bits), skip fully masked tiles' matrix work (skip) 
 compute them under the mask (none).
 
 An fp8 cache (e4m3fn or e5m2, value / scale) runs warp-specialized with converter warps
-beside the producer. The new keys and values come quantized as the cache stores them, as
+beside the producer (but for a prefix widened before the kernel, below). The new keys and values come quantized as the cache stores them, as
 fp16 rows holding those values (the launch before, ops.cache.NewRowsLaunch: once, not
 once a query head and block), so a new tokens' tile is copied into its stage as over a
 16-bit cache and the converter hands it over as it lands. A cache tile's copies land as
@@ -54,7 +54,8 @@ fp8-extend-new-rows results). Under a window a plan may widen the visible prefix
 the kernel too (config ``prefix_rows``, ops.cache.PrefixRowsLaunch: the rows from each
 sequence's first visible tile to its prefix end, sequence after sequence, K NaN and V 0
 where a page is not read), and every tile is then copied as a 16-bit one, with no converter
-(``PREFIX_ROWS``). The products run in fp16 (a bf16 query tile converted
+(``PREFIX_ROWS``), by a producer warp or by the warpgroup itself where a 16-bit launch would
+be (short windows, the skip/none bounds: config.HopperExtendConfig.warp_specialized). The products run in fp16 (a bf16 query tile converted
 once), K's scale joins qk_scale and V's multiplies the output. The copy engine pads fp8
 with zeros only, so a page not copied reads rows of fp8 NaN for K
 (``_gluon.poison_descriptor``). Shared memory and the warpgroup's loop are the 16-bit
@@ -371,9 +372,8 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     if flags.WS:
         mbarrier.arrive(ring.empty_k.index(st))
     else:
-        issue(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
-              k_start, at.row0, at.col, pages_k, valid_k, at.oob_row, flags.PAGE, flags.PR,
-              flags.NP, BN, flags.D)
+        _issue_own(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
+                   k_start, pages_k, valid_k, at, flags)
     if FROM_CACHE and not flags.F8P:
         if key0 + BN > key_end:
             # The prefix's last tile: its V rows past the end zeroed before its product
@@ -391,9 +391,8 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     if flags.WS:
         mbarrier.arrive(ring.empty_v.index(prev))
     else:
-        issue(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok, v_new,
-              v_start, at.row0, at.col, pages_v, valid_v, at.oob_row, flags.PAGE, flags.PR,
-              flags.NP, BN, flags.D)
+        _issue_own(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok,
+                   v_new, v_start, pages_v, valid_v, at, flags)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_i, l_i, acc, p, pages_k, valid_k
 
@@ -402,8 +401,9 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
 def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags):
     """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
     tiles, output and lse stored: the warpgroup's work. Not WS, it issues the copies of
-    the tiles it walks as well (the first STAGES issued before it); WS (the tight loop
-    only, and every loop over an fp8 cache), a producer warp issues them
+    the tiles it walks as well (the first STAGES issued before it: :func:`_issue_first`);
+    WS (the tight loop of long windows and full attention, and over an fp8 cache every
+    loop but a widened prefix's short or skip/none one), a producer warp issues them
     (:func:`_produce`) and the warpgroup signals each buffer's release on
     ``empty_k``/``empty_v``."""
     D: gl.constexpr = flags.D
@@ -425,7 +425,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         prefix_len, extend_len = uniform(prefix_len), uniform(extend_len)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     k_smem, v_smem, bar_k, bar_v = ring.k_smem, ring.v_smem, ring.bar_k, ring.bar_v
-    bt_row, row0, col, oob_row = at.bt_row, at.row0, at.col, at.oob_row
+    bt_row, oob_row = at.bt_row, at.oob_row
     WARPS: gl.constexpr = gl.num_warps()  # BM // 16: one warpgroup, or two
     BITS: gl.constexpr = 8 if flags.F8P else 16  # the products' operands
     s_layout: gl.constexpr = wgmma_layout(BN, WARPS, BITS)
@@ -506,8 +506,8 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                 nxt_ok = STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
                                           oob_row, PAGE, PR, NP)
-                issue(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
-                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                _issue_own(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
+                           nxt_start, pages, valid, at, flags)
             if not flags.F8P:  # with fp8 products the converter zeroes them
                 if (~is_new) & (key0 + BN > key_end):
                     mbarrier.wait(bar_v.index(0), 0)
@@ -569,10 +569,10 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             else:
                 # Both stages' buffers are free again (their products waited for above).
                 gl.thread_barrier()
-                issue(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
-                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
-                issue(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
-                      nxt_start, row0, col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                _issue_own(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
+                           nxt_start, pages, valid, at, flags)
+                _issue_own(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
+                           nxt_start, pages, valid, at, flags)
 
     # The epilogue of _common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where
     # no key is visible, NaN where a visible key's page was bad.
@@ -645,6 +645,40 @@ def _produce(descs, ring, walk, at, flags, wide):
         mbarrier.wait(ring.empty_v.index(st), free)
         _copy_tile(descs.v, descs.vc, ring.bar_v.index(st), ring.v_smem, wide.v_smem, st, is_new,
                    start, pages, valid, at, flags, None)
+
+
+@gluon.jit
+def _issue_own(new_desc, cache_desc, bar, dest, ok, is_new, start, pages, valid, at, flags):
+    """A tile's K or V copies into ``dest`` issued by the warpgroup itself (not WS;
+    _gluon.issue), nothing when not ``ok``; with the window's prefix widened before the
+    kernel (PREFIX_ROWS) a cache tile's rows whole from the sequence's first row there, as
+    :func:`_copy_tile` copies them for the producer warp."""
+    if flags.PREFIX_ROWS:
+        if is_new:
+            issue(new_desc, new_desc, bar, dest, ok, True, start, at.row0, at.col, pages, valid,
+                  at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+        else:
+            issue(cache_desc, cache_desc, bar, dest, ok, True, start, at.prefix_row0, at.col,
+                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+    else:
+        issue(new_desc, cache_desc, bar, dest, ok, is_new, start, at.row0, at.col, pages, valid,
+              at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+
+
+@gluon.jit
+def _issue_first(descs, ring, walk, at, flags):
+    """Not WS: the copies of the program's first STAGES tiles, issued before its loop
+    (:func:`_attend` issues the rest as it frees their buffers)."""
+    for i in gl.static_range(flags.STAGES):
+        ok = i < walk.n
+        is_new, start, _key0, key_end = _tile(i, walk.n1, walk.lo1, walk.lo2, walk.prefix_len,
+                                              walk.extend_len, flags.BN)
+        pages, valid = tile_pages(at.bt_row, start, key_end, walk.lowest, ok & ~is_new,
+                                  at.oob_row, flags.PAGE, flags.PR, flags.NP)
+        _issue_own(descs.k, descs.kc, ring.bar_k.index(i), ring.k_smem.index(i), ok, is_new,
+                   start, pages, valid, at, flags)
+        _issue_own(descs.v, descs.vc, ring.bar_v.index(i), ring.v_smem.index(i), ok, is_new,
+                   start, pages, valid, at, flags)
 
 
 @gluon.jit
@@ -896,8 +930,15 @@ def _hopper_extend_kernel(
             mbarrier.init(full_v.index(i), count=1)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
                       v_mult, key_lo, key_hi)
-        if PREFIX_ROWS:
-            # Every tile copied as fp16 rows: the 16-bit loop, no converter.
+        if PREFIX_ROWS and not WS:
+            # Every tile copied as fp16 rows, the warpgroup issuing the copies itself where a
+            # 16-bit launch would (short windows, the skip/none bounds): the 16-bit loop.
+            _issue_first(descs, ring, walk, at, flags)
+            _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids,
+                    Rule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)
+        elif PREFIX_ROWS:
+            # Every tile copied as fp16 rows by the producer warp: the 16-bit loop, no
+            # converter.
             gl.warp_specialize([
                 (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids,
                            Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
@@ -937,15 +978,7 @@ def _hopper_extend_kernel(
             (_produce, (descs, ring, walk, at, flags, ring)),
         ], [1], [PRODUCER_REGS])
     else:
-        for i in gl.static_range(STAGES):
-            ok = i < n
-            is_new, start, key0, key_end = _tile(i, n1, lo1, lo2, prefix_len, extend_len, BN)
-            pages, valid = tile_pages(bt_row, start, key_end, lowest, ok & ~is_new, oob_row, PAGE, PR,
-                                       NP)
-            issue(k_desc, kc_desc, bar_k.index(i), k_smem.index(i), ok, is_new, start, row0, col,
-                  pages, valid, oob_row, PAGE, PR, NP, BN, D)
-            issue(v_desc, vc_desc, bar_v.index(i), v_smem.index(i), ok, is_new, start, row0, col,
-                  pages, valid, oob_row, PAGE, PR, NP, BN, D)
+        _issue_first(descs, ring, walk, at, flags)
         _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
     for i in gl.static_range(STAGES):
