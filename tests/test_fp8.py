@@ -617,7 +617,7 @@ def test_prefix_rows_are_the_window_widened(fp8):
     v_rows = torch.full((launch.capacity(), heads, dv), 7.0, dtype=torch.float16, device=DEVICE)
     cu = torch.tensor([0] + list(itertools.accumulate(new)), dtype=torch.int32, device=DEVICE)
     launch(k_cache, v_cache, table, cu, torch.tensor(prefix, dtype=torch.int32, device=DEVICE),
-           k_rows, v_rows)
+           k_rows, v_rows, sum(new))
     row = 0
     for i, p in enumerate(prefix[:4]):
         for pos in range(prefix_rows_base(p, window, bn), p):

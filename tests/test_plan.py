@@ -350,7 +350,8 @@ def test_interpreter_patches_the_language_once_a_launch(monkeypatch):
     monkeypatch.setattr(interpreter, "_patch_builtin",
                         lambda *a: calls.append(1) or patch_builtin(*a))
     swattn.extend_attention(*tensors, window_left=7)
-    assert 0 < len(calls) <= 12, len(calls)
+    # (two launches: the kernel, and the one-shot's NaN fill of rows no sequence owns)
+    assert 0 < len(calls) <= 2 * 12, len(calls)
     # The interpreter's own behaviour: every helper call patches again; the same bits.
     calls.clear()
     monkeypatch.setattr(interpreter, "_patch_lang", interpreter._patch_lang.original)

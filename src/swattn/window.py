@@ -318,6 +318,64 @@ def decode_split_bounds(seq_len, window_left, block_n, num_splits, i_split, alig
     return lo + t_start * block_n, lo + t_stop * block_n
 
 
+# --------------------------------------------------------------------------------------
+# Which lengths a kernel takes: the guard every launch applies on the device, so lengths
+# nobody checked on the host (a one-shot call's device tensors) never reach memory out of
+# bounds and never overflow a position.
+# --------------------------------------------------------------------------------------
+
+# Positions stop below this (a billion tokens): a position plus a window, a tile or a
+# chunk then stays within int32 in every bound above.
+MAX_POSITION = 1 << 30
+
+
+def clamp_extent(extent):
+    """A window, or a count of keys, as the kernels take it: at most :data:`MAX_POSITION`
+    (a window that wide already spans every position)."""
+    return min(extent, MAX_POSITION)
+
+
+def extend_seq_ok(seq_start, seq_end, earlier, prefix_len, num_tokens, prefix_keys):
+    """Whether a sequence of an extend batch is well formed, as the kernels see it: its new
+    tokens ``[seq_start, seq_end)`` (``cu_seqlens[b]``, ``cu_seqlens[b + 1]``) lie within the
+    ``num_tokens`` rows of q and after every earlier entry of ``cu_seqlens`` (``earlier``:
+    their largest, ``seq_start`` included), so no two sequences share a row; its prefix is
+    at least 0 and at most ``prefix_keys`` (the keys its block-table row maps), and its last
+    position stays below :data:`MAX_POSITION`. The kernels attend no other sequence: its
+    rows come out NaN (the one-shot calls' :func:`uncovered_rows`), its pages are never
+    read. Elementwise (``&``), so the kernels evaluate it on a vector of sequences."""
+    return ((seq_start >= 0) & (seq_start >= earlier) & (seq_end >= seq_start)
+            & (seq_end <= num_tokens) & (prefix_len >= 0) & (prefix_len <= prefix_keys)
+            & (prefix_len <= MAX_POSITION - (seq_end - seq_start)))
+
+
+def decode_seq_ok(seq_len, cached_keys):
+    """Whether a decode sequence is well formed: ``0 <= seq_len <= cached_keys`` (the keys
+    its block-table row maps, at most :data:`MAX_POSITION`). Any other output row is NaN."""
+    return (seq_len >= 0) & (seq_len <= cached_keys)
+
+
+def mask_ok(mask_start, new_len, prefix_len, mask_entries):
+    """Whether a sequence's custom-mask rows lie in the mask: its ``E * (P + E)`` entries
+    from ``mask_start`` (``mask_indptr[b]``) within the ``mask_entries`` the mask holds. The
+    kernels evaluate it in int64, on lengths :func:`extend_seq_ok` has passed."""
+    return (mask_start >= 0) & (mask_start + new_len * (prefix_len + new_len) <= mask_entries)
+
+
+def uncovered_rows(cu_seqlens, prefix_lens, num_tokens, prefix_keys):
+    """The rows of q that no well-formed sequence (:func:`extend_seq_ok`) owns, as a list:
+    the rows a one-shot extend call fills with NaN. Host lists; the kernels compute the
+    same on the device."""
+    covered = [False] * num_tokens
+    earlier = None
+    for b, prefix_len in enumerate(prefix_lens):
+        start, end = cu_seqlens[b], cu_seqlens[b + 1]
+        earlier = start if earlier is None else max(earlier, start)
+        if extend_seq_ok(start, end, earlier, prefix_len, num_tokens, prefix_keys):
+            covered[start:end] = [True] * (end - start)
+    return [t for t in range(num_tokens) if not covered[t]]
+
+
 def num_tiles(lo, hi, block_n):
     """Tiles a ``range(lo, hi, block_n)`` loop visits."""
     return max(hi - lo + block_n - 1, 0) // block_n

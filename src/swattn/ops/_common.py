@@ -47,6 +47,39 @@ decode_first_key = compile_bound(window.decode_first_key)
 split_tiles = compile_bound(window.split_tiles)
 
 
+# The length guard of window.py (extend_seq_ok, mask_ok, decode_seq_ok), compiled as written
+# there; its bound is a constexpr to the kernels.
+MAX_POSITION = tl.constexpr(window.MAX_POSITION)
+extend_seq_ok = compile_bound(window.extend_seq_ok)
+mask_ok = compile_bound(window.mask_ok)
+decode_seq_ok = compile_bound(window.decode_seq_ok)
+
+
+def larger_source(a, b):
+    """The combine of a running maximum (associative_scan)."""
+    return tl.maximum(a, b)
+
+
+larger = compile_bound(larger_source)
+
+
+def new_lengths_source(cu_seqlens, prefix_lens, o_seq, m_seq, num_tokens, prefix_keys):
+    """The new tokens of the batch's sequences ``o_seq`` (a vector; lanes where ``m_seq`` is
+    false hold 0) as a launch takes them: ``cu_seqlens[b + 1] - cu_seqlens[b]`` for a
+    well-formed sequence (window.extend_seq_ok), 0 for any other, which then owns no query
+    block, so no program reads a row, a page or a position its lengths would put out of
+    bounds. Both dialects, as :func:`tanh_source`."""
+    starts = tl.load(cu_seqlens + o_seq, mask=m_seq, other=0)
+    ends = tl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
+    prefixes = tl.load(prefix_lens + o_seq, mask=m_seq, other=0)
+    earlier = tl.associative_scan(starts, 0, larger)
+    ok = extend_seq_ok(starts, ends, earlier, prefixes, num_tokens, prefix_keys)
+    return tl.where(ok, ends - starts, 0)
+
+
+new_lengths = compile_bound(new_lengths_source)
+
+
 def tanh_source(x):
     """tanh(x) = 1 - 2 / (e^{2x} + 1): exact limits at +-inf, no libdevice needed (the
     interpreter has none). Written once for both dialects: compiled here with
@@ -121,6 +154,22 @@ def range_bounds_source(rng, m_rows, range_end, BN: tl.constexpr, TIGHT: tl.cons
 
 range_keep = compile_bound(range_keep_source)
 range_bounds = compile_bound(range_bounds_source)
+
+
+def launch_extents(num_tokens, block_table, page_size, mask=None):
+    """``(num_tokens, prefix_keys, mask_entries)``, the extents an extend launch checks its
+    lengths against (window.extend_seq_ok, window.mask_ok), from the tensors' shapes: the
+    rows of q, the keys a block-table row maps (``page_size`` None: a launch that reads no
+    prefix) and the entries of the custom mask."""
+    prefix_keys = window.MAX_POSITION if page_size is None else table_keys(block_table,
+                                                                            page_size)
+    return num_tokens, prefix_keys, 0 if mask is None else mask.shape[0]
+
+
+def table_keys(block_table, page_size):
+    """The keys a row of ``block_table`` maps, at most window.MAX_POSITION: no sequence a
+    launch attends is longer (window.extend_seq_ok, window.decode_seq_ok)."""
+    return window.clamp_extent(block_table.shape[1] * page_size)
 
 
 def kernel_scale(scale, softcap):

@@ -15,8 +15,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
-from ._common import (compile_bound, range_bounds_source, range_keep_source, tanh_source,
-                      visible_source)
+from ._common import (MAX_POSITION, compile_bound, larger_source, new_lengths_source,
+                      range_bounds_source, range_keep_source, tanh_source, visible_source)
 from ._tma import row_descriptor
 from ._validate import FP8_DTYPES
 
@@ -56,6 +56,11 @@ tanh = compile_bound(tanh_source, gluon.jit, _GLUON_NAMES)
 visible = compile_bound(visible_source, gluon.jit, _GLUON_NAMES)
 range_keep = compile_bound(range_keep_source, gluon.jit, _GLUON_NAMES)
 range_bounds = compile_bound(range_bounds_source, gluon.jit, _GLUON_NAMES)
+for _name in ("extend_seq_ok", "decode_seq_ok"):
+    _GLUON_NAMES[_name] = compile_bound(getattr(window, _name), gluon.jit, _GLUON_NAMES)
+_GLUON_NAMES["larger"] = compile_bound(larger_source, gluon.jit, _GLUON_NAMES)
+new_lengths = compile_bound(new_lengths_source, gluon.jit, _GLUON_NAMES)
+decode_seq_ok = _GLUON_NAMES["decode_seq_ok"]
 
 
 # What a row sees and how its scores are formed (one bundle: a namedtuple compiles to its

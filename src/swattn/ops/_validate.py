@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from ..window import MAX_POSITION
 from ..window import check_window  # noqa: F401  (re-exported for the launchers)
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -129,6 +130,10 @@ def check_extend_lengths(cu, prefix, mask_indptr=None):
         raise ValueError(f"cu_seqlens must be non-decreasing, got {cu}")
     if any(p < 0 for p in prefix):
         raise ValueError(f"prefix_lens must be >= 0, got {prefix}")
+    for b, p in enumerate(prefix):
+        if p + cu[b + 1] - cu[b] > MAX_POSITION:
+            raise ValueError(f"sequence {b} ends at position {p + cu[b + 1] - cu[b]}: positions "
+                             f"stop at {MAX_POSITION} (prefix_lens + new tokens)")
     if mask_indptr is not None:
         if len(mask_indptr) != len(cu):
             raise ValueError(f"mask_indptr must have {len(cu)} entries (as cu_seqlens), got "
@@ -143,6 +148,9 @@ def check_extend_lengths(cu, prefix, mask_indptr=None):
 def check_lengths(name, lengths):
     if any(s < 0 for s in lengths):
         raise ValueError(f"{name} must be >= 0, got {lengths}")
+    if any(s > MAX_POSITION for s in lengths):
+        raise ValueError(f"{name} must be at most {MAX_POSITION} (positions stop there), got "
+                         f"{max(lengths)}")
 
 
 def check_pages_read(block_table, num_pages, reads):

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from .. import window
-from ._common import fp8_cached
+from ._common import fp8_cached, launch_extents, new_lengths
 from ._launch import Launch
 from ._validate import FP8_DTYPES, check_tensor
 
@@ -168,19 +168,19 @@ def prefix_rows_base(prefix_len, window_left, block_n):
 @triton.jit
 def _prefix_rows_kernel(K_cache, V_cache, block_table, cu_seqlens, prefix_lens, K_rows, V_rows,
                         stride_bt, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs,
-                        stride_vch, num_seqs, num_pages, window_left,
+                        stride_vch, num_seqs, num_pages, window_left, num_tokens, prefix_keys,
                         PAGE: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                         DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BN: tl.constexpr,
                         SEQS_POW2: tl.constexpr):
     # Program (b, i): rows [b * BLOCK_R, (b + 1) * BLOCK_R) of sequence i's widened prefix,
     # positions base_i + r. A sequence with no new tokens has none (the kernel reads none of
-    # its keys; its block-table row need not cover its prefix).
+    # its keys; its block-table row need not cover its prefix), nor has one whose lengths
+    # are not well formed (_common.new_lengths, as the extend kernel takes them).
     i_s = tl.program_id(1)
     o_s = tl.arange(0, SEQS_POW2)
     m_s = o_s < num_seqs
-    new = tl.load(cu_seqlens + 1 + o_s, mask=m_s, other=0) - tl.load(cu_seqlens + o_s, mask=m_s,
-                                                                       other=0)
+    new = new_lengths(cu_seqlens, prefix_lens, o_s, m_s, num_tokens, prefix_keys)
     p_all = tl.where(new > 0, tl.load(prefix_lens + o_s, mask=m_s, other=0), 0)
     # window.first_key_tile of every sequence (its primitives take scalars: written out
     # for the vector).
@@ -243,17 +243,22 @@ class PrefixRowsLaunch:
                              ("K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens",
                               "K_rows", "V_rows"),
                              ("stride_bt", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
-                              "stride_vcs", "stride_vch", "num_seqs", "num_pages", "window_left"),
+                              "stride_vcs", "stride_vch", "num_seqs", "num_pages", "window_left",
+                              "num_tokens", "prefix_keys"),
                              dtypes)
+        self.page_size = page_size
 
     def capacity(self):
         """The rows the buffers need for any lengths of the plan's sequences."""
         return self.num_seqs * self.rows_per_seq
 
-    def __call__(self, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows, v_rows):
+    def __call__(self, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows, v_rows,
+                 num_tokens):
+        """``num_tokens``: the rows of the run's q, which bound its sequences' new tokens."""
         kc, vc = k_cache.stride(), v_cache.stride()
         return self.launch((triton.cdiv(self.rows_per_seq, self.block_r), self.num_seqs, 1),
                            (k_cache, v_cache, block_table, cu_seqlens, prefix_lens, k_rows,
                             v_rows),
                            (block_table.stride(0), kc[0], kc[1], kc[2], vc[0], vc[1], vc[2],
-                            self.num_seqs, k_cache.shape[0], self.window_left))
+                            self.num_seqs, k_cache.shape[0], self.window_left,
+                            *launch_extents(num_tokens, block_table, self.page_size)[:2]))

@@ -43,8 +43,10 @@ import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
-from ._common import (FP32_PRODUCTS, PagedCache, decode_first_key, finish, load_keys, load_rows, scores_log2,
-                      softmax_step, split_tiles, valid_page)
+from ..window import clamp_extent
+from ._common import (FP32_PRODUCTS, PagedCache, decode_first_key, decode_seq_ok, finish,
+                      load_keys, load_rows, scores_log2, softmax_step, split_tiles, table_keys,
+                      valid_page)
 from ._launch import Launch
 from .config import (BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking,  # noqa: F401
                      split_width)
@@ -208,7 +210,8 @@ def _decode_kernel(
     stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
-    page_size, num_pages, pool_rows, num_sparse, num_splits, head_programs, qk_scale, softcap,
+    page_size, num_pages, pool_rows, num_sparse, cached_keys, num_splits, head_programs, qk_scale,
+    softcap,
     window_left, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
@@ -256,6 +259,10 @@ def _decode_kernel(
     head = i_kvh * GROUP + o_h  # [BH]
 
     seq_len = tl.load(seq_lens + i_seq)
+    # A length that is not well formed (negative, past the keys the block-table row maps)
+    # walks no key, and its output is NaN (below).
+    seq_ok = decode_seq_ok(seq_len, cached_keys)
+    seq_len = tl.where(seq_ok, seq_len, 0)
     lo = 0
     if USE_WINDOW:
         lo = decode_first_key(seq_len, window_left)
@@ -313,6 +320,7 @@ def _decode_kernel(
                                       i_kvh, pool, scores, lanes, flags)
     if FP8:
         acc = acc * tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
+    l_i = tl.where(seq_ok, l_i, float("nan"))
 
     if WRITE_PARTIAL:
         # A sink-free partial state; the merge applies the sinks once.
@@ -405,7 +413,8 @@ _TENSORS = ("Q", "K_cache", "V_cache", "block_table", "seq_lens", "sinks", "K_po
 _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "stride_vcp",
          "stride_vcs", "stride_vch", "stride_bt", "stride_kpn", "stride_kph", "stride_vpn",
          "stride_vph", "stride_ib", "stride_ob", "stride_oh", "stride_lb", "stride_pb", "stride_ph",
-         "stride_ps", "stride_plb", "stride_plh", "num_pages", "pool_rows", "num_sparse")
+         "stride_ps", "stride_plb", "stride_plh", "num_pages", "pool_rows", "num_sparse",
+         "cached_keys")
 
 
 @functools.lru_cache(maxsize=256)
@@ -416,7 +425,7 @@ def _launcher(spec: DecodeSpec, dtypes):
     fixed = dict(
         page_size=spec.page_size, num_splits=spec.num_splits,
         head_programs=spec.num_kv_heads * head_blocks, qk_scale=spec.qk_scale,
-        softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        softcap=float(spec.softcap), window_left=clamp_extent(spec.window_left or 0),
         D=spec.head_dim, DV=spec.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
         SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
         BLOCK_H=block_h, HEAD_BLOCKS=head_blocks, BLOCK_N=cfg.block_n,
@@ -466,4 +475,4 @@ class DecodeLaunch:
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], block_table.stride(0),
             pool[0], pool[1], pool[2], pool[3], pool[4], os_[0], os_[1],
             0 if lse is None else lse.stride(0), ps[0], ps[1], ps[2], ps[3], ps[4],
-            k_cache.shape[0], pool[5], pool[6]))
+            k_cache.shape[0], pool[5], pool[6], table_keys(block_table, k_cache.shape[1])))

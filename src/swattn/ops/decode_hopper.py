@@ -72,9 +72,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from .. import window
-from ._common import compile_bound
-from ._gluon import (GL_DTYPES, Rule, descriptor, device_problem, issue, operand_layout,
-                     poison_descriptor, tile_pages, uniform, weights, wgmma_layout)
+from ..window import clamp_extent
+from ._common import compile_bound, table_keys
+from ._gluon import (GL_DTYPES, Rule, decode_seq_ok, descriptor, device_problem, issue,
+                     operand_layout, poison_descriptor, tile_pages, uniform, weights,
+                     wgmma_layout)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig, hopper_decode_config
@@ -104,14 +106,16 @@ DecodeStore = namedtuple("DecodeStore", "sinks out lse part_o part_lse stride_ob
 # The program's sequence, KV head, head block (over an fp8 cache, and in the latent path:
 # ops.decode_latent; 0 otherwise) and split, the sequence's length and first visible key,
 # the split's tiles [t_start, t_stop).
-Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop")
+# ``ok``: whether the length is well formed (window.decode_seq_ok); one that is not is
+# walked as 0 keys, its output NaN.
+Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop ok")
 # Over an fp8 cache a program takes up to ITEMS work items (sequence, KV head, head block)
 # one after another, its ring running on across them: items first, first + stride, ... of
 # num_items (the programs running at once take consecutive items, as with one item a
 # program); what each item's Split is found from; the query's tensor and strides and the K
 # scales (each item loads its own query rows).
 Work = namedtuple("Work", "first stride num_items num_kv_heads i_split num_splits window_left "
-                  "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale")
+                  "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale cached_keys")
 
 
 @gluon.jit
@@ -150,10 +154,12 @@ def _item_split(work, w, flags):
     i_kvh = w // flags.HEAD_BLOCKS % work.num_kv_heads
     i_seq = w // flags.HEAD_BLOCKS // work.num_kv_heads
     seq_len = uniform(gl.load(work.seq_lens + i_seq))
+    ok = decode_seq_ok(seq_len, work.cached_keys)
+    seq_len = gl.where(ok, seq_len, 0)
     lo, t_start, t_stop = _tile_range(seq_len, work.window_left, work.i_split, work.num_splits,
                                       flags.BN, flags.USE_WINDOW, flags.TIGHT)
     return Split(i_seq.to(gl.int64), i_kvh, i_hb, work.i_split, seq_len, uniform(lo),
-                 uniform(t_start), uniform(t_stop))
+                 uniform(t_start), uniform(t_stop), ok)
 
 
 @gluon.jit
@@ -502,7 +508,8 @@ def finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
     head = split.i_kvh * flags.GROUP + rows
     m_row = rows < flags.GROUP
     m_safe = gl.convert_layout(gl.where(m_i == float("-inf"), 0.0, m_i), row_o)
-    l_o = gl.convert_layout(l_i, row_o)
+    # (NaN for a length that is not well formed: window.decode_seq_ok)
+    l_o = gl.where(split.ok, gl.convert_layout(l_i, row_o), float("nan"))
     if flags.FP8:
         # The cache holds value / scale: V's scale multiplies the output (K's is in qk_scale).
         acc = acc * gl.load(store.v_scale + split.i_kvh * flags.V_SCALE_STRIDE)
@@ -588,7 +595,7 @@ def _hopper_decode_kernel(
     kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb,
     stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row,
-    qk_scale, softcap, window_left, num_items,
+    qk_scale, softcap, window_left, num_items, cached_keys,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
@@ -622,7 +629,7 @@ def _hopper_decode_kernel(
     # items' sequence, bounds and query rows).
     work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
                 num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
-                stride_qh, k_scale)
+                stride_qh, k_scale, cached_keys)
     if not FP8:
         # The program's one work item, and its query rows (zero past the group) in shared
         # memory for the products.
@@ -761,7 +768,8 @@ def lazy_descriptors(cfg, q, k_cache, v_cache):
 _TENSORS = ("kc_desc", "vc_desc", "poison", "Q", "block_table", "seq_lens", "sinks", "Out", "Lse",
             "Part_o", "Part_lse", "k_scale", "v_scale")
 _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb", "stride_pb",
-         "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row", "num_items")
+         "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row", "num_items",
+         "cached_keys")
 
 
 @functools.lru_cache(maxsize=64)
@@ -773,7 +781,7 @@ def _launcher(spec, dtype):
                                  kv_dtype)
     fixed = dict(
         num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits, qk_scale=spec.qk_scale,
-        softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        softcap=float(spec.softcap), window_left=clamp_extent(spec.window_left or 0),
         D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=block_h, BN=cfg.block_n,
         STAGES=cfg.num_stages, Q_LAYOUT=q_layout, USE_WINDOW=spec.window_left is not None,
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
@@ -810,4 +818,5 @@ class HopperDecodeLaunch:
             (descs[0], descs[1], descs[2], q, block_table, seq_lens,
              lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
             (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
-             *ps, k_cache.shape[0] * k_cache.shape[1], num_items))
+             *ps, k_cache.shape[0] * k_cache.shape[1], num_items,
+             table_keys(block_table, k_cache.shape[1])))

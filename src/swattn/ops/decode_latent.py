@@ -43,7 +43,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from ._gluon import Rule, device_problem, uniform, weights
+from ..window import clamp_extent
+from ._common import table_keys
+from ._gluon import Rule, decode_seq_ok, device_problem, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
 from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_first_key, finish,
@@ -128,7 +130,7 @@ def _latent_decode_kernel(
     Q, K_cache, block_table, seq_lens, sinks, K_pool, Idx, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_bt,
     stride_pn, stride_ph, stride_ib, stride_ob, stride_oh, stride_lb, stride_pb, stride_psh,
-    stride_ps, stride_plb, stride_plh, num_pages, pool_rows, num_sparse,
+    stride_ps, stride_plb, stride_plh, num_pages, pool_rows, num_sparse, cached_keys,
     num_kv_heads, num_splits, qk_scale, softcap, window_left, PAGE: gl.constexpr,
     DV: gl.constexpr, DT: gl.constexpr, GROUP: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
     BN: gl.constexpr, USE_WINDOW: gl.constexpr, HAS_SINKS: gl.constexpr,
@@ -157,6 +159,10 @@ def _latent_decode_kernel(
     i_kvh = item // HEAD_BLOCKS % num_kv_heads
     i_seq = (item // HEAD_BLOCKS // num_kv_heads).to(gl.int64)
     seq_len = uniform(gl.load(seq_lens + i_seq))
+    # A length that is not well formed walks no key of the window; its output is NaN
+    # (finish: Split.ok).
+    ok = decode_seq_ok(seq_len, cached_keys)
+    seq_len = gl.where(ok, seq_len, 0)
     lo = 0
     if USE_WINDOW:
         lo = uniform(decode_first_key(seq_len, window_left))
@@ -267,7 +273,7 @@ def _latent_decode_kernel(
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             acc_tok = warpgroup_mma(p_op, k_m, acc, is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-    split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop)
+    split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop, ok)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_psh, stride_ps, stride_plb, stride_plh, v_scale)
     finish(m_i, l_i, acc, store, split, flags, o_layout)
@@ -300,7 +306,7 @@ _TENSORS = ("Q", "K_cache", "block_table", "seq_lens", "sinks", "K_pool", "Idx",
 _INTS = ("stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_bt",
          "stride_pn", "stride_ph", "stride_ib", "stride_ob", "stride_oh", "stride_lb",
          "stride_pb", "stride_psh", "stride_ps", "stride_plb", "stride_plh", "num_pages",
-         "pool_rows", "num_sparse")
+         "pool_rows", "num_sparse", "cached_keys")
 
 
 @functools.lru_cache(maxsize=64)
@@ -311,7 +317,8 @@ def _launcher(spec, dtypes):
                          f"warps, got block_h={cfg.block_h}, num_warps={cfg.num_warps}")
     fixed = dict(
         PAGE=spec.page_size, num_kv_heads=spec.num_kv_heads, num_splits=spec.num_splits,
-        qk_scale=spec.qk_scale, softcap=float(spec.softcap), window_left=spec.window_left or 0,
+        qk_scale=spec.qk_scale, softcap=float(spec.softcap),
+        window_left=clamp_extent(spec.window_left or 0),
         DV=HEAD_DIM_V, DT=HEAD_DIM - HEAD_DIM_V, GROUP=spec.group,
         HEAD_BLOCKS=-(-spec.group // BLOCK_H), BN=cfg.block_n,
         USE_WINDOW=spec.window_left is not None, HAS_SINKS=spec.has_sinks,
@@ -351,4 +358,4 @@ class LatentDecodeLaunch:
             out if lse is None else lse, part_o, part_lse, *scales), (
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], block_table.stride(0), pool[0], pool[1],
             pool[2], os_[0], os_[1], 0 if lse is None else lse.stride(0), *ps,
-            k_cache.shape[0], pool[3], pool[4]))
+            k_cache.shape[0], pool[3], pool[4], table_keys(block_table, k_cache.shape[1])))

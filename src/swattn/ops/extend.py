@@ -27,10 +27,13 @@ import torch
 import triton
 import triton.language as tl
 
+from ..window import clamp_extent
 from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, causal_key_end, finish,
-                      first_key_tile, fp8_cached, full_tiles_end, full_tiles_start, load_keys,
-                      load_rows, load_whole, range_bounds, range_keep, right_key_end,
-                      scores_log2, softmax_step, valid_page, visible, visible_key_end)
+                      first_key_tile, fp8_cached, full_tiles_end, full_tiles_start,
+                      launch_extents, load_keys,
+                      load_rows, load_whole, mask_ok, new_lengths, range_bounds, range_keep,
+                      right_key_end, scores_log2, softmax_step, valid_page, visible,
+                      visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
@@ -370,13 +373,72 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
 
 
 @triton.jit
+def _launch_lengths(cu_seqlens, prefix_lens, mask_indptr, o_seq, m_seq, num_tokens, prefix_keys,
+                    mask_entries, USE_MASK: tl.constexpr):
+    """The new tokens of the sequences ``o_seq`` as a launch takes them (_common.new_lengths:
+    0 for a sequence whose lengths are not well formed), and with a custom mask 0 too for a
+    sequence whose mask rows lie outside the mask's ``mask_entries`` (window.mask_ok)."""
+    new_lens = new_lengths(cu_seqlens, prefix_lens, o_seq, m_seq, num_tokens, prefix_keys)
+    if USE_MASK:
+        mask_starts = tl.load(mask_indptr + o_seq, mask=m_seq, other=0).to(tl.int64)
+        prefixes = tl.load(prefix_lens + o_seq, mask=m_seq, other=0).to(tl.int64)
+        new_lens = tl.where(mask_ok(mask_starts, new_lens.to(tl.int64), prefixes, mask_entries),
+                            new_lens, 0)
+    return new_lens
+
+
+@triton.jit
+def _uncovered_rows_kernel(cu_seqlens, prefix_lens, mask_indptr, Out, Lse, num_seqs, num_tokens,
+                           prefix_keys, mask_entries, stride_ot, stride_oh, stride_lt,
+                           HEADS: tl.constexpr, DV: tl.constexpr, BLOCK_R: tl.constexpr,
+                           BLOCK_C: tl.constexpr, SEQS_POW2: tl.constexpr,
+                           USE_MASK: tl.constexpr, RETURN_LSE: tl.constexpr):
+    """NaN into the rows of ``Out`` [num_tokens, HEADS, DV] (and ``Lse``) that no sequence
+    the extend kernel attends owns (window.uncovered_rows): program ``b`` fills the rows
+    between the sequences before ``b`` that own rows and sequence ``b``, if it owns any;
+    program ``num_seqs`` the rows past the last one. The one-shot calls launch it beside
+    the kernel (their lengths were never checked on the host); it writes no row the kernel
+    writes."""
+    i_seq = tl.program_id(0)
+    o_seq = tl.arange(0, SEQS_POW2)
+    m_seq = o_seq < num_seqs
+    new_lens = _launch_lengths(cu_seqlens, prefix_lens, mask_indptr, o_seq, m_seq, num_tokens,
+                               prefix_keys, mask_entries, USE_MASK)
+    owns = new_lens > 0
+    ends = tl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
+    gap_start = tl.max(tl.where(owns & (o_seq < i_seq), ends, 0), 0)
+    gap_end = num_tokens
+    if i_seq < num_seqs:
+        gap_end = tl.where(tl.sum(tl.where(o_seq == i_seq, new_lens, 0), 0) > 0,
+                           tl.load(cu_seqlens + i_seq), gap_start)
+    o_r = tl.arange(0, BLOCK_R)
+    o_c = tl.arange(0, BLOCK_C)
+    nan = tl.full([BLOCK_R, BLOCK_C], float("nan"), tl.float32)
+    for row0 in range(gap_start, gap_end, BLOCK_R):
+        rows = row0 + o_r
+        m_r = rows < gap_end
+        p_row = Out + rows.to(tl.int64) * stride_ot
+        for col0 in range(0, HEADS * DV, BLOCK_C):
+            cols = col0 + o_c
+            p_o = p_row[:, None] + ((cols // DV) * stride_oh + cols % DV)[None, :]
+            tl.store(p_o, nan.to(Out.dtype.element_ty),
+                     mask=m_r[:, None] & (cols < HEADS * DV)[None, :])
+        if RETURN_LSE:
+            for head0 in range(0, HEADS, BLOCK_C):
+                heads = head0 + o_c
+                tl.store(Lse + rows.to(tl.int64)[:, None] * stride_lt + heads[None, :], nan,
+                         mask=m_r[:, None] & (heads < HEADS)[None, :])
+
+
+@triton.jit
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens,
     sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc, k_scale, v_scale,
     key_lo, key_hi, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
-    num_seqs, page_size, num_pages, qk_scale, softcap, window_left, window_right,
+    num_seqs, page_size, num_pages, num_tokens, prefix_keys, mask_entries, qk_scale, softcap,
+    window_left, window_right,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     GROUP: tl.constexpr, PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SEQS_POW2: tl.constexpr, USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr,
@@ -408,10 +470,11 @@ def _extend_kernel(
         row_token = o_m
     # Which sequence this block belongs to, from the lengths themselves (no launch before
     # this one): sequence b owns ceil(E_b / TOKENS) blocks, after those of 0..b-1.
+    # A sequence whose lengths are not well formed owns no block (_launch_lengths).
     o_seq = tl.arange(0, SEQS_POW2)
     m_seq = o_seq < num_seqs
-    seq_blocks = (tl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
-                  - tl.load(cu_seqlens + o_seq, mask=m_seq, other=0) + TOKENS - 1) // TOKENS
+    seq_blocks = (_launch_lengths(cu_seqlens, prefix_lens, mask_indptr, o_seq, m_seq, num_tokens,
+                                  prefix_keys, mask_entries, USE_MASK) + TOKENS - 1) // TOKENS
     seq_block_ends = tl.where(m_seq, tl.cumsum(seq_blocks, 0), 2147483647)
     i_seq = tl.sum((seq_block_ends <= i_block).to(tl.int32), 0)
     if i_seq >= num_seqs:
@@ -608,7 +671,8 @@ _TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "p
             "v_scale", "key_lo", "key_hi")
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
-         "stride_ot", "stride_oh", "stride_lt", "num_pages")
+         "stride_ot", "stride_oh", "stride_lt", "num_pages", "num_tokens", "prefix_keys",
+         "mask_entries")
 
 
 @functools.lru_cache(maxsize=256)
@@ -617,8 +681,8 @@ def _launcher(spec: ExtendSpec, dtypes):
     pack = packs_gqa(cfg, spec.group)
     fixed = dict(
         num_seqs=spec.num_seqs, page_size=spec.page_size, qk_scale=spec.qk_scale,
-        softcap=float(spec.softcap), window_left=spec.window_left or 0,
-        window_right=spec.window_right or 0, D=spec.head_dim, DV=spec.head_dim_v,
+        softcap=float(spec.softcap), window_left=clamp_extent(spec.window_left or 0),
+        window_right=clamp_extent(spec.window_right or 0), D=spec.head_dim, DV=spec.head_dim_v,
         BLOCK_D=dot_side(spec.head_dim), BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
         PACK_GQA=pack, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         SEQS_POW2=max(triton.next_power_of_2(spec.num_seqs), 2),
@@ -681,6 +745,7 @@ class ExtendLaunch:
         self.tokens = spec.config.block_m // spec.group if pack else spec.config.block_m
         self.heads = spec.num_kv_heads if pack else spec.num_q_heads
         self.num_seqs = spec.num_seqs
+        self.page_size = spec.page_size if spec.keys != "new" else None
 
     def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
                  mask, mask_indptr, out, lse, descs, scales=(None, None), ranges=None):
@@ -696,4 +761,35 @@ class ExtendLaunch:
             cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs, *scales,
             *((cu_seqlens, cu_seqlens) if ranges is None else ranges)), (
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
-            vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0]))
+            vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0],
+            *launch_extents(num_tokens, block_table, self.page_size, mask)))
+
+
+class UncoveredRowsLaunch:
+    """The launch of :func:`_uncovered_rows_kernel` for one extend spec: NaN into the rows
+    of ``out`` (and ``lse``) that no sequence the extend kernel attends owns. The one-shot
+    calls run it beside the kernel (their lengths are the caller's, never checked on the
+    host); a plan's lengths are checked, and its run does not."""
+
+    def __init__(self, spec, dtypes):
+        heads = spec.num_q_heads
+        self.num_seqs = spec.num_seqs
+        self.page_size = spec.page_size if spec.keys != "new" else None
+        block_c = min(triton.next_power_of_2(heads * spec.head_dim_v), 512)
+        fixed = dict(num_seqs=spec.num_seqs, HEADS=heads, DV=spec.head_dim_v, BLOCK_R=4,
+                     BLOCK_C=block_c, SEQS_POW2=max(triton.next_power_of_2(spec.num_seqs), 2),
+                     USE_MASK=spec.masked, RETURN_LSE=spec.return_lse)
+        self.launch = Launch(_uncovered_rows_kernel, fixed, {"num_warps": 4},
+                             ("cu_seqlens", "prefix_lens", "mask_indptr", "Out", "Lse"),
+                             ("num_tokens", "prefix_keys", "mask_entries", "stride_ot",
+                              "stride_oh", "stride_lt"), dtypes)
+
+    def __call__(self, block_table, cu_seqlens, prefix_lens, mask, mask_indptr, out, lse):
+        num_tokens = out.shape[0]
+        if num_tokens == 0:
+            return None
+        lse_t = out if lse is None else lse
+        return self.launch((self.num_seqs + 1, 1, 1), (
+            cu_seqlens, prefix_lens, cu_seqlens if mask_indptr is None else mask_indptr, out,
+            lse_t), (*launch_extents(num_tokens, block_table, self.page_size, mask),
+                     out.stride(0), out.stride(1), lse_t.stride(0)))

@@ -95,10 +95,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from .. import window
-from ._common import KeyRange, compile_bound
-from ._gluon import (GL_DTYPES, Rule, descriptor, issue, operand_layout, poison_descriptor,
-                     range_bounds, range_keep, tile_pages, uniform, visible, weights,
-                     wgmma_layout, widen_in_place)
+from ..window import clamp_extent
+from ._common import KeyRange, compile_bound, launch_extents
+from ._gluon import (GL_DTYPES, Rule, descriptor, issue, new_lengths, operand_layout,
+                     poison_descriptor, range_bounds, range_keep, tile_pages, uniform, visible,
+                     weights, wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperExtendConfig
@@ -785,7 +786,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
 def _hopper_extend_kernel(
     q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
     Out, Lse, k_scale, v_scale, key_lo, key_hi, stride_bt, stride_ot, stride_oh, stride_lt,
-    num_seqs, oob_row,
+    num_seqs, oob_row, num_tokens, prefix_keys,
     qk_scale, softcap, window_left, window_right,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, SEQS_POW2: gl.constexpr,
@@ -809,8 +810,9 @@ def _hopper_extend_kernel(
     seq_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     o_seq = gl.arange(0, SEQS_POW2, layout=seq_layout)
     m_seq = o_seq < num_seqs
-    seq_blocks = (gl.load(cu_seqlens + 1 + o_seq, mask=m_seq, other=0)
-                  - gl.load(cu_seqlens + o_seq, mask=m_seq, other=0) + BM - 1) // BM
+    # A sequence whose lengths are not well formed owns no block (_common.new_lengths).
+    seq_blocks = (new_lengths(cu_seqlens, prefix_lens, o_seq, m_seq, num_tokens, prefix_keys)
+                  + BM - 1) // BM
     seq_block_ends = gl.where(m_seq, gl.associative_scan(seq_blocks, 0, _add), 2147483647)
     i_seq = gl.sum((seq_block_ends <= i_block).to(gl.int32), 0)
     if i_seq >= num_seqs:
@@ -1078,7 +1080,8 @@ def lazy_descriptors(cfg, q, k, v, k_cache, v_cache, prefix=None):
 _TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison", "block_table",
             "cu_seqlens", "prefix_lens", "sinks", "Out", "Lse", "k_scale", "v_scale", "key_lo",
             "key_hi")
-_INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row")
+_INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row", "num_tokens",
+         "prefix_keys")
 
 
 @functools.lru_cache(maxsize=64)
@@ -1089,8 +1092,9 @@ def _launcher(spec, dtypes):
     ws = cfg.warp_specialized(spec.bounds, spec.window_left, spec.kv_dtype in FP8_DTYPES)
     fixed = dict(
         num_seqs=spec.num_seqs, qk_scale=spec.qk_scale, softcap=float(spec.softcap),
-        window_left=spec.window_left or 0, window_right=spec.window_right or 0,
-        D=spec.head_dim, GROUP=spec.group, PAGE=spec.page_size, BM=cfg.block_m, BN=cfg.block_n,
+        window_left=clamp_extent(spec.window_left or 0),
+        window_right=clamp_extent(spec.window_right or 0), D=spec.head_dim, GROUP=spec.group,
+        PAGE=spec.page_size, BM=cfg.block_m, BN=cfg.block_n,
         STAGES=cfg.stages, SEQS_POW2=max(1 << max(spec.num_seqs - 1, 0).bit_length(), 2),
         USE_WINDOW=spec.window_left is not None,
         USE_RIGHT=(not spec.causal) and spec.window_right is not None, IS_CAUSAL=spec.causal,
@@ -1115,6 +1119,7 @@ class HopperExtendLaunch:
         self.launch = _launcher(spec, dtypes)
         self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
         self.block_m, self.heads_first = spec.config.block_m, spec.config.heads_first
+        self.page_size = spec.page_size if spec.keys != "new" else None
 
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache,
                  scales=(None, None), ranges=None):
@@ -1129,4 +1134,5 @@ class HopperExtendLaunch:
                            lse_t if sinks is None else sinks, out, lse_t, *scales,
                            *((cu_seqlens, cu_seqlens) if ranges is None else ranges)),
                     (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
-                     k_cache.shape[0] * k_cache.shape[1]))
+                     k_cache.shape[0] * k_cache.shape[1],
+                     *launch_extents(num_tokens, block_table, self.page_size)[:2]))

@@ -99,6 +99,11 @@ class ExtendPlan(Plan):
             lse = torch.empty(rows, s.num_q_heads, dtype=torch.float32, device=q.device)
         scales, strides = scale_args(k_scale, v_scale, self._unit)
         ready = ()  # the launches, in order, for relaunch
+        if self.num_tokens is None:
+            # A one-shot call's lengths were never checked on the host: the rows no
+            # well-formed sequence owns come out NaN, never stale (window.uncovered_rows).
+            ready = (self._uncovered_rows()(block_table, self.cu_seqlens, self.prefix_lens,
+                                            mask, self.mask_indptr, out, lse),)
         if self.path == "hopper":
             prefix = None
             if self._unit is not None and s.keys == "prefix":
@@ -111,7 +116,7 @@ class ExtendPlan(Plan):
                 ready = (rows_ready,)
             if self._unit is not None and s.config.prefix_rows:
                 # (stage 1 alone too: it reads the widened prefix as the whole pass does)
-                *prefix, prefix_ready = self._prefix_rows(k_cache, v_cache, block_table)
+                *prefix, prefix_ready = self._prefix_rows(k_cache, v_cache, block_table, rows)
                 ready += (prefix_ready,)
             # A layout the copy engine cannot take raises at the launch (plan with
             # hopper=False for such tensors).
@@ -164,7 +169,7 @@ class ExtendPlan(Plan):
                     buffer.fill_(float("nan"))
         return rows
 
-    def _prefix_rows(self, k_cache, v_cache, block_table):
+    def _prefix_rows(self, k_cache, v_cache, block_table, num_tokens):
         """The Hopper path over an fp8 cache with ``config.prefix_rows``: ``(k rows, v rows,
         the launch's ready)``, the window's visible prefix of every sequence widened to fp16
         rows (ops.cache.PrefixRowsLaunch) in buffers kept for the device with the plan's
@@ -182,7 +187,7 @@ class ExtendPlan(Plan):
                 torch.empty(launch.capacity(), s.num_kv_heads, d, dtype=torch.float16,
                             device=k_cache.device) for d in (s.head_dim, s.head_dim_v))
         return (*rows, launch(k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens,
-                              *rows))
+                              *rows, num_tokens))
 
     def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
         """Whether the run's tensors are what the plan takes: one expression over what each
@@ -273,6 +278,15 @@ class ExtendPlan(Plan):
                     "tokens_per_block": cfg.block_m // s.group, "heads": s.num_kv_heads}
         return {"block_m": cfg.block_m, "block_n": cfg.block_n, "tokens_per_block": cfg.block_m,
                 "heads": s.num_q_heads}
+
+    def _uncovered_rows(self):
+        """The launch that fills a one-shot call's uncovered rows with NaN (bound once)."""
+        launch = self._launches.get("uncovered rows")
+        if launch is None:
+            dtypes = (self.dtype, None if self.mask_indptr is None else self.mask_indptr.dtype)
+            launch = self._launches["uncovered rows"] = _extend.UncoveredRowsLaunch(self.spec,
+                                                                                  dtypes)
+        return launch
 
     def _launch(self, has_sinks, tma_new, tma_cache, scale_strides=(0, 0)):
         """The kernel's launch for a run with or without sinks and the TMA loads, and an fp8
