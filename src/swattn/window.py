@@ -106,13 +106,28 @@ def to_sglang(window_left):
 # The mask predicate.
 # --------------------------------------------------------------------------------------
 
-def visible(q_pos, k_pos, window_left=None, window_right=None, causal=True):
-    """True where the query at ``q_pos`` sees the key at ``k_pos``.
+def check_chunk(attention_chunk):
+    """Raise ValueError/TypeError unless ``attention_chunk`` is None or an int >= 1."""
+    if attention_chunk is None:
+        return
+    if isinstance(attention_chunk, bool) or not isinstance(attention_chunk, int):
+        raise TypeError(f"attention_chunk must be an int or None, got "
+                        f"{type(attention_chunk).__name__}")
+    if attention_chunk < 1:
+        raise ValueError(f"attention_chunk must be >= 1 or None, got {attention_chunk}")
 
-    Works elementwise on ints and on numpy arrays (broadcasting): only comparisons and
-    ``&`` are used. With no bound at all it returns plain ``True``.
+
+def visible(q_pos, k_pos, window_left=None, window_right=None, causal=True, chunk=None):
+    """True where the query at ``q_pos`` sees the key at ``k_pos``: the window, and with
+    ``chunk`` (chunked local attention, Llama 4's ``attention_chunk_size``) the same chunk
+    of ``chunk`` positions from position 0 (``k_pos // chunk == q_pos // chunk``).
+
+    Works elementwise on ints and on numpy arrays (broadcasting): only comparisons, ``//``
+    and ``&`` are used (positions >= 0). With no bound at all it returns plain ``True``.
     """
     keep = True
+    if chunk is not None:
+        keep = keep & (k_pos // chunk == q_pos // chunk)
     if window_left is not None:
         keep = keep & (k_pos >= q_pos - window_left)
     if causal:
@@ -197,6 +212,32 @@ def split_tiles(t_lo, t_end, num_splits, i_split):
     return t_start, t_stop
 
 
+def row_key_range(q_pos, origin, range_end, window_left, window_right, chunk,
+                  USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT):
+    """``(lo, hi)``: the keys ``[lo, hi)`` of a loop's range ``[0, range_end)`` that the query
+    at ``q_pos`` sees, both in the loop's coordinates (``origin`` + a loop position = the
+    absolute position; chunks start at absolute position 0). Under a window, a chunk and
+    causality (or a right window) a query's keys are one run: from the later of its
+    window's first key and its chunk's first position, to the earlier of its own position
+    (or its right window's end), its chunk's end and the range end. Empty (``lo >= hi``)
+    when it sees none. The kernels compile it for a vector of rows (``max``/``min`` are
+    then elementwise) under chunked attention and given positions, and take the block's
+    bounds from the rows' ranges (:func:`range_bounds`)."""
+    lo = q_pos - q_pos
+    hi = lo + range_end
+    if USE_WINDOW:
+        lo = max(lo, q_pos - window_left)
+    if USE_CHUNK:
+        chunk_start = (q_pos + origin) // chunk * chunk - origin
+        lo = max(lo, chunk_start)
+        hi = min(hi, chunk_start + chunk)
+    if IS_CAUSAL:
+        hi = min(hi, q_pos + 1)
+    elif USE_RIGHT:
+        hi = min(hi, q_pos + window_right + 1)
+    return lo, hi
+
+
 # --------------------------------------------------------------------------------------
 # Loop bounds, composed from the primitives, for the model, the prover and the launchers.
 # --------------------------------------------------------------------------------------
@@ -209,9 +250,13 @@ class Window:
     left: int | None = None
     right: int | None = None
     causal: bool = True
+    # Chunked local attention: a query sees only the keys of its own chunk of this many
+    # positions (the loops then take their bounds from the rows' ranges: row_key_range).
+    chunk: int | None = None
 
     def __post_init__(self):
         check_window(self.left, self.right, self.causal)
+        check_chunk(self.chunk)
 
 
 def _loop_range(loop, prefix_len, extend_len, block_start, block_m):
@@ -236,6 +281,9 @@ def key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, wind
     the causal end (SGLang's loops; the launchers' ``bounds="skip"`` walks this range);
     ``"none"`` walks the whole range.
     """
+    if window.chunk is not None:
+        return _row_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, window,
+                           bounds)[:2]
     range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
     if bounds == "none":
         return 0, range_end
@@ -257,6 +305,9 @@ def full_tile_range(loop, prefix_len, extend_len, block_start, block_m, block_n,
     """``(mid_lo, mid_hi)``: the tiles of ``range(lo, hi, BN)`` in which every row of the
     block sees every key, so the kernels skip the mask there (``lo <= mid_lo <= mid_hi <=
     hi``, both on the grid of ``lo``). Bit-identical to masking them: the mask is all true."""
+    if window.chunk is not None:
+        return _row_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, window,
+                           "tight")[2:]
     range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
     end = range_end
     if window.causal:
@@ -266,6 +317,19 @@ def full_tile_range(loop, prefix_len, extend_len, block_start, block_m, block_n,
     mid_lo = lo if window.left is None else full_tiles_start(last_q, window.left, lo, block_n)
     mid_lo = min(mid_lo, hi)
     return mid_lo, max(min(full_tiles_end(end, lo, block_n), hi), mid_lo)
+
+
+def _row_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n, window, bounds):
+    """``(lo, hi, mid_lo, mid_hi)`` of a query block whose rows' keys are each one run
+    (:func:`row_key_range`: chunked attention), as the kernels take them: the rows'
+    ranges through :func:`range_bounds`."""
+    range_end, first_q, last_q = _loop_range(loop, prefix_len, extend_len, block_start, block_m)
+    origin = prefix_len if loop == "stage2" else 0
+    rows = [row_key_range(q, origin, range_end, window.left or 0, window.right or 0,
+                          window.chunk, window.left is not None, window.chunk is not None,
+                          window.causal, not window.causal and window.right is not None)
+            for q in range(first_q, last_q + 1)]
+    return range_bounds([(max(a, 0), b) for a, b in rows], block_n, range_end, bounds)
 
 
 def range_bounds(rows, block_n, range_end, bounds="tight"):
