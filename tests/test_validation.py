@@ -102,3 +102,31 @@ def test_cpu_tensors_outside_the_interpreter(monkeypatch):
         swattn.write_kv(k, v, k_cache, v_cache, torch.zeros(k.shape[0], dtype=torch.int64))
     with pytest.raises(ValueError, match="outs\\[0\\] is on cpu"):
         swattn.merge_states([v.float()], [torch.zeros(v.shape[:2])])
+
+
+SIZES = {"num_q_heads": 4, "num_kv_heads": 2, "head_dim": 16, "page_size": 4,
+         "dtype": torch.float16}
+PLANS = {
+    "plan_decode": lambda **kw: swattn.plan_decode([9, 4], **SIZES, **kw),
+    "plan_extend": lambda **kw: swattn.plan_extend([0, 5, 8], [9, 4], **SIZES, **kw),
+    "plan_key_ranges": lambda **kw: swattn.plan.plan_key_ranges(
+        [0, 5, 8], [9, 4], (torch.zeros(8, dtype=torch.int32), torch.ones(8, dtype=torch.int32)),
+        **SIZES, **kw),
+}
+
+
+@pytest.mark.parametrize("make", list(PLANS.values()), ids=list(PLANS))
+def test_plan_without_device_on_a_machine_without_cuda(make, monkeypatch):
+    """A plan made without device= defaulted to "cuda": on a machine without CUDA a raw
+    AssertionError (Torch not compiled with CUDA enabled). Now None picks CUDA where it is,
+    else the CPU under the interpreter, else a ValueError says what to pass; an explicit
+    "cuda" there is a ValueError naming device."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert make().device == torch.device("cpu")
+    with pytest.raises(ValueError, match="device is cuda, but CUDA is not available"):
+        make(device="cuda")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(ValueError, match="device is None and CUDA is not available: set "
+                                         "TRITON_INTERPRET=1 .* or pass device="):
+        make()

@@ -2,6 +2,7 @@
 device copies, and the choices of one-shot calls remembered by what they depend on."""
 
 import importlib
+import os
 from dataclasses import replace
 
 import torch
@@ -53,9 +54,30 @@ def _module(name):
 
 
 def resolve_device(device):
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    """A plan's device, ``device`` given or None: CUDA's current device where CUDA is
+    available, else the CPU under Triton's interpreter (``TRITON_INTERPRET=1``); a bare
+    ``"cuda"`` is CUDA's current device. A ValueError naming ``device`` says what to pass
+    where neither is at hand."""
+    if device is None:
+        if torch.cuda.is_available():
+            device = "cuda"
+        elif os.environ.get("TRITON_INTERPRET") == "1":
+            device = "cpu"
+        else:
+            raise ValueError("device is None and CUDA is not available: set TRITON_INTERPRET=1 "
+                             "to run on the CPU under Triton's interpreter, or pass device=")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be a torch.device or a device string, got {device!r} "
+                         f"({error})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device is {device}, but CUDA is not available here: pass "
+                             "device='cpu' (or None) with TRITON_INTERPRET=1 set to run on the "
+                             "CPU under Triton's interpreter")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     check_device("device", device)
     return device
 

@@ -289,7 +289,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
 def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None, page_size,
                 window_left=None, softcap=0.0, scale=None, num_splits=None, return_lse=False,
                 kv_dtype=None, sparse_keys=0, block_table=None, num_pages=None,
-                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None):
+                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None):
     """Plan the decode attention of one batch (see :class:`DecodePlan`).
 
     Args:
@@ -305,7 +305,8 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
             or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once.
-        dtype, device: the queries' dtype and device.
+        dtype, device: the queries' dtype and device (``device`` as
+            :func:`plan_extend`'s: None picks CUDA, or the CPU under the interpreter).
         hopper, bounds, config: as :func:`plan_extend`'s.
     """
     device = resolve_device(device)

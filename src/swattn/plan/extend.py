@@ -473,7 +473,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                 page_size, window_left=None, window_right=None, causal=True, softcap=0.0,
                 scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
                 kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
-                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None,
+                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
                 fp8_products=False):
     """Plan the extend attention of one batch (see :class:`ExtendPlan`).
 
@@ -496,7 +496,9 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
-        dtype, device: the queries' dtype and device.
+        dtype, device: the queries' dtype and device (None: CUDA's current device, or
+            without CUDA the CPU under TRITON_INTERPRET=1; a ValueError says what to
+            pass where neither is at hand).
         hopper: None lets the plan choose the kernel; False keeps the portable Triton kernel;
             True asks for the Hopper path (a ValueError says why a plan cannot take it).
         bounds, config: verification: the loop-bound variant, and a Config (or a dict of
@@ -535,7 +537,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
 def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_heads,
                     head_dim, head_dim_v=None, page_size, softcap=0.0, scale=None,
                     return_lse=True, kv_dtype=None, max_tokens=None, dtype=torch.bfloat16,
-                    device="cuda", hopper=None, bounds="tight", config=None,
+                    device=None, hopper=None, bounds="tight", config=None,
                     fp8_products=False):
     """An extend plan whose query rows each see their own range of cached keys: row ``t``
     the keys ``[key_lo[t], key_hi[t])`` of its sequence's ``prefix_lens[b]`` (a rank's local
