@@ -216,3 +216,14 @@ def test_python_dash_m_swattn_bench_help():
     assert completed.stdout.startswith(
         f"usage: {os.path.basename(sys.executable)} -m swattn bench ")
 
+
+def test_replot_without_matplotlib_fails(tmp_path, monkeypatch, capsys):
+    """``swattn bench --replot`` without matplotlib printed a note and exited 0, having
+    drawn nothing: it exits 2, naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    results = tmp_path / "extend.json"
+    results.write_text(json.dumps({"rows": [], "meta": {}}))
+    status, out, err = _run(["bench", "--replot", str(results)], capsys)
+    assert status == 2 and out == ""
+    assert err.startswith("swattn bench: error: --replot")
+    assert "pip install 'swattn[bench]'" in err
