@@ -123,8 +123,8 @@ def run(args):
     print("run " * args.times)
     return 3
 
-def main(argv):
-    print("main", argv)
+def main(argv, prog):
+    print("main", prog, argv)
     return 4
 """
 
@@ -138,7 +138,7 @@ def test_registry_takes_module_and_forward_commands(monkeypatch, tmp_path, capsy
     cli.register(cli.from_module("fake", "a module command", "fake_swattn_command"))
     cli.register(cli.Command("fwd", "a forwarded command", forward="fake_swattn_command:main"))
     assert _run(["fake", "--times", "2"], capsys)[:2] == (3, "run run \n")
-    assert _run(["fwd", "--help", "x"], capsys)[:2] == (4, "main ['--help', 'x']\n")
+    assert _run(["fwd", "--help", "x"], capsys)[:2] == (4, "main swattn fwd ['--help', 'x']\n")
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     help_text = capsys.readouterr().out
@@ -187,3 +187,43 @@ def test_version_flag_prints_the_package_version():
     result = subprocess.run([sys.executable, "-m", "swattn", "--version"], capture_output=True,
                             text=True, check=True)
     assert result.stdout.strip() == f"swattn {swattn.__version__}"
+
+
+def _help(argv0, argv, monkeypatch, capsys):
+    """The --help text of ``argv`` run as the command line of program ``argv0``."""
+    monkeypatch.setattr(sys, "argv", [argv0, *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_help_names_the_program_typed(name, monkeypatch, capsys):
+    """``swattn bench --help`` said ``usage: python -m swattn.bench`` (the forwarded
+    command was not told its program): every subcommand's help names what was typed."""
+    out = _help("/usr/local/bin/swattn", [name, "--help"], monkeypatch, capsys)
+    assert out.startswith(f"usage: swattn {name} ")
+    out = _help(str(SRC / "swattn" / "__main__.py"), [name, "--help"], monkeypatch, capsys)
+    assert out.startswith(f"usage: {os.path.basename(sys.executable)} -m swattn {name} ")
+
+
+def test_python_dash_m_swattn_bench_help():
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    completed = subprocess.run([sys.executable, "-m", "swattn", "bench", "--help"],
+                               capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith(
+        f"usage: {os.path.basename(sys.executable)} -m swattn bench ")
+
+
+def test_replot_without_matplotlib_fails(tmp_path, monkeypatch, capsys):
+    """``swattn bench --replot`` without matplotlib printed a note and exited 0, having
+    drawn nothing: it exits 2, naming the extra to install."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+    results = tmp_path / "extend.json"
+    results.write_text(json.dumps({"rows": [], "meta": {}}))
+    status, out, err = _run(["bench", "--replot", str(results)], capsys)
+    assert status == 2 and out == ""
+    assert err.startswith("swattn bench: error: --replot")
+    assert "pip install 'swattn[bench]'" in err

@@ -248,6 +248,29 @@ def test_the_extend_plan_passes_on_its_cache_dtype_and_products(tmp_path, monkey
         dist.destroy_process_group()
 
 
+def test_parallel_plans_without_device(tmp_path, monkeypatch):
+    """The parallel plans defaulted to device="cuda": on a machine without CUDA a raw
+    AssertionError. Now None picks the CPU under the interpreter there, or a ValueError
+    says what to pass (a one-rank gloo group, in this process)."""
+    import torch.distributed as dist
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        sizes = {"group": dist.group.WORLD, "layout": parallel.Interleaved(1), "num_q_heads": 2,
+                 "num_kv_heads": 1, "head_dim": 16, "page_size": 4, "dtype": torch.float16}
+        assert parallel.plan_decode([5], **sizes).inner.device == torch.device("cpu")
+        assert parallel.plan_extend([5], [3], **sizes).inner.device == torch.device("cpu")
+        monkeypatch.delenv("TRITON_INTERPRET")
+        for make in (lambda: parallel.plan_decode([5], **sizes),
+                     lambda: parallel.plan_extend([5], [3], **sizes)):
+            with pytest.raises(ValueError, match="set TRITON_INTERPRET=1 .* or pass device="):
+                make()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_bad_layouts_are_refused():
     with pytest.raises(ValueError, match="Interleaved size"):
         parallel._check_layout(parallel.Interleaved(0))

@@ -13,6 +13,7 @@ from .ops import merge as _merge
 from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_tensor
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
+from .plan._common import check_new_dtype
 from .window import check_window
 
 
@@ -108,6 +109,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     check_window(window_left, window_right, causal)
     check_scalars(softcap, scale)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
+    check_new_dtype(q, k, v)
     check_tensor("v", v, dim=3, dtype=q.dtype, device=q.device)
     if out is None:
         out = torch.empty(*q.shape[:2], v.shape[-1], dtype=q.dtype, device=q.device)

@@ -6,7 +6,8 @@ Subcommands live in one registry, :data:`COMMANDS`; adding one is one ``register
   ``register(Command("tiles", help, add_arguments, lazy("swattn.x:run")))``;
 - a module with ``add_arguments(parser)`` and ``run(args) -> int`` (standard library only
   at its top level): ``register(from_module("verify", help, "swattn.verify.cli"))``;
-- a module whose ``main(argv) -> int`` parses its own arguments:
+- a module whose ``main(argv, prog) -> int`` parses its own arguments (``prog``: the
+  command as the user typed it, ``swattn bench``, for its usage lines):
   ``register(Command("bench", help, forward="swattn.bench.cli:main"))``.
 
 Nothing heavy (torch, triton, even numpy) is imported until a command runs, so
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -29,7 +31,8 @@ DEFAULT_COMMAND = "demo"
 @dataclass(frozen=True)
 class Command:
     """One subcommand: ``run(args)`` returns the exit status. A ``forward`` command
-    (``"module:function"``) instead gets the rest of the command line as ``main(argv)``."""
+    (``"module:function"``) instead gets the rest of the command line as ``main(argv,
+    prog)``."""
 
     name: str
     help: str
@@ -142,7 +145,7 @@ def _tiles_error(prog, message):
 def _run_tiles(args):
     from . import tiles
 
-    prog = "swattn tiles"
+    prog = args.prog
     causal = not args.non_causal
     if causal and args.window_right is not None:
         return _tiles_error(prog, "--window-right needs --non-causal (causal already ends at the query)")
@@ -202,9 +205,19 @@ register(Command("bench", "time the kernels and the peers on the named workloads
 # Entry point
 # --------------------------------------------------------------------------------------
 
-def build_parser():
+def typed_prog():
+    """The program as the user typed it, for usage lines: ``swattn``, or ``python -m
+    swattn`` (argparse's own default, taken from ``sys.argv[0]``, would say
+    ``__main__.py``)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if name == "__main__.py":
+        return f"{os.path.basename(sys.executable) or 'python'} -m swattn"
+    return name or "swattn"
+
+
+def build_parser(prog="swattn"):
     parser = argparse.ArgumentParser(
-        prog="swattn",
+        prog=prog,
         description="swattn: sliding-window attention kernels for LLM serving, the engine demo, "
                     "the bound prover and the tile model. "
                     f"With no command, runs '{DEFAULT_COMMAND}'.")
@@ -218,19 +231,23 @@ def build_parser():
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
         if command.add_arguments is not None:
             command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+        sub.set_defaults(run=command.run, prog=sub.prog)
     return parser
 
 
-def main(argv=None):
-    """Run ``swattn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+def main(argv=None, prog=None):
+    """Run ``swattn`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+    ``prog``: the program named in usage lines (default: as typed, :func:`typed_prog`, when
+    the arguments are the command line's, else ``swattn``)."""
+    if prog is None:
+        prog = typed_prog() if argv is None else "swattn"
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, DEFAULT_COMMAND)
     command = COMMANDS.get(argv[0])
     if command is not None and command.forward is not None:
-        return _load(command.forward)(argv[1:])
-    args = build_parser().parse_args(argv)
+        return _load(command.forward)(argv[1:], prog=f"{prog} {argv[0]}")
+    args = build_parser(prog).parse_args(argv)
     return args.run(args)
 
 

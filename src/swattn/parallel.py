@@ -147,7 +147,7 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
 
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False,
+                kv_dtype=None, dtype=torch.bfloat16, device=None, deterministic=False,
                 merge="all-reduce"):
     """A context-parallel decode plan for this rank of ``group`` (a torch.distributed process
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
@@ -165,6 +165,7 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
           merge="all-reduce", **rest):
     totals, seq, pos = _queries(*lengths)
     rank, world = _check(group, layout, totals, window_left)
+    device = resolve_device(device)
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, got {merge!r}")
     if merge == "reduce-scatter" and rest["num_q_heads"] % world:
@@ -183,7 +184,7 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
     return ParallelPlan(seq, pos, totals, group=group, layout=layout, rank=rank, world=world,
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
-                        window_left=window_left, device=torch.device(device), kind=kind,
+                        window_left=window_left, device=device, kind=kind,
                         scatter=merge == "reduce-scatter", **rest)
 
 
@@ -498,7 +499,7 @@ class ParallelPlan:
 
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
-                kv_dtype=None, dtype=torch.bfloat16, device="cuda", deterministic=False,
+                kv_dtype=None, dtype=torch.bfloat16, device=None, deterministic=False,
                 fp8_products=False, merge="all-reduce"):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,

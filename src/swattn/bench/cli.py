@@ -153,12 +153,20 @@ def _run_kind(kind, cases, variants, run, args, out_dir, meta, ceilings, flush):
 
 
 def main(argv=None, prog=None):
-    """Run the benchmark; returns the exit status (0 ok, 2 bad arguments or no GPU)."""
+    """Run the benchmark; returns the exit status (0 ok, 2 bad arguments, no GPU, or for
+    ``--replot`` no matplotlib)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv, prog)
     if args.replot:
         from .plots import plot
-        print(plot(args.replot, args.out))
+        written = plot(args.replot, args.out)
+        if isinstance(written, str):
+            # A note why nothing was drawn (matplotlib missing): a timing run goes on
+            # without its plots, but plots are all --replot makes.
+            print(f"{prog or 'python -m swattn.bench'}: error: --replot draws with matplotlib, "
+                  "which is not installed: pip install 'swattn[bench]'", file=sys.stderr)
+            return 2
+        print(written)
         return 0
     try:
         extend_cases, decode_cases = split_cases(build_cases(args))

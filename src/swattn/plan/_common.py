@@ -2,6 +2,7 @@
 device copies, and the choices of one-shot calls remembered by what they depend on."""
 
 import importlib
+import os
 from dataclasses import replace
 
 import torch
@@ -53,9 +54,30 @@ def _module(name):
 
 
 def resolve_device(device):
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    """A plan's device, ``device`` given or None: CUDA's current device where CUDA is
+    available, else the CPU under Triton's interpreter (``TRITON_INTERPRET=1``); a bare
+    ``"cuda"`` is CUDA's current device. A ValueError naming ``device`` says what to pass
+    where neither is at hand."""
+    if device is None:
+        if torch.cuda.is_available():
+            device = "cuda"
+        elif os.environ.get("TRITON_INTERPRET") == "1":
+            device = "cpu"
+        else:
+            raise ValueError("device is None and CUDA is not available: set TRITON_INTERPRET=1 "
+                             "to run on the CPU under Triton's interpreter, or pass device=")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be a torch.device or a device string, got {device!r} "
+                         f"({error})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device is {device}, but CUDA is not available here: pass "
+                             "device='cpu' (or None) with TRITON_INTERPRET=1 set to run on the "
+                             "CPU under Triton's interpreter")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     check_device("device", device)
     return device
 
@@ -140,6 +162,67 @@ def expect_first(name, t, dim):
     if t.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be one of {FLOAT_DTYPES}, got {t.dtype}")
     check_device(name, t.device)
+
+
+def _and(names):
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def check_agree(label, holders):
+    """One size that several tensors of a one-shot call carry; returns it (None where no
+    tensor carries it). ``holders``: ``(name, tensor, rank, dim[, offset[, exact]])``, the
+    tensor carrying the size as ``shape[dim] - offset`` (one of another rank, or not a
+    tensor, is left to its own check); ``exact`` False: it holds at least the size (a block
+    table's rows), a vote for a value it equals, blamed only for holding less.
+
+    No tensor defines a size alone: the value most holders give is the size, and a ValueError
+    names the first that gives another, with the shape it must have. With no such value (two
+    holders that differ, or two against two) none is taken for the wrong one: the error names
+    each and what it gives."""
+    given = []
+    for name, t, rank, dim, *rest in holders:
+        if isinstance(t, torch.Tensor) and t.dim() == rank:
+            offset = rest[0] if rest else 0
+            exact = rest[1] if len(rest) > 1 else True
+            given.append((name, tuple(t.shape), dim, offset, exact, t.shape[dim] - offset))
+    exact_values = {value for *_, exact, value in given if exact}
+    if not exact_values:
+        return None
+    votes = {}
+    for *_, exact, value in given:
+        if exact or value in exact_values:
+            votes[value] = votes.get(value, 0) + 1
+    ranked = sorted(votes.values(), reverse=True)
+    if len(ranked) > 1 and ranked[0] == ranked[1]:
+        names = [name for name, *_, exact, _ in given if exact]
+        said = ", ".join(f"{name}.shape[{dim}]" + (f" - {offset}" if offset else "") + f" = {value}"
+                         for name, _, dim, offset, exact, value in given if exact)
+        raise ValueError(f"{_and(names)} disagree on the {label}: {said}")
+    size = max(votes, key=votes.get)
+    for name, shape, dim, offset, exact, value in given:
+        if value < size or (exact and value != size):
+            want = list(shape)
+            want[dim] = size + offset if exact else f">= {size + offset}"
+            agree = [other for other, *_, v in given if v == size]
+            raise ValueError(f"{name} must have shape [{', '.join(map(str, want))}], got {shape} "
+                             f"({label}: {size} in {_and(agree)})")
+    return size
+
+
+def check_new_dtype(q, k, v):
+    """A one-shot extend's q, k and v share a dtype; q's is the one named when k and v agree
+    on another (a TypeError)."""
+    dtypes = [getattr(t, "dtype", None) for t in (q, k, v)]
+    if dtypes[0] != dtypes[1] == dtypes[2] and dtypes[1] is not None:
+        raise TypeError(f"q must be {dtypes[1]} (as k and v), got {dtypes[0]}")
+
+
+def check_heads(q, num_kv_heads, kv_names):
+    """A one-shot call's query heads: a multiple of the KV heads the tensors ``kv_names``
+    agree on (None: none to check against)."""
+    if num_kv_heads and isinstance(q, torch.Tensor) and q.dim() == 3 and q.shape[1] % num_kv_heads:
+        raise ValueError(f"q must have a multiple of {num_kv_heads} heads (the KV heads of "
+                         f"{kv_names}), got shape {tuple(q.shape)}")
 
 
 # The choices of one-shot calls (their plans' spec, path and bound launches), by what they

@@ -10,8 +10,9 @@ from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
-from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
-                      expect_first, remember, replace_spec, resolve_device, scale_args, to_device)
+from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
+                      check_rank, check_scales, expect_first, remember, replace_spec,
+                      resolve_device, scale_args, to_device)
 
 
 class DecodePlan(Plan):
@@ -141,6 +142,9 @@ class DecodePlan(Plan):
     def _check(self, q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse):
         """The run's arguments one by one, raising the error that names what is wrong."""
         s, dev, dtype, batch = self.spec, self._index, self.dtype, self.batch
+        if not self._readable:
+            # A one-shot call's plan: as ExtendPlan._check's.
+            check_one_shot(q, k_cache, v_cache, block_table, self.seq_lens, sparse)
         expect("q", q, dtype, dev, (batch, self._hq, s.head_dim))
         expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
                1)
@@ -289,7 +293,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
 def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None, page_size,
                 window_left=None, softcap=0.0, scale=None, num_splits=None, return_lse=False,
                 kv_dtype=None, sparse_keys=0, block_table=None, num_pages=None,
-                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None):
+                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None):
     """Plan the decode attention of one batch (see :class:`DecodePlan`).
 
     Args:
@@ -305,7 +309,8 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
             or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once.
-        dtype, device: the queries' dtype and device.
+        dtype, device: the queries' dtype and device (``device`` as
+            :func:`plan_extend`'s: None picks CUDA, or the CPU under the interpreter).
         hopper, bounds, config: as :func:`plan_extend`'s.
     """
     device = resolve_device(device)
@@ -326,6 +331,27 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
         window_left=window_left, softcap=softcap, scale=scale, num_splits=num_splits,
         return_lse=return_lse, kv_dtype=kv_dtype, sparse_keys=sparse_keys, max_keys=max_keys,
         dtype=dtype, device=device, hopper=hopper, bounds=bounds, config=config)
+
+
+def check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse):
+    """The sizes a one-shot call's inputs share, as extend's ``check_one_shot``: the batch
+    size is q's, seq_lens', the block table's and the sparse index's rows; the sparse pool
+    shares the cache's heads and head dims."""
+    pool = tuple(sparse) if isinstance(sparse, (tuple, list)) and len(sparse) == 3 else (None,) * 3
+    k_pool, v_pool, idx = pool
+    check_agree("batch size", (("q", q, 3, 0), ("seq_lens", seq_lens, 1, 0),
+                               ("block_table", block_table, 2, 0), ("sparse idx", idx, 2, 0)))
+    kv_heads = check_agree("KV head count", (("k_cache", k_cache, 4, 2), ("v_cache", v_cache, 4, 2),
+                                             ("sparse k_pool", k_pool, 3, 1),
+                                             ("sparse v_pool", v_pool, 3, 1)))
+    check_agree("head dim", (("q", q, 3, 2), ("k_cache", k_cache, 4, 3),
+                             ("sparse k_pool", k_pool, 3, 2)))
+    check_agree("value head dim", (("v_cache", v_cache, 4, 3), ("sparse v_pool", v_pool, 3, 2)))
+    check_agree("page size", (("k_cache", k_cache, 4, 1), ("v_cache", v_cache, 4, 1)))
+    check_agree("page count", (("k_cache", k_cache, 4, 0), ("v_cache", v_cache, 4, 0)))
+    check_agree("pool size", (("sparse k_pool", k_pool, 3, 0), ("sparse v_pool", v_pool, 3, 0)))
+    names = "k_cache, v_cache and the sparse pool" if sparse is not None else "k_cache and v_cache"
+    check_heads(q, kv_heads, names)
 
 
 def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, softcap=0.0,
@@ -356,7 +382,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                              ("block_table", block_table, 2)):
             check_rank(name, t, dim)
     dev = q.get_device()
-    expect("seq_lens", seq_lens, torch.int32, dev, (q.shape[0],))
+    expect("seq_lens", seq_lens, torch.int32, dev, (), 1)
     sparse_keys = 0
     if sparse is not None:
         if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
@@ -365,6 +391,9 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                                                           if isinstance(sparse, (tuple, list)) else ""))
         check_rank("sparse idx", sparse[2], 2)
         sparse_keys = sparse[2].shape[1]
+    if hit is None or seq_lens.shape[0] != q.shape[0]:
+        # (As extend_plan_for's: a hit's run checks the rest, this check first.)
+        check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse)
     if hit is not None:
         spec, path, launches, _ = hit
         return DecodePlan(spec, path, q.device, q.dtype, q.shape[0], seq_lens, sparse_keys,

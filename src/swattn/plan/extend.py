@@ -9,9 +9,9 @@ from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
 from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
                              check_window, expect, host_ints)
-from ._common import (ONE_SHOT, Plan, check_cache_dtype, check_common, check_rank, check_scales,
-                      expect_first, remember, replace_spec, resolve_device, scale_args,
-                      to_device)
+from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
+                      check_new_dtype, check_rank, check_scales, expect_first, remember,
+                      replace_spec, resolve_device, scale_args, to_device)
 
 
 class ExtendPlan(Plan):
@@ -232,6 +232,12 @@ class ExtendPlan(Plan):
         """The run's arguments one by one, raising the error that names what is wrong."""
         s, dev = self.spec, self._index
         dtype = self.dtype
+        if self.max_tokens is None:
+            # A one-shot call's plan (no capacity: it read no lengths): its sizes are the
+            # call's tensors', and the one that differs from the others is named, as
+            # extend_plan_for names it on a call it has not seen.
+            check_one_shot(q, k, v, k_cache, v_cache, block_table, self.cu_seqlens,
+                           self.prefix_lens, self.mask_indptr)
         expect("q", q, dtype, dev, (s.num_q_heads, s.head_dim), 1)
         rows = q.shape[0]
         if self.num_tokens is not None and rows < self.num_tokens:
@@ -487,7 +493,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                 page_size, window_left=None, window_right=None, causal=True, softcap=0.0,
                 scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
                 kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
-                dtype=torch.bfloat16, device="cuda", hopper=None, bounds="tight", config=None,
+                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
                 fp8_products=False):
     """Plan the extend attention of one batch (see :class:`ExtendPlan`).
 
@@ -510,7 +516,9 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
-        dtype, device: the queries' dtype and device.
+        dtype, device: the queries' dtype and device (None: CUDA's current device, or
+            without CUDA the CPU under TRITON_INTERPRET=1; a ValueError says what to
+            pass where neither is at hand).
         hopper: None lets the plan choose the kernel; False keeps the portable Triton kernel;
             True asks for the Hopper path (a ValueError says why a plan cannot take it).
         bounds, config: verification: the loop-bound variant, and a Config (or a dict of
@@ -549,7 +557,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
 def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_heads,
                     head_dim, head_dim_v=None, page_size, softcap=0.0, scale=None,
                     return_lse=True, kv_dtype=None, max_tokens=None, dtype=torch.bfloat16,
-                    device="cuda", hopper=None, bounds="tight", config=None,
+                    device=None, hopper=None, bounds="tight", config=None,
                     fp8_products=False):
     """An extend plan whose query rows each see their own range of cached keys: row ``t``
     the keys ``[key_lo[t], key_hi[t])`` of its sequence's ``prefix_lens[b]`` (a rank's local
@@ -578,6 +586,31 @@ def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_
         deterministic=False, kv_dtype=kv_dtype, dtype=dtype, device=device, hopper=hopper,
         bounds=bounds, config=config, max_tokens=max_tokens, fp8_products=fp8_products,
         key_ranges=tuple(key_ranges))
+
+
+def check_one_shot(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                   mask_indptr):
+    """The sizes a one-shot call's inputs share (check_agree): each is the value most of the
+    tensors carrying it give, so the tensor named is the one that differs from the others,
+    not the one checked second; of two that differ (v and v_cache on the value head dim, the
+    caches on the page size) the error names both. The batch size is len(prefix_lens),
+    len(cu_seqlens) - 1 and len(mask_indptr) - 1, and the block table's rows where they
+    equal one of these (it may have more). q's dtype is k's and v's. The outputs, sinks,
+    mask and scales are checked against these sizes afterwards: the inputs set them."""
+    check_agree("token count", (("q", q, 3, 0), ("k", k, 3, 0), ("v", v, 3, 0)))
+    kv_heads = check_agree("KV head count", (("k", k, 3, 1), ("v", v, 3, 1),
+                                             ("k_cache", k_cache, 4, 2),
+                                             ("v_cache", v_cache, 4, 2)))
+    check_agree("head dim", (("q", q, 3, 2), ("k", k, 3, 2), ("k_cache", k_cache, 4, 3)))
+    check_agree("value head dim", (("v", v, 3, 2), ("v_cache", v_cache, 4, 3)))
+    check_agree("page size", (("k_cache", k_cache, 4, 1), ("v_cache", v_cache, 4, 1)))
+    check_agree("page count", (("k_cache", k_cache, 4, 0), ("v_cache", v_cache, 4, 0)))
+    check_agree("batch size", (("prefix_lens", prefix_lens, 1, 0),
+                               ("cu_seqlens", cu_seqlens, 1, 0, 1),
+                               ("mask_indptr", mask_indptr, 1, 0, 1),
+                               ("block_table", block_table, 2, 0, 0, False)))
+    check_heads(q, kv_heads, "k, v, k_cache and v_cache")
+    check_new_dtype(q, k, v)
 
 
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
@@ -614,12 +647,18 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     device = q.device
     dev = q.get_device()
     expect("cu_seqlens", cu_seqlens, torch.int32, dev, (), 1)
-    expect("prefix_lens", prefix_lens, torch.int32, dev, (cu_seqlens.shape[0] - 1,))
+    expect("prefix_lens", prefix_lens, torch.int32, dev, (), 1)
     if mask_indptr is not None:
         check_rank("mask_indptr", mask_indptr, 1)
         if mask_indptr.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
-        expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (cu_seqlens.shape[0],))
+        expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (), 1)
+    if hit is None or prefix_lens.shape[0] + 1 != cu_seqlens.shape[0] or (
+            mask_indptr is not None and mask_indptr.shape[0] != cu_seqlens.shape[0]):
+        # (A hit's other sizes are an earlier call's, which agreed: its run checks the rest,
+        # with this check first where any fails, so a call's error is the same every time.)
+        check_one_shot(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                       mask_indptr)
     if hit is not None:
         spec, path, launches, ready = hit
         return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
