@@ -14,7 +14,7 @@ from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
 from .plan._common import check_new_dtype
-from .window import check_window
+from .window import check_chunk, check_window
 
 
 @torch.library.custom_op("swattn::extend_attention", mutates_args=("out", "lse"))
@@ -23,10 +23,13 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
                prefix_lens: torch.Tensor, sinks: torch.Tensor | None, mask: torch.Tensor | None,
                mask_indptr: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
                k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
-               window_left: int, window_right: int, causal: bool, softcap: float,
-               scale: float, keys: str, deterministic: bool) -> None:
+               positions: torch.Tensor | None, window_left: int, window_right: int,
+               attention_chunk: int, causal: bool, softcap: float, scale: float, keys: str,
+               deterministic: bool) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded, scale 0 = default.
     _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
+                  positions=positions,
+                  attention_chunk=None if attention_chunk < 0 else attention_chunk,
                   k_scale=k_scale, v_scale=v_scale,
                   window_left=None if window_left < 0 else window_left,
                   window_right=None if window_right < 0 else window_right, causal=causal,
@@ -37,15 +40,16 @@ def _extend_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch
 
 @_extend_op.register_fake
 def _(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask, mask_indptr,
-      out, lse, k_scale, v_scale, window_left, window_right, causal, softcap, scale, keys,
-      deterministic):
+      out, lse, k_scale, v_scale, positions, window_left, window_right, attention_chunk, causal,
+      softcap, scale, keys, deterministic):
     return None
 
 
 def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
-                     scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
-                     deterministic=False, k_scale=None, v_scale=None, out=None):
+                     scale=None, mask=None, mask_indptr=None, attention_chunk=None,
+                     positions=None, keys="all", return_lse=False, deterministic=False,
+                     k_scale=None, v_scale=None, out=None):
     """Attention of a chunk of new tokens over their paged, cached prefix and each other.
 
     ``o_i = sum_j softmax_j(s_ij) v_j`` over the keys ``j`` that query ``i`` sees
@@ -71,6 +75,14 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
         mask, mask_indptr: custom mask (flat bool, E_b * (P_b + E_b) entries from
             mask_indptr[b], row-major); replaces causality, the window still applies.
+        attention_chunk: chunked local attention (Llama 4): a query at position p sees the
+            key at j only when ``j // attention_chunk == p // attention_chunk``, on top of
+            causality and the window; None = off.
+        positions: [T] int32, each new token's absolute position (speculative trees:
+            siblings share one); default ``prefix_lens[b] + i``. The window and the chunk
+            are measured between positions, for cached and new keys alike; causality among
+            the new tokens (or the custom mask) is by their order. Read by the kernels only,
+            as the lengths.
         keys: "all", "prefix" or "new" (partial results for context parallelism).
         return_lse: also return lse [T, Hq] float32 (natural log, sinks excluded).
         deterministic: the single-pass kernel: one loop over the prefix and the new keys in
@@ -97,7 +109,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         return _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
                              window_left=window_left, window_right=window_right, causal=causal,
                              sinks=sinks, softcap=softcap, scale=scale, mask=mask,
-                             mask_indptr=mask_indptr, keys=keys, return_lse=return_lse,
+                             mask_indptr=mask_indptr, attention_chunk=attention_chunk,
+                             positions=positions, keys=keys, return_lse=return_lse,
                              deterministic=deterministic, k_scale=k_scale, v_scale=v_scale,
                              out=out)
     # Traced by torch.compile: the custom op, whose arguments cannot carry None for the
@@ -107,6 +120,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     check_window(window_left, window_right, causal)
+    check_chunk(attention_chunk)
     check_scalars(softcap, scale)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
     check_new_dtype(q, k, v)
@@ -115,8 +129,10 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         out = torch.empty(*q.shape[:2], v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     _extend_op(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks, mask,
-               mask_indptr, out, lse, k_scale, v_scale, -1 if window_left is None else window_left,
-               -1 if window_right is None else window_right, causal, float(softcap),
+               mask_indptr, out, lse, k_scale, v_scale, positions,
+               -1 if window_left is None else window_left,
+               -1 if window_right is None else window_right,
+               -1 if attention_chunk is None else attention_chunk, causal, float(softcap),
                0.0 if scale is None else float(scale), keys, deterministic)
     return (out, lse) if return_lse else out
 
@@ -161,11 +177,13 @@ def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                k_pool: torch.Tensor | None, v_pool: torch.Tensor | None,
                sparse_idx: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor | None,
                k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
-               window_left: int, softcap: float, scale: float, num_splits: int) -> None:
+               window_left: int, attention_chunk: int, softcap: float, scale: float,
+               num_splits: int) -> None:
     # Integers stand for None across the op boundary: -1 = unbounded / library's choice,
     # scale 0 = default; sparse travels as its three tensors (all None = off).
     _run_decode(q, k_cache, v_cache, block_table, seq_lens, k_scale=k_scale, v_scale=v_scale,
                   window_left=None if window_left < 0 else window_left, sinks=sinks,
+                  attention_chunk=None if attention_chunk < 0 else attention_chunk,
                   softcap=softcap, scale=None if scale == 0 else scale,
                   sparse=None if sparse_idx is None else (k_pool, v_pool, sparse_idx),
                   num_splits=None if num_splits < 0 else num_splits, return_lse=lse is not None,
@@ -174,13 +192,13 @@ def _decode_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 @_decode_op.register_fake
 def _(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out, lse,
-      k_scale, v_scale, window_left, softcap, scale, num_splits):
+      k_scale, v_scale, window_left, attention_chunk, softcap, scale, num_splits):
     return None
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     k_scale=None, v_scale=None, out=None):
+                     k_scale=None, v_scale=None, out=None, attention_chunk=None):
     """Attention of one new token per sequence over its window of the paged cache.
 
     ``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` over the keys
@@ -200,6 +218,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         seq_lens: [B] int32 tokens in the cache, the new one included (0: output 0); not
             read back to the host (see extend_attention's cu_seqlens).
         window_left: keys the query sees below itself (swattn.window); None = all.
+        attention_chunk: chunked local attention (Llama 4): the query at position p sees
+            only the keys of its chunk, ``j // attention_chunk == p // attention_chunk``;
+            None = off.
         sinks: [Hq] float32 sink logits (gpt-oss) or None.
         softcap: Gemma-2 logit cap, 0 = off. scale: default D ** -0.5.
         sparse: (k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int32): pool rows
@@ -225,11 +246,12 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     """
     if not torch.compiler.is_compiling():
         return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
-                             sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
+                             attention_chunk=attention_chunk, sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
                              num_splits=num_splits, return_lse=return_lse, k_scale=k_scale,
                              v_scale=v_scale, out=out)
     # Traced by torch.compile: the custom op (see extend_attention).
     check_window(window_left)
+    check_chunk(attention_chunk)
     check_scalars(softcap, scale)
     check_num_splits(num_splits)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
@@ -245,7 +267,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         out = torch.empty(*q.shape[:2], v_cache.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
     _decode_op(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_idx, out,
-               lse, k_scale, v_scale, -1 if window_left is None else window_left, float(softcap),
+               lse, k_scale, v_scale, -1 if window_left is None else window_left,
+               -1 if attention_chunk is None else attention_chunk, float(softcap),
                0.0 if scale is None else float(scale), -1 if num_splits is None else num_splits)
     return (out, lse) if return_lse else out
 

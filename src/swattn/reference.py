@@ -37,8 +37,9 @@ KEYS = ("all", "prefix", "new")
 _SCORE_BUDGET = 1 << 24
 
 
-def visible_mask(q_pos, k_pos, window_left, window_right, causal):
-    """``visible[i, j] = (k_j >= q_i - window_left) & (k_j <= q_i if causal) & (k_j <= q_i + window_right)``.
+def visible_mask(q_pos, k_pos, window_left, window_right, causal, chunk=None):
+    """``visible[i, j] = (k_j >= q_i - window_left) & (k_j <= q_i if causal) & (k_j <= q_i + window_right)``,
+    and with ``chunk`` (chunked local attention) ``k_j // chunk == q_i // chunk``.
 
     ``q_pos`` [n] and ``k_pos`` [m] are absolute positions (integer tensors); the result is
     a dense bool [n, m]. ``None`` leaves a side unbounded. ``window_right`` bounds the
@@ -47,6 +48,9 @@ def visible_mask(q_pos, k_pos, window_left, window_right, causal):
     q = q_pos.reshape(-1, 1).to(torch.int64)
     j = k_pos.reshape(1, -1).to(torch.int64)
     visible = torch.ones(q.shape[0], j.shape[1], dtype=torch.bool, device=q_pos.device)
+    if chunk is not None:
+        visible &= torch.div(j, chunk, rounding_mode="floor") == torch.div(
+            q, chunk, rounding_mode="floor")
     if window_left is not None:
         visible &= j >= q - window_left
     if causal:
@@ -157,7 +161,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
                      scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
                      deterministic=False, k_scale=None, v_scale=None, out=None,
-                     dtype=torch.float64):
+                     attention_chunk=None, positions=None, dtype=torch.float64):
     """``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} + e^{sink - m})`` for every new token.
 
     Sequence ``b`` has ``P = prefix_lens[b]`` cached tokens (positions ``0..P-1``, position
@@ -175,7 +179,13 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         sinks: [Hq] float32 logits in the denominator, or None.
         softcap: ``s = softcap * tanh(s / softcap)`` when > 0. scale: default ``D ** -0.5``.
         mask, mask_indptr: flat bool mask; sequence ``b`` owns ``E * (P + E)`` entries from
-            ``mask_indptr[b]``, row-major (new token, absolute key position).
+            ``mask_indptr[b]``, row-major (new token, key: cached keys by position, then the
+            new tokens in their order).
+        attention_chunk: chunked local attention: a query at position ``p`` sees the key at
+            ``j`` only when ``j // attention_chunk == p // attention_chunk``.
+        positions: [T] each new token's absolute position (default ``P + i``): the window
+            and the chunk compare positions (a cached key's is its index, a new key's its
+            token's), causality compares the order (cached keys, then the new tokens).
         keys: "all", "prefix" (cached keys only) or "new" (new keys only). Sinks, if given,
             join this call's softmax whatever ``keys`` is; partials meant for
             :func:`merge_states` are computed with ``sinks=None``.
@@ -215,10 +225,16 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         new = end - start
         if new <= 0:
             continue
-        q_pos = torch.arange(prefix, prefix + new, device=device)
-        # Lowest key position any query of this sequence can see (the first query's window).
-        lowest = 0 if window_left is None else max(0, prefix - window_left)
-        key_parts, value_parts, pos_parts = [], [], []
+        # Each new token's order (cached keys come first) and its absolute position.
+        q_idx = torch.arange(prefix, prefix + new, device=device)
+        q_pos = q_idx if positions is None else positions[start:end].to(device, torch.int64)
+        # Lowest key position any query of this sequence can see (the lowest query's window
+        # and chunk).
+        first_q = int(q_pos.min())
+        lowest = 0 if window_left is None else max(0, first_q - window_left)
+        if attention_chunk is not None:
+            lowest = max(lowest, first_q // attention_chunk * attention_chunk)
+        key_parts, value_parts, pos_parts, idx_parts = [], [], [], []
         if keys in ("all", "prefix") and lowest < prefix:
             prefix_pos = torch.arange(lowest, prefix, device=device)
             prefix_k, prefix_v = gather_keys(k_cache, v_cache, block_table[b], prefix_pos)
@@ -227,21 +243,27 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             key_parts.append(prefix_k)
             value_parts.append(prefix_v)
             pos_parts.append(prefix_pos)
+            idx_parts.append(prefix_pos)
         if keys in ("all", "new"):
             key_parts.append(_as_cached(k[start:end], k_cache.dtype, k_scale))
             value_parts.append(_as_cached(v[start:end], v_cache.dtype, v_scale))
             pos_parts.append(q_pos)
+            idx_parts.append(q_idx)
         if not pos_parts:
             continue
         k_pos = torch.cat(pos_parts)
+        k_idx = torch.cat(idx_parts)
         seq_k = torch.cat([part.to(dtype) for part in key_parts])
         seq_v = torch.cat([part.to(dtype) for part in value_parts])
+        # The window and the chunk between positions; causality, or the mask, by order.
+        visible = visible_mask(q_pos, k_pos, window_left, right, False, attention_chunk)
         if mask is None:
-            visible = visible_mask(q_pos, k_pos, window_left, right, causal)
+            if causal:
+                visible &= k_idx[None, :] <= q_idx[:, None]
         else:
-            # Row-major [new token, absolute key position] bits of this sequence.
+            # Row-major [new token, key] bits of this sequence.
             bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(new, prefix + new)
-            visible = bits.to(device)[:, k_pos] & visible_mask(q_pos, k_pos, window_left, right, False)
+            visible &= bits.to(device)[:, k_idx]
         for lo, hi in _chunks(new, k_pos.numel(), num_q_heads):
             part_out, part_lse = attend(q[start + lo: start + hi], seq_k, seq_v, visible[lo:hi],
                                         scale=scale, softcap=softcap, sinks=sinks, dtype=dtype)
@@ -252,7 +274,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     k_scale=None, v_scale=None, out=None, dtype=torch.float64):
+                     k_scale=None, v_scale=None, out=None, attention_chunk=None,
+                     dtype=torch.float64):
     """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per sequence.
 
     The query of sequence ``b`` is at position ``S - 1`` (``S = seq_lens[b]``; it is already
@@ -263,7 +286,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     Args:
         q: [B, Hq, D]; k_cache, v_cache: [num_pages, page_size, Hkv, D | Dv].
         block_table: [B, max_pages] int; seq_lens: [B] int.
-        window_left, sinks, softcap, scale: as in :func:`extend_attention`.
+        window_left, sinks, softcap, scale, attention_chunk: as in :func:`extend_attention`.
         sparse: ``(k_pool [N, Hkv, D], v_pool [N, Hkv, Dv], idx [B, K] int)``: the pool rows
             ``idx[b, i] >= 0`` (-1 = none) join sequence ``b``'s window keys in one softmax;
             a row named twice counts twice. With an fp8 cache the pool is fp8 too, under the
@@ -289,9 +312,12 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     for b, seq_len in enumerate(seq_lens.tolist()):
         query_pos = seq_len - 1
         lowest = 0 if window_left is None else max(0, query_pos - window_left)
+        if attention_chunk is not None and query_pos >= 0:
+            lowest = max(lowest, query_pos // attention_chunk * attention_chunk)
         k_pos = torch.arange(lowest, max(lowest, seq_len), device=device)
         seq_k, seq_v = gather_keys(k_cache, v_cache, block_table[b], k_pos)
-        visible = visible_mask(torch.tensor([query_pos], device=device), k_pos, window_left, None, True)
+        visible = visible_mask(torch.tensor([query_pos], device=device), k_pos, window_left, None,
+                               True, attention_chunk)
         if sparse is not None:
             k_pool, v_pool, idx = sparse
             chosen = idx[b][idx[b] >= 0].to(torch.int64)

@@ -194,6 +194,13 @@ def decode_first_key(seq_len, window_left):
     return max(seq_len - 1 - window_left, 0)
 
 
+def decode_chunk_start(seq_len, chunk):
+    """First key a decode query (at ``seq_len - 1``) sees under chunked attention: its
+    chunk's first position. The decode loops start at the later of this and
+    :func:`decode_first_key`."""
+    return max(seq_len - 1, 0) // chunk * chunk
+
+
 def aligned_tiles(lo, hi, block_n):
     """``(first tile, end tile)`` of the keys ``[lo, hi)`` on the grid of absolute position
     0 (tile ``t`` holds keys ``[t * BN, (t + 1) * BN)``): the copy engine's tiles of the
@@ -361,9 +368,12 @@ def range_bounds(rows, block_n, range_end, bounds="tight"):
     return lo, hi, mid_lo, mid_hi
 
 
-def decode_bounds(seq_len, window_left):
-    """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``."""
+def decode_bounds(seq_len, window_left, chunk=None):
+    """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``, from the
+    query's chunk's first position on under chunked attention."""
     lo = 0 if window_left is None else decode_first_key(seq_len, window_left)
+    if chunk is not None:
+        lo = max(lo, decode_chunk_start(seq_len, chunk))
     return lo, seq_len
 
 

@@ -44,6 +44,7 @@ visible_key_end = compile_bound(window.visible_key_end)
 full_tiles_start = compile_bound(window.full_tiles_start)
 full_tiles_end = compile_bound(window.full_tiles_end)
 decode_first_key = compile_bound(window.decode_first_key)
+decode_chunk_start = compile_bound(window.decode_chunk_start)
 split_tiles = compile_bound(window.split_tiles)
 
 
@@ -154,6 +155,49 @@ def range_bounds_source(rng, m_rows, range_end, BN: tl.constexpr, TIGHT: tl.cons
 
 range_keep = compile_bound(range_keep_source)
 range_bounds = compile_bound(range_bounds_source)
+
+
+def maximum_source(a, b):
+    """``max`` of window.py's bounds compiled for vectors: elementwise."""
+    return tl.maximum(a, b)
+
+
+def minimum_source(a, b):
+    """``min`` of window.py's bounds compiled for vectors: elementwise."""
+    return tl.minimum(a, b)
+
+
+# window.row_key_range compiled for a vector of rows: its max and min elementwise.
+_ROW_NAMES = {**globals(), "max": compile_bound(maximum_source),
+              "min": compile_bound(minimum_source)}
+row_key_range = compile_bound(window.row_key_range, namespace=_ROW_NAMES)
+
+# Under given positions (speculative trees), what a block's rows are: their index in the
+# loop's coordinates (causality and the custom mask are by index) and their absolute
+# position (the window and the chunk are measured between positions).
+RowPos = namedtuple("RowPos", "idx pos")
+
+
+def position_keep_source(q_rows, k_idx, k_pos, key_end, window_left, window_right, chunk,
+                         USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr,
+                         IS_CAUSAL: tl.constexpr, USE_RIGHT: tl.constexpr):
+    """The mask of a [BM, BN] tile under given positions (``q_rows`` a RowPos of [BM],
+    ``k_idx``/``k_pos`` [BN] the keys' index and absolute position): keys at and past
+    ``key_end`` dropped, rows at negative index too; causality by index, window and chunk
+    (window.visible) by position."""
+    keep = (k_idx < key_end)[None, :] & (q_rows.idx >= 0)[:, None]
+    if IS_CAUSAL:
+        keep = keep & (k_idx[None, :] <= q_rows.idx[:, None])
+    elif USE_RIGHT:
+        keep = keep & (k_pos[None, :] <= q_rows.pos[:, None] + window_right)
+    if USE_WINDOW:
+        keep = keep & (k_pos[None, :] >= q_rows.pos[:, None] - window_left)
+    if USE_CHUNK:
+        keep = keep & (k_pos[None, :] // chunk == q_rows.pos[:, None] // chunk)
+    return keep
+
+
+position_keep = compile_bound(position_keep_source)
 
 
 def launch_extents(num_tokens, block_table, page_size, mask=None):

@@ -145,6 +145,18 @@ def check_extend_lengths(cu, prefix, mask_indptr=None):
                                  f"mask entries, it needs E*(P+E) = {e * (p + e)}")
 
 
+def check_positions(positions, cu):
+    """The new tokens' positions (a host list or tensor, one a new token of ``cu``'s
+    batch), each in ``[0, MAX_POSITION)``; returned as a list of ints."""
+    pos = host_ints("positions", positions)
+    if len(pos) != cu[-1]:
+        raise ValueError(f"positions must have one entry a new token ({cu[-1]}), got {len(pos)}")
+    bad = [p for p in pos if not 0 <= p < MAX_POSITION]
+    if bad:
+        raise ValueError(f"positions must lie in [0, {MAX_POSITION}), got {bad[0]}")
+    return pos
+
+
 def check_lengths(name, lengths):
     if any(s < 0 for s in lengths):
         raise ValueError(f"{name} must be >= 0, got {lengths}")

@@ -44,7 +44,8 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, PagedCache, decode_first_key, decode_seq_ok, finish,
+from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_start, decode_first_key,
+                      decode_seq_ok, finish,
                       load_keys, load_rows, scores_log2, softmax_step, split_tiles, table_keys,
                       valid_page)
 from ._launch import Launch
@@ -212,13 +213,14 @@ def _decode_kernel(
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
     page_size, num_pages, pool_rows, num_sparse, cached_keys, num_splits, head_programs, qk_scale,
     softcap,
-    window_left, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
+    window_left, attention_chunk, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, FLAG_UNREAD: tl.constexpr,
     V_IN_K: tl.constexpr, HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr, K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
+    USE_CHUNK: tl.constexpr,
 ):
     if PDL:
         # The merge, launched as this kernel's programmatic dependent, may start once every
@@ -266,6 +268,9 @@ def _decode_kernel(
     lo = 0
     if USE_WINDOW:
         lo = decode_first_key(seq_len, window_left)
+    if USE_CHUNK:
+        # Chunked attention: nothing below the query's chunk (window.decode_bounds).
+        lo = tl.maximum(lo, decode_chunk_start(seq_len, attention_chunk))
     # The sequence's key tiles: the window's, then the sparse keys'; split i_split owns
     # the contiguous run [t_start, t_stop) of them.
     window_tiles = (seq_len - lo + BLOCK_N - 1) // BLOCK_N
@@ -374,6 +379,8 @@ class DecodeSpec:
     # chose it: a run whose values are its keys' first columns takes that kernel
     # (ops.decode_latent), any other the Triton kernel of ``config``.
     latent_config: object = None
+    # Chunked local attention: the query sees only its own chunk of this many positions.
+    attention_chunk: int | None = None
 
     @property
     def head_blocking(self):
@@ -435,7 +442,9 @@ def _launcher(spec: DecodeSpec, dtypes):
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
         FLAG_UNREAD=cfg.flag_unread or spec.v_in_k, V_IN_K=spec.v_in_k,
         HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
-        V_SCALE_STRIDE=spec.scale_strides[1])
+        V_SCALE_STRIDE=spec.scale_strides[1],
+        attention_chunk=clamp_extent(spec.attention_chunk or 1),
+        USE_CHUNK=spec.attention_chunk is not None)
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 

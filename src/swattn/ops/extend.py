@@ -28,12 +28,11 @@ import triton
 import triton.language as tl
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, causal_key_end, finish,
+from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, RowPos, causal_key_end, finish,
                       first_key_tile, fp8_cached, full_tiles_end, full_tiles_start,
-                      launch_extents, load_keys,
-                      load_rows, load_whole, mask_ok, new_lengths, range_bounds, range_keep,
-                      right_key_end, scores_log2, softmax_step, valid_page, visible,
-                      visible_key_end)
+                      launch_extents, load_keys, load_rows, load_whole, mask_ok, new_lengths,
+                      position_keep, range_bounds, range_keep, right_key_end, row_key_range,
+                      scores_log2, softmax_step, valid_page, visible, visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
@@ -43,10 +42,14 @@ from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # n
 # its fields: no code of its own). Adding an argument is an edit to its bundle, not to
 # every helper's signature.
 # The cache travels as _common.PagedCache.
+# RANGES: a loop's rows carry their key ranges (_common.KeyRange: key_ranges, or rows'
+# ranges under chunked attention and given positions); POSITIONS: given positions, the
+# new keys' masks by position (_common.position_keep); UNIFIED: the single-pass kernel.
 ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
                          "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV "
-                         "RANGES")  # constexprs
-Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask")  # what a row sees
+                         "RANGES USE_CHUNK POSITIONS UNIFIED")  # constexprs
+# What a row sees; ``positions``: the new tokens' positions (given positions only).
+Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask chunk positions")
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
 ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
 # The block's sequence and KV head, where its tokens start, its lengths, its mask rows.
@@ -59,6 +62,14 @@ NewKeys = namedtuple("NewKeys", "k v stride_kt stride_kh stride_vt stride_vh des
 # stride and a slot's (cache) or 0 (new tokens), the first row, the block-table row.
 Source = namedtuple("Source", "desc_k desc_v k v stride_k stride_ks stride_v stride_vs row0 "
                     "bt_row page_size num_pages k_scale v_scale")
+
+
+@triton.jit
+def _position_keep(q_rows, k_idx, k_pos, key_end, rule, flags):
+    """_common.position_keep with the launch's window and chunk."""
+    return position_keep(q_rows, k_idx, k_pos, key_end, rule.window_left, rule.window_right,
+                         rule.chunk, flags.USE_WINDOW, flags.USE_CHUNK, flags.IS_CAUSAL,
+                         flags.USE_RIGHT)
 
 
 @triton.jit
@@ -252,7 +263,9 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
                       + seq.i_kvh * cache.stride_kh)
             slot_v = (page * cache.stride_vp + (k_pos % cache.page_size) * cache.stride_vs
                       + seq.i_kvh * cache.stride_vh)
-            if flags.RANGES:
+            if flags.POSITIONS and flags.UNIFIED:
+                keep = _position_keep(q_pos, k_pos, k_pos, seq.prefix_len, rule, flags)
+            elif flags.RANGES:
                 keep = range_keep(q_pos, k_pos, seq.prefix_len)
             else:
                 keep = visible(q_pos, k_pos, seq.prefix_len, rule.window_left, rule.window_right,
@@ -286,8 +299,16 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, r
         for start_n in range(start, stop, flags.BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < seq.extend_len) & (k_pos >= lowest_key)
-            keep = visible(q_local, k_pos, seq.extend_len, rule.window_left, rule.window_right,
-                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
+            if flags.POSITIONS:
+                keep = _position_keep(q_local, k_pos, tl.load(
+                    rule.positions + seq.seq_start + k_pos, mask=k_pos < seq.extend_len, other=0),
+                    seq.extend_len, rule, flags)
+            elif flags.RANGES:
+                keep = range_keep(q_local, k_pos, seq.extend_len)
+            else:
+                keep = visible(q_local, k_pos, seq.extend_len, rule.window_left,
+                               rule.window_right, flags.USE_WINDOW, flags.IS_CAUSAL,
+                               flags.USE_RIGHT, True)
             if flags.USE_MASK:
                 bits = tl.load(rule.mask + seq.mask_row[:, None] + (seq.prefix_len + k_pos)[None, :],
                                mask=keep, other=0)
@@ -330,9 +351,17 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
         tok = (seq.seq_start + k_pos - prefix_len).to(tl.int64)
         keep = m_load[None, :]
         if MASKED:
-            keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
-                           flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT,
-                           True) & (k_pos >= key_start)[None, :]
+            if flags.POSITIONS:
+                k_abs = tl.where(in_prefix, k_pos, tl.load(
+                    rule.positions + seq.seq_start + k_pos - prefix_len,
+                    mask=m_new, other=0))
+                keep = _position_keep(q_pos, k_pos, k_abs, key_end, rule, flags)
+            elif flags.RANGES:
+                keep = range_keep(q_pos, k_pos, key_end)
+            else:
+                keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
+                               flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, True)
+            keep = keep & (k_pos >= key_start)[None, :]
             if flags.USE_MASK:
                 bits = tl.load(rule.mask + seq.mask_row[:, None] + k_pos[None, :], mask=keep,
                                other=0)
@@ -434,11 +463,11 @@ def _uncovered_rows_kernel(cu_seqlens, prefix_lens, mask_indptr, Out, Lse, num_s
 def _extend_kernel(
     Q, K, V, K_cache, V_cache, block_table, cu_seqlens, prefix_lens,
     sinks, mask, mask_indptr, Out, Lse, desc_k, desc_v, desc_kc, desc_vc, k_scale, v_scale,
-    key_lo, key_hi, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    key_lo, key_hi, positions, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
     num_seqs, page_size, num_pages, num_tokens, prefix_keys, mask_entries, qk_scale, softcap,
-    window_left, window_right,
+    window_left, window_right, attention_chunk,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     GROUP: tl.constexpr, PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SEQS_POW2: tl.constexpr, USE_WINDOW: tl.constexpr, USE_RIGHT: tl.constexpr,
@@ -447,6 +476,7 @@ def _extend_kernel(
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
     UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
     K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr, RANGES: tl.constexpr,
+    USE_CHUNK: tl.constexpr, HAS_POSITIONS: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -517,10 +547,14 @@ def _extend_kernel(
 
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
+    # Under chunked attention or given positions a loop's bounds come from its rows' key
+    # ranges (window.row_key_range, range_bounds), as under key_ranges.
+    ROW_RANGES: tl.constexpr = RANGES or USE_CHUNK or HAS_POSITIONS
     flags: tl.constexpr = ExtendFlags(BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
                                       USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
-                                      TMA_CACHE, K_cache.dtype.element_ty, RANGES)
-    rule = Rule(qk_scale, softcap, window_left, window_right, mask)
+                                      TMA_CACHE, K_cache.dtype.element_ty, ROW_RANGES, USE_CHUNK,
+                                      HAS_POSITIONS, UNIFIED)
+    rule = Rule(qk_scale, softcap, window_left, window_right, mask, attention_chunk, positions)
     new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, 1.0, 1.0)
     if flags.KV.is_fp8():
         # An fp8 cache holds value / scale (one scale, or one a KV head): K's scale folds into
@@ -528,7 +562,8 @@ def _extend_kernel(
         # as the cache stores them, so the chunking cannot change a result.
         k_head_scale = tl.load(k_scale + i_kvh * K_SCALE_STRIDE)
         v_head_scale = tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
-        rule = Rule(qk_scale * k_head_scale, softcap, window_left, window_right, mask)
+        rule = Rule(qk_scale * k_head_scale, softcap, window_left, window_right, mask,
+                    attention_chunk, positions)
         new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v,
                       k_head_scale, v_head_scale)
     lanes = ExtendLanes(o_n, o_d, o_dv, m_d, m_dv, col_k, col_v)
@@ -536,8 +571,58 @@ def _extend_kernel(
     cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                        stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
                        desc_kc, desc_vc)
+    # The rows' absolute positions: given (speculative trees), or after the prefix.
+    if HAS_POSITIONS:
+        q_abs = tl.load(positions + tok_q, mask=m_rows, other=-1)
+    else:
+        q_abs = tl.where(m_rows, prefix_len + rows, -1)
 
-    if UNIFIED:
+    if UNIFIED and ROW_RANGES:
+        # The single pass under chunked attention or given positions: in tiles aligned to
+        # absolute position 0 as below. Chunked: the rows' ranges over [0, key_end). Given
+        # positions: the cached keys' floor from the rows' ranges over the prefix (a cached
+        # key's position is its index), the new keys walked whole up to the causal end by
+        # index (their positions need not follow their order), every tile masked.
+        key_start = 0 if DO_PREFIX else prefix_len
+        key_end = prefix_len + extend_len if DO_NEW else prefix_len
+        if HAS_POSITIONS:
+            a, b = row_key_range(q_abs, 0, prefix_len, window_left, window_right,
+                                 attention_chunk, USE_WINDOW, USE_CHUNK, False, USE_RIGHT)
+            lo, _, _, _, lowest_key = range_bounds(KeyRange(a, b), m_rows, prefix_len, BLOCK_N,
+                                                   TIGHT, SKIP, True)
+            hi = key_end
+            if IS_CAUSAL and (TIGHT or SKIP):
+                hi = causal_key_end(prefix_len + last_row, key_end)
+            mid_lo = hi
+            mid_hi = hi
+            q_pos = RowPos(tl.where(m_rows, prefix_len + rows, -1), q_abs)
+            q_new = RowPos(q_local, q_abs)
+        else:
+            a, b = row_key_range(q_abs, 0, key_end, window_left, window_right, attention_chunk,
+                                 USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT)
+            q_pos = KeyRange(a, b)
+            lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(
+                q_pos, m_rows, key_end, BLOCK_N, TIGHT, SKIP,
+                USE_MASK or not SPLIT_FULL or not DO_PREFIX)
+            q_new = KeyRange(a - prefix_len, b - prefix_len)
+        if not DO_PREFIX:
+            lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
+        lowest_key = tl.maximum(lowest_key, key_start)
+        for part in tl.static_range(UNIFIED_PARTS):
+            start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+            stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            cached_end = tl.minimum(tl.maximum(prefix_len // BLOCK_N * BLOCK_N, start), stop)
+            new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
+                                              start), stop)
+            m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos,
+                                          lowest_key, seq, cache, rule, lanes, flags, part != 1)
+            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos,
+                                           key_start, key_end, lowest_key, seq, cache, new, rule,
+                                           lanes, flags, part != 1)
+            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i,
+                                       acc, q_new, tl.minimum(lowest_key - prefix_len, 0), seq,
+                                       new, rule, lanes, flags, part != 1)
+    elif UNIFIED:
         # deterministic=True: one pass over the prefix and the new keys together, in tiles
         # aligned to absolute position 0 (window.key_bounds "unified"); keys="prefix"/"new"
         # keep the alignment and mask the other part out.
@@ -576,7 +661,15 @@ def _extend_kernel(
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
         # masked edge tiles, then the tiles every row sees whole, then masked again.
-        if RANGES:
+        if ROW_RANGES and not RANGES:
+            # Chunked attention or given positions: the rows' ranges of the prefix.
+            a, b = row_key_range(q_abs, 0, prefix_len, window_left, window_right,
+                                 attention_chunk, USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT)
+            q_pos = KeyRange(a, b)
+            lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(q_pos, m_rows, prefix_len, BLOCK_N,
+                                                              TIGHT, SKIP,
+                                                              USE_MASK or not SPLIT_FULL)
+        elif RANGES:
             # key_ranges: row t sees the cached keys [key_lo[t], key_hi[t]).
             q_pos = KeyRange(tl.load(key_lo + tok_q, mask=m_rows, other=0),
                              tl.load(key_hi + tok_q, mask=m_rows, other=0))
@@ -598,15 +691,35 @@ def _extend_kernel(
 
     if DO_NEW and not UNIFIED:
         # Stage 2: new keys [0, extend_len), positions relative to the first new token.
-        lo, hi = _stage_bounds(block_start, last_row, extend_len, rule, flags)
-        mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, rule, flags,
-                                     USE_MASK or not SPLIT_FULL)
-        lowest_key = block_start - window_left if USE_WINDOW else 0
+        if HAS_POSITIONS:
+            # Given positions: the new keys up to the causal end by index, every tile
+            # masked by position (their positions need not follow their order).
+            q_new = RowPos(q_local, q_abs)
+            lo = 0
+            hi = extend_len
+            if IS_CAUSAL and (TIGHT or SKIP):
+                hi = causal_key_end(last_row, extend_len)
+            mid_lo = hi
+            mid_hi = hi
+            lowest_key = 0
+        elif USE_CHUNK:
+            a, b = row_key_range(q_local, prefix_len, extend_len, window_left, window_right,
+                                 attention_chunk, USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT)
+            q_new = KeyRange(a, b)
+            lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(q_new, m_rows, extend_len, BLOCK_N,
+                                                              TIGHT, SKIP,
+                                                              USE_MASK or not SPLIT_FULL)
+        else:
+            q_new = q_local
+            lo, hi = _stage_bounds(block_start, last_row, extend_len, rule, flags)
+            mid_lo, mid_hi = _full_range(block_start, last_row, extend_len, lo, hi, rule, flags,
+                                         USE_MASK or not SPLIT_FULL)
+            lowest_key = block_start - window_left if USE_WINDOW else 0
         for part in tl.static_range(3 if SPLIT_FULL else 1):
             start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
             stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
-            m_i, l_i, acc = _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new,
-                                       rule, lanes, flags, part != 1)
+            m_i, l_i, acc = _new_tiles(start, stop, b_q, m_i, l_i, acc, q_new, lowest_key, seq,
+                                       new, rule, lanes, flags, part != 1)
 
     if flags.KV.is_fp8():
         acc = acc * v_head_scale
@@ -660,6 +773,10 @@ class ExtendSpec:
     # key_ranges: each query row sees its own range of cached keys (keys="prefix", no
     # window or causal rule; either kernel).
     ranges: bool = False
+    # Chunked local attention (a query sees its own chunk of this many positions), and
+    # the new tokens' positions given (speculative trees; the run's positions tensor).
+    attention_chunk: int | None = None
+    has_positions: bool = False
 
     @property
     def group(self):
@@ -668,7 +785,7 @@ class ExtendSpec:
 
 _TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens", "sinks",
             "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc", "k_scale",
-            "v_scale", "key_lo", "key_hi")
+            "v_scale", "key_lo", "key_hi", "positions")
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
          "stride_ot", "stride_oh", "stride_lt", "num_pages", "num_tokens", "prefix_keys",
@@ -694,7 +811,9 @@ def _launcher(spec: ExtendSpec, dtypes):
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         SPLIT_FULL=cfg.split_full, UNIFIED=spec.deterministic, TMA_NEW=spec.tma_new,
         TMA_CACHE=spec.tma_cache, K_SCALE_STRIDE=spec.scale_strides[0],
-        V_SCALE_STRIDE=spec.scale_strides[1], RANGES=spec.ranges)
+        V_SCALE_STRIDE=spec.scale_strides[1], RANGES=spec.ranges,
+        attention_chunk=clamp_extent(spec.attention_chunk or 1),
+        USE_CHUNK=spec.attention_chunk is not None, HAS_POSITIONS=spec.has_positions)
     return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -748,7 +867,8 @@ class ExtendLaunch:
         self.page_size = spec.page_size if spec.keys != "new" else None
 
     def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
-                 mask, mask_indptr, out, lse, descs, scales=(None, None), ranges=None):
+                 mask, mask_indptr, out, lse, descs, scales=(None, None), ranges=None,
+                 positions=None):
         num_tokens = q.shape[0]
         if num_tokens == 0:
             return None
@@ -759,7 +879,8 @@ class ExtendLaunch:
             q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
             q if sinks is None else sinks, q if mask is None else mask.view(torch.uint8),
             cu_seqlens if mask_indptr is None else mask_indptr, out, lse_t, *descs, *scales,
-            *((cu_seqlens, cu_seqlens) if ranges is None else ranges)), (
+            *((cu_seqlens, cu_seqlens) if ranges is None else ranges),
+            cu_seqlens if positions is None else positions), (
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
             vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0],
             *launch_extents(num_tokens, block_table, self.page_size, mask)))

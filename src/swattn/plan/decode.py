@@ -10,6 +10,7 @@ from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
+from ..window import check_chunk, decode_bounds
 from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
                       check_rank, check_scales, expect_first, remember, replace_spec,
                       resolve_device, scale_args, to_device)
@@ -221,11 +222,15 @@ class DecodePlan(Plan):
 
 def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim, head_dim_v,
                  page_size, window_left, softcap, scale, num_splits, return_lse, kv_dtype,
-                 sparse_keys, max_keys, dtype, device, hopper, bounds, config):
+                 sparse_keys, max_keys, dtype, device, hopper, bounds, config,
+                 attention_chunk=None):
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
     check_window(window_left)
+    check_chunk(attention_chunk)
+    if attention_chunk is not None:
+        max_keys = min(max_keys, attention_chunk)
     check_num_splits(num_splits)
     check_int("sparse_keys", sparse_keys, 0)
     if not isinstance(return_lse, bool):
@@ -244,7 +249,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     path = "triton"
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     latent = None
-    if hopper is not False and config is None:
+    if hopper is not False and config is None and attention_chunk is None:
         # A latent cache's many query heads a KV head: the Gluon latent path (its runs over
         # a cache whose values are not the keys' first columns take the Triton kernel).
         from ..ops import decode_latent
@@ -258,6 +263,8 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                                            kv_dtype)
         if reason is None and sparse_keys:
             reason = "it takes no sparse keys"
+        if reason is None and attention_chunk is not None:
+            reason = "attention_chunk runs on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
@@ -286,21 +293,23 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         page_size=page_size, config=cfg, window_left=window_left, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds, kv_dtype=kv_dtype,
-        latent_config=latent)
+        latent_config=latent, attention_chunk=attention_chunk)
     return DecodePlan(spec, path, device, dtype, batch, seq_lens_t, sparse_keys, lens)
 
 
 def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None, page_size,
                 window_left=None, softcap=0.0, scale=None, num_splits=None, return_lse=False,
                 kv_dtype=None, sparse_keys=0, block_table=None, num_pages=None,
-                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None):
+                dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
+                attention_chunk=None):
     """Plan the decode attention of one batch (see :class:`DecodePlan`).
 
     Args:
         seq_lens: [B] tokens in each sequence's cache, the new one included (host list or
             tensor; a GPU tensor is read back once).
         num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size: the layer's sizes.
-        window_left, softcap, scale, return_lse: as :func:`swattn.decode_attention`'s.
+        window_left, softcap, scale, return_lse, attention_chunk: as
+            :func:`swattn.decode_attention`'s.
         num_splits: split-KV chunks per sequence and KV head; None chooses from the batch,
             the keys the window (or, without one, the longest sequence) holds, and the GPU's
             SM count. ``replan`` keeps it.
@@ -320,7 +329,8 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
         if num_pages is None:
             raise ValueError("num_pages (the cache's page count) is needed to check block_table")
         check_window(window_left)
-        reads = [((max(x - 1 - window_left, 0) if window_left is not None else 0) // page_size,
+        check_chunk(attention_chunk)
+        reads = [(decode_bounds(x, window_left, attention_chunk)[0] // page_size,
                   -(-x // page_size)) for x in lens]
         check_pages_read(block_table, num_pages, reads)
     longest = max(lens, default=0)
@@ -330,7 +340,8 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
         num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, page_size=page_size,
         window_left=window_left, softcap=softcap, scale=scale, num_splits=num_splits,
         return_lse=return_lse, kv_dtype=kv_dtype, sparse_keys=sparse_keys, max_keys=max_keys,
-        dtype=dtype, device=device, hopper=hopper, bounds=bounds, config=config)
+        dtype=dtype, device=device, hopper=hopper, bounds=bounds, config=config,
+        attention_chunk=attention_chunk)
 
 
 def check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse):
@@ -356,13 +367,14 @@ def check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse):
 
 def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, softcap=0.0,
                     scale=None, sparse=None, num_splits=None, return_lse=False, hopper=None,
-                    bounds="tight", config=None):
+                    bounds="tight", config=None, attention_chunk=None):
     """The plan of a one-shot call: sizes from the tensors, ``seq_lens`` the device tensor
     given, neither read nor copied (no host sync); the split count from the window, or the
     block table's capacity without one. Lengths are the caller's to keep consistent with
     the block table; :func:`plan_decode` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
-    options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds)
+    options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds,
+               attention_chunk)
     key = hit = None
     if not isinstance(config, dict) and (sparse is None or type(sparse) is tuple):
         # As extend_plan_for's; the block table's width sets the keys of a full window.
@@ -407,7 +419,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                   head_dim_v=v_cache.shape[3], page_size=k_cache.shape[1], window_left=window_left,
                   softcap=softcap, scale=scale, num_splits=num_splits, return_lse=return_lse,
                   kv_dtype=k_cache.dtype, sparse_keys=sparse_keys, max_keys=max_keys, dtype=q.dtype,
-                  device=q.device, bounds=bounds, config=config)
+                  device=q.device, bounds=bounds, config=config, attention_chunk=attention_chunk)
     if num_kv_heads < 1:
         raise ValueError(f"k_cache must have at least one head, got shape {tuple(k_cache.shape)}")
     plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, **kwargs)

@@ -8,7 +8,8 @@ from ..ops import extend as _extend
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
 from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
-                             check_window, expect, host_ints)
+                             check_positions, check_window, expect, host_ints)
+from ..window import check_chunk, row_key_range
 from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
                       check_new_dtype, check_rank, check_scales, expect_first, remember,
                       replace_spec, resolve_device, scale_args, to_device)
@@ -26,9 +27,11 @@ class ExtendPlan(Plan):
     """
 
     def __init__(self, spec, path, device, dtype, cu_seqlens, prefix_lens, mask_indptr,
-                 host=None, max_tokens=None, launches=None, ready=None, key_ranges=None):
+                 host=None, max_tokens=None, launches=None, ready=None, key_ranges=None,
+                 positions=None):
         super().__init__(spec, path, device, dtype, launches, "extend_hopper", ready)
         self.cu_seqlens = cu_seqlens
+        self.positions = positions
         self.prefix_lens = prefix_lens
         self.mask_indptr = mask_indptr
         self.key_ranges = key_ranges
@@ -81,7 +84,8 @@ class ExtendPlan(Plan):
                                                      k_scale.dtype),
                        None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
                                                      v_scale.dtype),
-                       self.cu_seqlens.data_ptr(), self.prefix_lens.data_ptr())
+                       self.cu_seqlens.data_ptr(), self.prefix_lens.data_ptr(),
+                       None if self.positions is None else self.positions.data_ptr())
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
@@ -130,7 +134,8 @@ class ExtendPlan(Plan):
             ready = (self._launch(sinks is not None, descs[0] is not None, descs[2] is not None,
                                   strides)(
                 q, k, v, k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens, sinks,
-                mask, self.mask_indptr, out, lse, descs, scales, self.key_ranges),)
+                mask, self.mask_indptr, out, lse, descs, scales, self.key_ranges,
+                self.positions),)
         if key is not None and None not in ready:
             self._remember(key, ready)
         return (out, lse) if s.return_lse else out
@@ -308,11 +313,12 @@ class ExtendPlan(Plan):
             launch = self._launches[key] = bind(spec, dtypes)
         return launch
 
-    def replan(self, cu_seqlens, prefix_lens, mask_indptr=None):
+    def replan(self, cu_seqlens, prefix_lens, mask_indptr=None, positions=None):
         """Write the next batch's lengths into this plan's buffers, in place: at most
         ``num_seqs`` sequences (the rest padded with empty ones) and ``max_tokens`` tokens;
         the rest of the plan (window, kernel, config) is kept. A CUDA graph captured from
-        :meth:`run` then replays with the new lengths."""
+        :meth:`run` then replays with the new lengths. ``positions``: the new tokens'
+        positions, given exactly when the plan was made with them."""
         if self.max_tokens is None:
             raise ValueError("this plan was made from device tensors it did not read (a "
                              "one-shot call): make one with plan_extend to replan")
@@ -322,6 +328,8 @@ class ExtendPlan(Plan):
         if self.spec.masked != (indptr is not None):
             raise ValueError("mask_indptr must be given exactly when the plan was made with one")
         check_extend_lengths(cu, prefix, indptr)
+        if self.spec.has_positions != (positions is not None):
+            raise ValueError("positions must be given exactly when the plan was made with them")
         if len(prefix) > self.num_seqs:
             raise ValueError(f"replan with {len(prefix)} sequences: the plan holds {self.num_seqs}")
         if cu[-1] > self.max_tokens:
@@ -334,6 +342,10 @@ class ExtendPlan(Plan):
             indptr = indptr + [indptr[-1]] * pad
             self.mask_indptr.copy_(torch.tensor(indptr, dtype=self.mask_indptr.dtype),
                                    non_blocking=True)
+        if positions is not None:
+            pos = check_positions(positions, cu)
+            self.positions[:len(pos)].copy_(torch.tensor(pos, dtype=torch.int32),
+                                            non_blocking=True)
         self._host((cu, prefix, indptr))
         self._ready.clear()  # the runs' checks depend on the lengths
 
@@ -359,13 +371,14 @@ def check_key_ranges_path(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_
 
 
 def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group, window_left,
-                 masked, deterministic, hopper, config, fp8_products=False):
+                 masked, deterministic, hopper, config, fp8_products=False, local=False):
     """``(path, config)`` of an extend plan: the single-pass kernel when deterministic, else
     the Hopper path where the config asks for it (or ``hopper=True``) and the plan can take
     it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
     fields to change in the chosen one (tests walk every tiling; with ``hopper=True``, the
     Hopper path's). ``fp8_products``: the Hopper path with fp8 products, or a ValueError
-    saying why the plan cannot take it."""
+    saying why the plan cannot take it. ``local``: chunked attention or given positions,
+    which the Triton kernels take (the Hopper path not yet)."""
     check_fp8_products(fp8_products, kv_dtype)
     if fp8_products:
         if hopper is False or deterministic:
@@ -394,6 +407,8 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         from ..ops import extend_hopper
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic, kv_dtype)
+        if reason is None and local:
+            reason = "attention_chunk and positions run on the Triton kernels"
         if reason is not None and hopper:
             raise ValueError(f"{'fp8_products' if fp8_products else 'hopper'}=True: the Hopper "
                              f"path cannot take this plan: {reason}")
@@ -447,8 +462,11 @@ def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
-                 bounds, config, max_tokens, fp8_products=False, key_ranges=None):
-    """The plan of :func:`plan_extend` and of a one-shot call. ``key_ranges``: ``(key_lo,
+                 bounds, config, max_tokens, fp8_products=False, key_ranges=None,
+                 attention_chunk=None, positions=None):
+    """The plan of :func:`plan_extend` and of a one-shot call. ``positions``: the new
+    tokens' positions, an int32 device tensor of at least ``max_tokens`` entries (or None:
+    after the prefix). ``key_ranges``: ``(key_lo,
     key_hi)``, int32 device tensors of at least ``max_tokens`` entries: query row ``t`` sees
     the cached keys ``[key_lo[t], key_hi[t])`` of its sequence, with ``keys="prefix"``,
     neither a window nor a causal rule (swattn.parallel's extend), on either two-stage
@@ -459,6 +477,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     check_window(window_left, window_right, causal)
+    check_chunk(attention_chunk)
     if keys not in KEYS:
         raise ValueError(f"keys must be one of {KEYS}, got {keys!r}")
     for name, flag in (("return_lse", return_lse), ("deterministic", deterministic)):
@@ -468,12 +487,13 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     masked = indptr_t is not None
     if key_ranges is not None and (
             keys != "prefix" or causal or window_left is not None or window_right is not None
-            or masked or deterministic):
-        raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask "
-                         "and deterministic=False")
+            or masked or deterministic or attention_chunk is not None or positions is not None):
+        raise ValueError("key_ranges take keys='prefix', causal=False, no window, no mask, "
+                         "no chunk, no positions and deterministic=False")
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
-                             hopper, config, fp8_products)
+                             hopper, config, fp8_products,
+                             local=attention_chunk is not None or positions is not None)
     if path == "hopper":
         cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
                                 max_tokens)
@@ -483,10 +503,11 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
         window_right=window_right, causal=causal, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         keys=keys, return_lse=return_lse, masked=masked, deterministic=deterministic,
-        bounds=bounds, kv_dtype=kv_dtype, ranges=key_ranges is not None)
+        bounds=bounds, kv_dtype=kv_dtype, ranges=key_ranges is not None,
+        attention_chunk=attention_chunk, has_positions=positions is not None)
     host = (cu, prefix, indptr) if cu is not None else None
     return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens,
-                      key_ranges=key_ranges)
+                      key_ranges=key_ranges, positions=positions)
 
 
 def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=None,
@@ -494,7 +515,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                 scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
                 kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
                 dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
-                fp8_products=False):
+                fp8_products=False, attention_chunk=None, positions=None):
     """Plan the extend attention of one batch (see :class:`ExtendPlan`).
 
     Args:
@@ -503,8 +524,11 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         prefix_lens: [B] cached tokens before each sequence's new ones (likewise).
         num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size: the layer's sizes
             (head_dim_v defaults to head_dim).
-        window_left, window_right, causal, softcap, scale, keys, return_lse, deterministic:
-            as :func:`swattn.extend_attention`'s.
+        window_left, window_right, causal, softcap, scale, keys, return_lse, deterministic,
+            attention_chunk: as :func:`swattn.extend_attention`'s.
+        positions: [T] each new token's absolute position (host list or tensor; default
+            ``prefix_lens[b] + i``), written in place by ``replan``; as
+            :func:`swattn.extend_attention`'s.
         mask_indptr: [B + 1] offsets of each sequence's custom-mask entries (host); the mask
             itself comes with each run.
         kv_dtype: the cache's dtype where it differs from the queries': ``torch.float8_e4m3fn``
@@ -532,14 +556,23 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
     check_extend_lengths(cu, prefix, indptr)
     max_tokens = cu[-1] if max_tokens is None else max_tokens
     check_int("max_tokens", max_tokens, cu[-1])
+    check_chunk(attention_chunk)
+    pos = check_positions(positions, cu) if positions is not None else None
     if block_table is not None:
         if num_pages is None:
             raise ValueError("num_pages (the cache's page count) is needed to check block_table")
         if keys != "new":
-            reads = [((max(p - window_left, 0) if window_left is not None else 0) // page_size,
+            reads = [(_first_cached_key(p, range(p, p + b - a) if pos is None else pos[a:b],
+                                        window_left, attention_chunk) // page_size,
                       -(-p // page_size)) if b > a else (0, 0)
                      for p, a, b in zip(prefix, cu, cu[1:])]
             check_pages_read(block_table, num_pages, reads)
+    positions_t = None
+    if pos is not None:
+        positions_t = torch.zeros(max_tokens, dtype=torch.int32)
+        positions_t[:len(pos)] = torch.tensor(pos, dtype=torch.int32)
+        positions_t = positions_t.to(device, non_blocking=True) if device.type == "cuda" \
+            else positions_t
     indptr_t = None
     if indptr is not None:
         indptr_t = torch.tensor(indptr, dtype=torch.int64)
@@ -551,7 +584,17 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         window_right=window_right, causal=causal, softcap=softcap, scale=scale, keys=keys,
         return_lse=return_lse, deterministic=deterministic, kv_dtype=kv_dtype, dtype=dtype,
         device=device, hopper=hopper, bounds=bounds, config=config, max_tokens=max_tokens,
-        fp8_products=fp8_products)
+        fp8_products=fp8_products, attention_chunk=attention_chunk, positions=positions_t)
+
+
+def _first_cached_key(prefix_len, positions, window_left, attention_chunk):
+    """The lowest cached key a sequence's new tokens at ``positions`` see (window.row_key_range
+    over its prefix); ``prefix_len`` when they see none."""
+    firsts = [lo for lo, hi in (
+        row_key_range(p, 0, prefix_len, window_left or 0, 0, attention_chunk or 1,
+                      window_left is not None, attention_chunk is not None, True, False)
+        for p in positions) if max(lo, 0) < hi]
+    return max(min(firsts), 0) if firsts else prefix_len
 
 
 def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_heads,
@@ -616,14 +659,15 @@ def check_one_shot(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_le
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                     window_left=None, window_right=None, causal=True, softcap=0.0, scale=None,
                     mask_indptr=None, keys="all", return_lse=False, deterministic=False,
-                    hopper=None, bounds="tight", config=None):
+                    attention_chunk=None, positions=None, hopper=None, bounds="tight",
+                    config=None):
     """The plan of a one-shot call: sizes from the tensors, and the lengths as the device
     tensors given, which it neither reads nor copies (no host sync: the kernels read them
     at launch). Their values are the caller's to keep consistent (as FlashAttention's
     ``cu_seqlens``); :func:`plan_extend` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
     options = (window_left, window_right, causal, softcap, scale, keys, return_lse,
-               deterministic, hopper, bounds)
+               deterministic, hopper, bounds, attention_chunk, positions is None)
     key = None
     if not isinstance(config, dict):
         # What the plan's choices depend on: sizes, dtype, device, the options (their types
@@ -653,6 +697,9 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         if mask_indptr.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
         expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (), 1)
+    if positions is not None:
+        # (one a row of q: read by the kernels only, as the lengths)
+        expect("positions", positions, torch.int32, dev, (q.shape[0],))
     if hit is None or prefix_lens.shape[0] + 1 != cu_seqlens.shape[0] or (
             mask_indptr is not None and mask_indptr.shape[0] != cu_seqlens.shape[0]):
         # (A hit's other sizes are an earlier call's, which agreed: its run checks the rest,
@@ -662,14 +709,15 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     if hit is not None:
         spec, path, launches, ready = hit
         return ExtendPlan(spec, path, device, q.dtype, cu_seqlens, prefix_lens, mask_indptr,
-                          launches=launches, ready=ready)
+                          launches=launches, ready=ready, positions=positions)
     check_cache_dtype(k_cache, q.dtype)
     kwargs = dict(num_q_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim=q.shape[2],
                   head_dim_v=v.shape[2], page_size=k_cache.shape[1], window_left=window_left,
                   window_right=window_right, causal=causal, softcap=softcap, scale=scale,
                   keys=keys, return_lse=return_lse, deterministic=deterministic,
-                  kv_dtype=k_cache.dtype,
-                  dtype=q.dtype, device=device, bounds=bounds, config=config, max_tokens=None)
+                  kv_dtype=k_cache.dtype, dtype=q.dtype, device=device, bounds=bounds,
+                  config=config, max_tokens=None, attention_chunk=attention_chunk,
+                  positions=positions)
     if k.shape[1] < 1:
         raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")
     plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
