@@ -1,8 +1,8 @@
 """The property-based fuzz of the one-shot calls and the plans, run by test_fuzz.py in a
 process of its own (a crash is then a failed test, not the end of the suite).
 
-Each draw: random sizes, lengths (inconsistent ones too), page ids (bad ones too), windows
-and dtypes. The call either raises ValueError/TypeError, or every output row is NaN or
+Each draw: random sizes, lengths (inconsistent ones too), page ids (bad ones too), windows,
+chunks and dtypes. The call either raises ValueError/TypeError, or every output row is NaN or
 equals the float64 reference of its sequence, where the sequences taken are the ones
 this file calls well formed (written here from the contract, not taken from swattn) and
 the reference reads a bad page's keys as NaN. Prints the draws and what they gave.
@@ -29,6 +29,7 @@ OUTCOMES = Counter()
 
 lengths = st.one_of(st.integers(-3, 14), st.sampled_from([2 ** 31 - 1, LIMIT, -(2 ** 31)]))
 page_ids = st.one_of(st.integers(-2, PAGES + 1), st.just(2 ** 31 - 1))
+chunks = st.one_of(st.none(), st.integers(1, 9))
 
 
 def _inputs(draw, rows, seqs, cols, dtype, group, dim):
@@ -93,11 +94,12 @@ def extend_draws(draw):
     cu = [draw(lengths) for _ in range(seqs + 1)]
     prefix = [draw(lengths) for _ in range(seqs)]
     window_left = draw(st.one_of(st.none(), st.integers(0, 9), st.just(2 ** 31 - 1)))
+    chunk = draw(chunks)
     deterministic = draw(st.booleans())
     planned = draw(st.booleans())
     tensors = _inputs(draw, rows, seqs, cols, dtype, draw(st.sampled_from([1, 2])),
                       draw(st.sampled_from([16, 24])))
-    return cu, prefix, rows, cols, window_left, deterministic, planned, tensors
+    return cu, prefix, rows, cols, window_left, chunk, deterministic, planned, tensors
 
 
 @st.composite
@@ -107,18 +109,19 @@ def decode_draws(draw):
     dtype = draw(st.sampled_from([torch.float32, torch.float16]))
     lens = [draw(lengths) for _ in range(batch)]
     window_left = draw(st.one_of(st.none(), st.integers(0, 9)))
+    chunk = draw(chunks)
     num_splits = draw(st.sampled_from([None, 1, 3]))
     planned = draw(st.booleans())
     q, _, _, k_cache, v_cache, table = _inputs(draw, batch, batch, cols, dtype,
                                                draw(st.sampled_from([1, 2])),
                                                draw(st.sampled_from([16, 24])))
-    return lens, cols, window_left, num_splits, planned, q, k_cache, v_cache, table
+    return lens, cols, window_left, chunk, num_splits, planned, q, k_cache, v_cache, table
 
 
-def _run_extend(cu, prefix, rows, cols, window_left, deterministic, planned, tensors):
+def _run_extend(cu, prefix, rows, cols, window_left, chunk, deterministic, planned, tensors):
     q, k, v, k_cache, v_cache, table = tensors
     out = torch.full((rows, q.shape[1], v.shape[2]), 7.0, dtype=q.dtype)
-    options = dict(window_left=window_left, deterministic=deterministic)
+    options = dict(window_left=window_left, attention_chunk=chunk, deterministic=deterministic)
     if planned:
         plan = swattn.plan_extend(cu, prefix, num_q_heads=q.shape[1], num_kv_heads=HKV,
                                   head_dim=q.shape[2], page_size=PAGE, dtype=q.dtype,
@@ -130,7 +133,13 @@ def _run_extend(cu, prefix, rows, cols, window_left, deterministic, planned, ten
                                    torch.tensor(prefix, dtype=torch.int32), out=out, **options)
 
 
-def _want_extend(cu, prefix, rows, cols, window_left, tensors):
+def _first_key(pos, window_left, chunk):
+    """The lowest key a query at ``pos`` sees (its window, its chunk)."""
+    low = 0 if window_left is None else max(pos - window_left, 0)
+    return low if chunk is None else max(low, pos // chunk * chunk)
+
+
+def _want_extend(cu, prefix, rows, cols, window_left, chunk, tensors):
     q, k, v, k_cache, v_cache, table = tensors
     tab = _reference_cache(table)
     want = [None] * rows
@@ -139,33 +148,36 @@ def _want_extend(cu, prefix, rows, cols, window_left, tensors):
         if a < e:
             o = ref.extend_attention(q[a:e], k[a:e], v[a:e], k_cache, v_cache, tab[b:b + 1],
                                      torch.tensor([0, e - a]), torch.tensor([p]),
-                                     window_left=window_left)
+                                     window_left=window_left, attention_chunk=chunk)
             for i in range(e - a):
-                lo = 0 if window_left is None else max(p + i - window_left, 0)
+                lo = _first_key(p + i, window_left, chunk)
                 want[a + i] = torch.full_like(o[i], float("nan")) \
                     if _reads_bad(table[b], lo, p) else o[i]
     return want
 
 
-def _run_decode(lens, cols, window_left, num_splits, planned, q, k_cache, v_cache, table):
+def _run_decode(lens, cols, window_left, chunk, num_splits, planned, q, k_cache, v_cache, table):
     if planned:
         plan = swattn.plan_decode(lens, num_q_heads=q.shape[1], num_kv_heads=HKV,
                                   head_dim=q.shape[2], page_size=PAGE, window_left=window_left,
-                                  num_splits=num_splits, dtype=q.dtype, device="cpu")
+                                  attention_chunk=chunk, num_splits=num_splits, dtype=q.dtype,
+                                  device="cpu")
         return plan.run(q, k_cache, v_cache, table)
     return swattn.decode_attention(q, k_cache, v_cache, table,
                                    torch.tensor(lens, dtype=torch.int32),
-                                   window_left=window_left, num_splits=num_splits)
+                                   window_left=window_left, attention_chunk=chunk,
+                                   num_splits=num_splits)
 
 
-def _want_decode(lens, cols, window_left, q, k_cache, v_cache, table):
+def _want_decode(lens, cols, window_left, chunk, q, k_cache, v_cache, table):
     tab = _reference_cache(table)
     want = [None] * len(lens)
     for b, s in enumerate(lens):
         if 0 <= s <= cols * PAGE:
             want[b] = ref.decode_attention(q[b:b + 1], k_cache, v_cache, tab[b:b + 1],
-                                           torch.tensor([s]), window_left=window_left)[0]
-            lo = 0 if window_left is None else max(s - 1 - window_left, 0)
+                                           torch.tensor([s]), window_left=window_left,
+                                           attention_chunk=chunk)[0]
+            lo = _first_key(max(s - 1, 0), window_left, chunk)
             if _reads_bad(table[b], lo, s):
                 want[b] = torch.full_like(want[b], float("nan"))
     return want
@@ -189,19 +201,20 @@ def main(examples, base_seed):
     @common
     @given(extend_draws())
     def fuzz_extend(draw):
-        cu, prefix, rows, cols, window_left, deterministic, planned, tensors = draw
+        cu, prefix, rows, cols, window_left, chunk, deterministic, planned, tensors = draw
         got = _outcome("extend", lambda: _run_extend(*draw))
         if got is not None:
-            _check_rows(got, _want_extend(cu, prefix, rows, cols, window_left, tensors))
+            _check_rows(got, _want_extend(cu, prefix, rows, cols, window_left, chunk, tensors))
 
     @seed(base_seed + 1)
     @common
     @given(decode_draws())
     def fuzz_decode(draw):
-        lens, cols, window_left, num_splits, planned, q, k_cache, v_cache, table = draw
+        lens, cols, window_left, chunk, num_splits, planned, q, k_cache, v_cache, table = draw
         got = _outcome("decode", lambda: _run_decode(*draw))
         if got is not None:
-            _check_rows(got, _want_decode(lens, cols, window_left, q, k_cache, v_cache, table))
+            _check_rows(got, _want_decode(lens, cols, window_left, chunk, q, k_cache, v_cache,
+                                          table))
 
     fuzz_extend()
     fuzz_decode()
