@@ -47,6 +47,8 @@ CASES = {
     "full-contiguous": ([70, 9, 50, 33], None, parallel.Contiguous(24), (4, 2), False, 16),
     # A window inside one rank's chunk: the other ranks see nothing and launch nothing.
     "window-contiguous-idle": ([30, 20], 5, parallel.Contiguous(40), (2, 1), True, 8),
+    # Chunked attention (CHUNKED below): every run as sparse keys.
+    "chunk-interleaved": ([70, 9, 50, 33, 1], 20, parallel.Interleaved(2), (4, 2), True, 8),
 }
 # Extend: (prefix_lens, extend_lens, window_left, layout, heads, sinks, page_size).
 EXTEND_CASES = {
@@ -67,7 +69,11 @@ EXTEND_CASES = {
                                       (4, 2), True, 16),
     "extend-full-contiguous-d64": ([200, 0], [90, 150], None, parallel.Contiguous(160),
                                    (4, 2), True, 16),
+    "extend-chunk-interleaved": ([40, 0, 25], [13, 30, 22], None, parallel.Interleaved(1),
+                                 (4, 2), True, 8),
 }
+# Chunked local attention's chunk of a case (attention_chunk), None elsewhere.
+CHUNKED = {"chunk-interleaved": 16, "extend-chunk-interleaved": 12}
 FP8 = {"fp8": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}.get(args.case.rsplit("-", 1)[-1])
 name = args.case.rsplit("-", 1)[0] if FP8 else args.case
 D = 64 if name.endswith("-d64") else 16
@@ -77,6 +83,7 @@ if EXTEND:
     lens = [a + b for a, b in zip(prefix, new)]
 else:
     lens, window, layout, (hq, hkv), with_sinks, page = CASES[name]
+chunk = CHUNKED.get(name)
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
 dist.init_process_group(args.backend, rank=args.rank, world_size=args.world)
@@ -150,13 +157,13 @@ if FP8:
 if EXTEND:
     want = swattn.extend_attention(on(q), on(k), on(v), on(ref_k), on(ref_v), on(ref_table),
                                    on(cu), on(torch.tensor(prefix, dtype=torch.int32)),
-                                   window_left=window, sinks=on(sinks), **scales)
+                                   window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
 else:
     want = swattn.decode_attention(on(q), on(ref_k), on(ref_v), on(ref_table), on(seq_lens),
-                                   window_left=window, sinks=on(sinks), **scales)
+                                   window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=D, page_size=page, window_left=window, dtype=q.dtype, device=dev,
-             kv_dtype=FP8)
+             kv_dtype=FP8, attention_chunk=chunk)
 
 
 def make(**kw):
@@ -217,7 +224,7 @@ if EXTEND:
     want2 = swattn.extend_attention(on(q[rows]), on(k[rows]), on(v[rows]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(new2)]), on(cu2),
                                     on(torch.tensor(prefix2, dtype=torch.int32)),
-                                    window_left=window, sinks=on(sinks), **scales)
+                                    window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
     result.update(replan_err=rel_err(again[:len(rows)], want2),
                   replan_nan=bool(torch.isnan(again).any()),
                   pad_zero=bool((again[len(rows):] == 0).all()))
@@ -232,7 +239,7 @@ else:
     want2 = swattn.decode_attention(on(q[:len(short)]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(short)]),
                                     on(torch.tensor(short, dtype=torch.int32)),
-                                    window_left=window, sinks=on(sinks), **scales)
+                                    window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
     result.update(replan_err=rel_err(again, want2), replan_nan=bool(torch.isnan(again).any()))
 print(json.dumps(result), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at

@@ -286,7 +286,7 @@ def test_custom_op_registration():
     lse = torch.zeros(2, 4, device=DEVICE)
     torch.library.opcheck(api._decode_op, (q, k_cache, v_cache, block_table, seq_lens,
                                            torch.randn(4, device=DEVICE), k_pool, v_pool, idx,
-                                           out, lse, None, None, 4, 0.0, 0.0, 2))
+                                           out, lse, None, None, 4, -1, 0.0, 0.0, 2))
 
     def layer(q, k_cache, v_cache, block_table, seq_lens):
         o, l = swattn.decode_attention(q * 1.0, k_cache, v_cache, block_table, seq_lens,

@@ -154,6 +154,11 @@ GPU_CASES = [
     _case([9000, 31, 4096], 16, 4, 128, 16, 4095, seed=7, num_splits=5, sinks=True),
     _case([8000, 1, 300], 16, 2, 64, 16, None, seed=8, num_splits=None, sinks=True,
           return_lse=True),
+    # Chunked attention: the query's chunk starts mid-tile, past the window, or at 0.
+    _case([9000, 31, 4096, 1500], 16, 4, 128, 16, 4095, seed=9, num_splits=3,
+          attention_chunk=1000),
+    _case([9000, 8193, 2049], 8, 2, 64, 64, None, seed=10, num_splits=None, sinks=True,
+          attention_chunk=4096),
 ]
 
 

@@ -200,7 +200,7 @@ def test_the_custom_ops_take_fp8_caches_and_scales():
     (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
     torch.library.opcheck(api._decode_op, (q, k8, v8, table, lens, None, None, None, None, out,
-                                           None, k_scale, v_scale, 4, 0.0, 0.0, 1),
+                                           None, k_scale, v_scale, 4, -1, 0.0, 0.0, 1),
                           test_utils=("test_faketensor",))
     k = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(1)).to(torch.float16).to(DEVICE)
     slots = torch.tensor([0, 5, -1], device=DEVICE)

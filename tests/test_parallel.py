@@ -54,6 +54,7 @@ CASES = [
     ("extend-window-interleaved-4", 3), ("extend-full-interleaved", 2),
     ("extend-full-contiguous", 3), ("extend-window-contiguous", 3),
     ("extend-window-contiguous-idle", 2), ("extend-window-contiguous-e5m2", 3),
+    ("chunk-interleaved", 2), ("extend-chunk-interleaved", 3),
 ]
 
 
@@ -91,6 +92,8 @@ def test_parallel_equals_the_single_process_call(case, world):
     # Decode: runs of unequal lengths take sparse keys beside the kernel's window (contiguous
     # chunks all of them); without a window the kernel's window holds every run.
     took_sparse = any(r["sparse"] for r in results)
+    if case.startswith("chunk"):
+        assert took_sparse, results  # a chunk's start cuts runs anywhere: all sparse
     if "full" in case:
         assert not took_sparse, results
     if "window" in case and case.removesuffix("-fp8").endswith(

@@ -45,6 +45,7 @@ import torch
 from .ops._validate import expect
 from .plan._common import check_common, check_scales, resolve_device
 from .plan.extend import check_key_ranges_path
+from .window import check_chunk
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def _merge(part, lse, sinks, out, group, world, deterministic=False, scatter=Fal
 def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
                 kv_dtype=None, dtype=torch.bfloat16, device=None, deterministic=False,
-                merge="all-reduce"):
+                merge="all-reduce", attention_chunk=None):
     """A context-parallel decode plan for this rank of ``group`` (a torch.distributed process
     group; every rank makes the same plan with the same global ``seq_lens``, host ints).
     ``layout``: :class:`Interleaved` or :class:`Contiguous`. ``deterministic``, ``merge``:
@@ -158,13 +159,14 @@ def plan_decode(seq_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                  num_kv_heads=num_kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
                  page_size=page_size, window_left=window_left, softcap=softcap, scale=scale,
                  kv_dtype=kv_dtype, dtype=dtype, device=device, deterministic=deterministic,
-                 merge=merge)
+                 merge=merge, attention_chunk=attention_chunk)
 
 
 def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, device,
-          merge="all-reduce", **rest):
+          merge="all-reduce", attention_chunk=None, **rest):
     totals, seq, pos = _queries(*lengths)
     rank, world = _check(group, layout, totals, window_left)
+    check_chunk(attention_chunk)
     device = resolve_device(device)
     if merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, got {merge!r}")
@@ -185,7 +187,8 @@ def _plan(kind, lengths, *, group, layout, head_dim, head_dim_v, window_left, de
                         head_dim=head_dim,
                         head_dim_v=head_dim if head_dim_v is None else head_dim_v,
                         window_left=window_left, device=device, kind=kind,
-                        scatter=merge == "reduce-scatter", **rest)
+                        scatter=merge == "reduce-scatter", attention_chunk=attention_chunk,
+                        **rest)
 
 
 def _queries(*lengths):
@@ -245,7 +248,8 @@ class ParallelPlan:
     :func:`plan_extend` (a query a new token).
 
     Query ``t`` (global position ``p``) sees the global keys ``[lo, p]`` (``lo = p -
-    window_left``, or 0), one run of local positions ``[first_t, end_t)`` on this rank.
+    window_left``, or 0, raised to its chunk's first position under ``attention_chunk``),
+    one run of local positions ``[first_t, end_t)`` on this rank.
 
     Extend: the extend kernel over this rank's cache (``keys="prefix"``, its local keys of
     each sequence, prefix and new), each query row seeing its own run (``key_ranges``). The
@@ -283,7 +287,7 @@ class ParallelPlan:
     def __init__(self, seq, pos, totals, *, group, layout, rank, world, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, softcap, scale,
                  dtype, device, kv_dtype=None, deterministic=False, kind="decode",
-                 fp8_products=False, scatter=False):
+                 fp8_products=False, scatter=False, attention_chunk=None):
         """``seq``, ``pos``: each query's sequence and global position (host ints; -1: a
         query with no key); ``totals``: each sequence's global length; ``kind``: "decode"
         or "extend" (what :meth:`replan` takes)."""
@@ -293,6 +297,7 @@ class ParallelPlan:
         self.dtype, self.kv_dtype = dtype, dtype if kv_dtype is None else kv_dtype
         self.kind = kind
         self.layout, self.rank, self.window_left = layout, rank, window_left
+        self.attention_chunk = attention_chunk
         self.num_q_heads, self.head_dim_v, self.page_size = num_q_heads, head_dim_v, page_size
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         index = resolve_device(device)
@@ -311,10 +316,17 @@ class ParallelPlan:
                                   scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
                                   fp8_products=fp8_products)
             return
-        if window_left is None:
+        # The most keys a query sees: its window's, cut by its chunk.
+        span = None if window_left is None else window_left + 1
+        if attention_chunk is not None:
+            span = attention_chunk if span is None else min(span, attention_chunk)
+        if span is None:
             self.m, self.sparse_keys = None, 0  # the kernel's window holds every run
         else:
-            fewest, most = run_bounds(layout, window_left + 1, rank, world)
+            fewest, most = run_bounds(layout, span, rank, world)
+            if attention_chunk is not None:
+                # A chunk's first position cuts a run anywhere: every run as sparse keys.
+                fewest = 0
             self.m, self.sparse_keys = fewest, most - fewest
         lens, first, rest, has, self.keys = self._runs(seq, pos)
         self.launched = bool(has.any())
@@ -373,8 +385,10 @@ class ParallelPlan:
         """Each query's run of local positions ``[first, end)`` (host tensors) and whether
         it holds a key."""
         p = torch.tensor(pos, dtype=torch.int64)
-        w = self.window_left
+        w, chunk = self.window_left, self.attention_chunk
         lo = (p - w).clamp_min(0) if w is not None else torch.zeros_like(p)
+        if chunk is not None:
+            lo = torch.maximum(lo, p.clamp_min(0) // chunk * chunk)
         first = self.layout.local_len(lo, self.rank, self.world)
         end = self.layout.local_len(p + 1, self.rank, self.world)
         return first, end, end > first
@@ -500,7 +514,7 @@ class ParallelPlan:
 def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_heads, head_dim,
                 head_dim_v=None, page_size, window_left=None, softcap=0.0, scale=None,
                 kv_dtype=None, dtype=torch.bfloat16, device=None, deterministic=False,
-                fp8_products=False, merge="all-reduce"):
+                fp8_products=False, merge="all-reduce", attention_chunk=None):
     """A context-parallel extend plan for this rank of ``group``: one chunk of
     ``extend_lens[b]`` new tokens after ``prefix_lens[b]`` cached ones a sequence (host ints,
     the same on every rank). ``layout``: :class:`Interleaved` or :class:`Contiguous`, dealing
@@ -512,4 +526,5 @@ def plan_extend(prefix_lens, extend_lens, *, group, layout, num_q_heads, num_kv_
                  num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                  head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
                  softcap=softcap, scale=scale, kv_dtype=kv_dtype, dtype=dtype, device=device,
-                 deterministic=deterministic, fp8_products=fp8_products, merge=merge)
+                 deterministic=deterministic, fp8_products=fp8_products, merge=merge,
+                 attention_chunk=attention_chunk)

@@ -87,6 +87,7 @@ from .merge import split_scratch
 HEAD_DIMS = (64, 128)
 
 decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
+decode_chunk_start = compile_bound(window.decode_chunk_start, gluon.jit, globals())
 aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
 split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 
@@ -95,7 +96,8 @@ split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 # decode query sees every key up to its own), named for _gluon.weights.
 DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
-                         "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT")  # constexprs
+                         "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT "
+                         "USE_CHUNK")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
 # barriers on which a stage is released to the producer.
 DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
@@ -115,18 +117,21 @@ Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop 
 # program); what each item's Split is found from; the query's tensor and strides and the K
 # scales (each item loads its own query rows).
 Work = namedtuple("Work", "first stride num_items num_kv_heads i_split num_splits window_left "
-                  "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale cached_keys")
+                  "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale cached_keys "
+                  "chunk")
 
 
 @gluon.jit
-def _tile_range(seq_len, window_left, i_split, num_splits, BN: gl.constexpr,
-                USE_WINDOW: gl.constexpr, TIGHT: gl.constexpr):
+def _tile_range(seq_len, window_left, chunk, i_split, num_splits, BN: gl.constexpr,
+                USE_WINDOW: gl.constexpr, USE_CHUNK: gl.constexpr, TIGHT: gl.constexpr):
     """(first visible key, first tile, end tile) of split ``i_split``: the tight tiles
     ``[lo // BN, cdiv(seq_len, BN))`` cut into ``num_splits`` contiguous runs; not TIGHT,
     split 0's run starts at tile 0."""
     lo = 0
     if USE_WINDOW:
         lo = decode_first_key(seq_len, window_left)
+    if USE_CHUNK:
+        lo = gl.maximum(lo, decode_chunk_start(seq_len, chunk))
     t_lo, t_end = aligned_tiles(lo, seq_len, BN)
     t_start, t_stop = split_tiles(t_lo, t_end, num_splits, i_split)
     if not TIGHT:
@@ -156,8 +161,9 @@ def _item_split(work, w, flags):
     seq_len = uniform(gl.load(work.seq_lens + i_seq))
     ok = decode_seq_ok(seq_len, work.cached_keys)
     seq_len = gl.where(ok, seq_len, 0)
-    lo, t_start, t_stop = _tile_range(seq_len, work.window_left, work.i_split, work.num_splits,
-                                      flags.BN, flags.USE_WINDOW, flags.TIGHT)
+    lo, t_start, t_stop = _tile_range(seq_len, work.window_left, work.chunk, work.i_split,
+                                      work.num_splits, flags.BN, flags.USE_WINDOW,
+                                      flags.USE_CHUNK, flags.TIGHT)
     return Split(i_seq.to(gl.int64), i_kvh, i_hb, work.i_split, seq_len, uniform(lo),
                  uniform(t_start), uniform(t_stop), ok)
 
@@ -219,6 +225,13 @@ def _consume(q_smem, ring, store, split, rule, flags):
             if (key0 >= lo) & (key0 + BN <= seq_len):
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
                                              False)
+            elif flags.USE_CHUNK:
+                # (the chunk's first key lo is the mask's floor: the window's predicate
+                # does not know the chunk)
+                keys = key0 + o_n
+                m_i, l_i, p, alpha = weights(s, m_i, l_i, None, None, seq_len, rule, flags,
+                                             True, keep=((keys >= lo) & (keys < seq_len))[None, :])
+                _zero_outside(v_smem.index(st), key0, lo, seq_len, BN, D)
             else:
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, seq_len, rule, flags,
                                              True)
@@ -595,13 +608,14 @@ def _hopper_decode_kernel(
     kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb,
     stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row,
-    qk_scale, softcap, window_left, num_items, cached_keys,
+    qk_scale, softcap, window_left, num_items, cached_keys, attention_chunk,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
     K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, ITEMS: gl.constexpr,
+    USE_CHUNK: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -624,12 +638,12 @@ def _hopper_decode_kernel(
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
                                       FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
-                                      TIGHT)
+                                      TIGHT, USE_CHUNK)
     # What each work item is found from (over an fp8 cache each partition finds each of its
     # items' sequence, bounds and query rows).
     work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
                 num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
-                stride_qh, k_scale, cached_keys)
+                stride_qh, k_scale, cached_keys, attention_chunk)
     if not FP8:
         # The program's one work item, and its query rows (zero past the group) in shared
         # memory for the products.
@@ -789,7 +803,8 @@ def _launcher(spec, dtype):
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, HEAD_BLOCKS=head_blocks,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
-        ITEMS=cfg.items)
+        ITEMS=cfg.items, attention_chunk=clamp_extent(spec.attention_chunk or 1),
+        USE_CHUNK=spec.attention_chunk is not None)
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 

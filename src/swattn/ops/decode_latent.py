@@ -48,8 +48,8 @@ from ._common import table_keys
 from ._gluon import Rule, decode_seq_ok, device_problem, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
-from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_first_key, finish,
-                            split_tiles)
+from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_chunk_start,
+                            decode_first_key, finish, split_tiles)
 from .merge import split_scratch
 
 # The paged cache as the tile rows are found in it (the sequence's block-table row, the
@@ -131,12 +131,12 @@ def _latent_decode_kernel(
     k_scale, v_scale, stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_bt,
     stride_pn, stride_ph, stride_ib, stride_ob, stride_oh, stride_lb, stride_pb, stride_psh,
     stride_ps, stride_plb, stride_plh, num_pages, pool_rows, num_sparse, cached_keys,
-    num_kv_heads, num_splits, qk_scale, softcap, window_left, PAGE: gl.constexpr,
+    num_kv_heads, num_splits, qk_scale, softcap, window_left, attention_chunk, PAGE: gl.constexpr,
     DV: gl.constexpr, DT: gl.constexpr, GROUP: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
     BN: gl.constexpr, USE_WINDOW: gl.constexpr, HAS_SINKS: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, HAS_SPARSE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr, PDL: gl.constexpr,
-    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
+    K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, USE_CHUNK: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -150,7 +150,8 @@ def _latent_decode_kernel(
     dtype: gl.constexpr = gl.float16 if FP8 else Q.dtype.element_ty
     flags: gl.constexpr = DecodeFlags(DV, GROUP, BM, BN, 2, USE_WINDOW, False, False, HAS_SINKS,
                                       USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP, FP8,
-                                      K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, 1, TIGHT)
+                                      K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, 1, TIGHT,
+                                      USE_CHUNK)
 
     # Axis 0: (sequence, KV head, head block), the heads fastest.
     item = gl.program_id(0)
@@ -166,6 +167,9 @@ def _latent_decode_kernel(
     lo = 0
     if USE_WINDOW:
         lo = uniform(decode_first_key(seq_len, window_left))
+    if USE_CHUNK:
+        # Chunked attention: nothing below the query's chunk (the keys' mask is [lo, end)).
+        lo = uniform(gl.maximum(lo, decode_chunk_start(seq_len, attention_chunk)))
     # The sequence's tiles: the window's from lo, then the sparse keys'; split i_split owns
     # [t_start, t_stop) of them (not tight, split 0 from the tile holding position 0).
     window_tiles = (seq_len - lo + BN - 1) // BN
@@ -325,7 +329,9 @@ def _launcher(spec, dtypes):
         USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
         WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", PDL=spec.pdl,
-        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1])
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
+        attention_chunk=clamp_extent(spec.attention_chunk or 1),
+        USE_CHUNK=spec.attention_chunk is not None)
     return Launch(_latent_decode_kernel, fixed, {"num_warps": cfg.num_warps}, _TENSORS, _INTS,
                   dtypes)
 

@@ -79,9 +79,14 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         DO_PREFIX=True, DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
-        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, RANGES=False)
+        k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, RANGES=False,
+        USE_CHUNK=False, HAS_POSITIONS=False)
     constexprs.update(flags)
     pointers = dict(_POINTERS)
+    if constexprs["HAS_POSITIONS"]:
+        pointers["positions"] = "*i32"
+    else:
+        constexprs["positions"] = None
     _ranges_arguments(constexprs, pointers)
     if constexprs["USE_MASK"]:
         constexprs["TMA_NEW"] = False  # a masked launch has no mask-free tiles to copy
@@ -142,8 +147,7 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
                       FLAG_UNREAD=False, V_IN_K=False, HEADS_FIRST=False, PDL=False, k_scale=None,
-                      v_scale=None,
-                      K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
+                      v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
                      "sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
@@ -298,7 +302,7 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
                       PRODUCER_REGS=cfg.producer_regs, PDL=False, K_SCALE_STRIDE=0,
-                      V_SCALE_STRIDE=0, ITEMS=cfg.items)
+                      V_SCALE_STRIDE=0, ITEMS=cfg.items, USE_CHUNK=False)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
     descs = {"kc_desc": kc, "vc_desc": vc}
@@ -335,7 +339,7 @@ def compile_latent_decode(dtype="bf16", kv_dtype=None, sparse=True, bounds="tigh
                       HEAD_BLOCKS=-(-group // latent.BLOCK_H), BN=cfg.block_n, USE_WINDOW=True,
                       HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=sparse, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-                      PDL=False, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0)
+                      PDL=False, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False)
     pointers = {"Q": f"*{dtype}", "K_cache": f"*{kv}", "block_table": "*i32", "seq_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32",
                 "Part_lse": "*fp32"}
