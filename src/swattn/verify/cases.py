@@ -1,6 +1,7 @@
 """Test inputs for the kernels: random values (never zeros), a scrambled paged cache whose
 unwritten rows hold NaN, and -1 in every block-table entry no query may read."""
 
+import random
 from dataclasses import dataclass, field
 
 import torch
@@ -95,6 +96,34 @@ def random_mask(prefix_lens, extend_lens, seed, density=0.7):
         indptr.append(indptr[-1] + s)
     mask = torch.rand(indptr[-1], generator=g) < density
     return mask, torch.tensor(indptr, dtype=torch.int32)
+
+
+def random_tree(prefix_lens, extend_lens, seed):
+    """A batch of random draft trees as a speculative verify hands them over: each
+    sequence's new tokens a tree in an order where every node follows its parent, at
+    positions ``P + depth`` (siblings share one), and the custom mask (every cached key; a
+    node sees its ancestors and itself). Returns ``(positions [T] int32, mask, indptr)``."""
+    rng = random.Random(seed)
+    positions, bits, indptr = [], [], [0]
+    for p, n in zip(prefix_lens, extend_lens):
+        parents, depths = [], []
+        for i in range(n):
+            parent = rng.randrange(i) if i else -1
+            parents.append(parent)
+            depths.append(depths[parent] + 1 if i else 0)
+        positions += [p + d for d in depths]
+        rows = torch.zeros(n, p + n, dtype=torch.bool)
+        rows[:, :p] = True
+        for i in range(n):
+            j = i
+            while j >= 0:
+                rows[i, p + j] = True
+                j = parents[j]
+        bits.append(rows.flatten())
+        indptr.append(indptr[-1] + n * (p + n))
+    return (torch.tensor(positions, dtype=torch.int32),
+            torch.cat(bits) if bits else torch.zeros(0, dtype=torch.bool),
+            torch.tensor(indptr, dtype=torch.int32))
 
 
 def rel_err(out, ref):

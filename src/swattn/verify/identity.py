@@ -22,7 +22,7 @@ from ..plan import run_extend, run_decode
 from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
 from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
-                    random_mask, rel_err)
+                    random_mask, random_tree, rel_err)
 
 GPU_WINDOWS = (1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1023, 4096)
 CPU_WINDOWS = (1, 2, 15, 16, 17, 33)
@@ -407,6 +407,46 @@ def _run_decode_row(row, device):
     return results, reference.decode_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
+def _chunk_rows(matrix):
+    """``matrix``'s rows under chunked attention: each with a chunk around its window and
+    its tiles in turn (half the window, the window, past it, off the tile grid), so query
+    blocks straddle chunk boundaries and chunks start mid-tile."""
+
+    def rows(gpu=True):
+        out = []
+        for n, (name, case, kwargs, tiling) in enumerate(matrix(gpu)):
+            window = (case.window_left or 0) + 1
+            chunk = (max(window // 2, 1), window, 2 * window + 3, 17)[n % 4]
+            out.append((f"{name} chunk{chunk}", case, dict(kwargs, attention_chunk=chunk),
+                        tiling))
+        return out
+    return rows
+
+
+# Features a tree verify takes (its mask replaces causality and the random mask).
+TREE_FEATURES = ("plain", "sinks", "softcap", "keys=prefix+lse", "keys=new+lse")
+
+
+def _tree_rows(matrix):
+    """``matrix``'s rows of TREE_FEATURES as speculative tree verifies: the new tokens of
+    each sequence a random draft tree (verify.cases.random_tree: siblings share a position,
+    its mask), windows shorter than the tree's span included; every other row chunked too."""
+
+    def rows(gpu=True):
+        out = []
+        for n, (name, case, kwargs, tiling) in enumerate(matrix(gpu)):
+            if name.split()[1] not in TREE_FEATURES:
+                continue
+            positions, mask, indptr = random_tree(case.prefix_lens, case.extend_lens,
+                                                  case.seed)
+            extra = dict(positions=positions, mask=mask, mask_indptr=indptr)
+            if n % 2:
+                extra["attention_chunk"] = max((case.window_left or 0) + 1, 2)
+            out.append((f"{name} tree", case, dict(kwargs, **extra), tiling))
+        return out
+    return rows
+
+
 # The Hopper matrix's features whose rows read a prefix under a window.
 PREFIX_ROWS_FEATURES = tuple(f for f in FEATURES
                              if f not in ("mask+window", "keys=new+lse", "full-attention-bounds"))
@@ -415,6 +455,15 @@ FAMILIES = {
     "extend": (extend_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "unified": (unified_matrix, lambda row, device: _run_extend_row(row, device, True)),
     "decode": (decode_matrix, _run_decode_row),
+    "extend-chunk": (_chunk_rows(extend_matrix),
+                     lambda row, device: _run_extend_row(row, device, False)),
+    "unified-chunk": (_chunk_rows(unified_matrix),
+                      lambda row, device: _run_extend_row(row, device, True)),
+    "decode-chunk": (_chunk_rows(decode_matrix), _run_decode_row),
+    "extend-tree": (_tree_rows(extend_matrix),
+                    lambda row, device: _run_extend_row(row, device, False)),
+    "unified-tree": (_tree_rows(extend_matrix),
+                     lambda row, device: _run_extend_row(row, device, True)),
     "hopper": (hopper_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "decode-hopper": (hopper_decode_matrix, _run_decode_row),
     "extend-fp8": (_fp8_rows(extend_matrix), lambda row, device: _run_extend_row(row, device, False)),
