@@ -15,7 +15,8 @@ def add_arguments(parser):
                         help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
-                             "extend-fp8, unified-fp8, decode-fp8, decode-latent, hopper, "
+                             "extend-fp8, unified-fp8, decode-fp8, decode-latent, extend-chunk, "
+                             "unified-chunk, decode-chunk, extend-tree, unified-tree, hopper, "
                              "decode-hopper, hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
                              "hopper-fp8-prefix-rows, decode-hopper-latent; "
                              "default all, the hopper ones on an sm_90 GPU only)")
