@@ -197,6 +197,8 @@ def test_fp8_plans_widen_a_windows_prefix_before_the_kernel_when_it_is_small():
     assert not _chooses_prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
     assert not _chooses_prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
     assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, None)
+    # Under chunked attention a window's prefix is not what the kernel reads.
+    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192, attention_chunk=8192)
     # The rule takes the tight bounds only; a config dict's prefix_rows is checked.
     from swattn.plan.extend import _with_prefix_rows
     assert _with_prefix_rows(cfg, None, e4m3, 4095, "all", "tight", 4, 4 * 8192).prefix_rows

@@ -240,6 +240,18 @@ HOPPER_CASES = {
                                                   dtype=torch.bfloat16, seed=14),
                                        {"causal": False, "window_right": 200, "softcap": 20.0,
                                         "return_lse": True}),
+    # Chunked attention (Llama 4's local layers, scaled down): chunks starting mid-tile and
+    # mid-page, blocks straddling them, a chunk under a window and one without.
+    "chunk-1000-window-page16": (ExtendCase([0, 2500, 900], [2100, 700, 300], num_q_heads=40,
+                                            num_kv_heads=8, head_dim=128, head_dim_v=128,
+                                            page_size=16, window_left=600,
+                                            dtype=torch.bfloat16, seed=16),
+                                 {"attention_chunk": 1000}),
+    "chunk-2048-page64-sinks": (ExtendCase([2000, 0, 4096], [1500, 3000, 64], num_q_heads=16,
+                                           num_kv_heads=2, head_dim=64, head_dim_v=64,
+                                           page_size=64, window_left=None,
+                                           dtype=torch.float16, seed=17),
+                                {"attention_chunk": 2048, "sinks": True}),
 }
 
 

@@ -15,8 +15,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
-from ._common import (MAX_POSITION, compile_bound, larger_source, new_lengths_source,
-                      range_bounds_source, range_keep_source, tanh_source, visible_source)
+from ._common import (MAX_POSITION, compile_bound, larger_source, maximum_source,
+                      minimum_source, new_lengths_source, range_bounds_source, range_keep_source,
+                      tanh_source, visible_source)
 from ._tma import row_descriptor
 from ._validate import FP8_DTYPES
 
@@ -60,6 +61,10 @@ for _name in ("extend_seq_ok", "decode_seq_ok"):
     _GLUON_NAMES[_name] = compile_bound(getattr(window, _name), gluon.jit, _GLUON_NAMES)
 _GLUON_NAMES["larger"] = compile_bound(larger_source, gluon.jit, _GLUON_NAMES)
 new_lengths = compile_bound(new_lengths_source, gluon.jit, _GLUON_NAMES)
+# window.row_key_range for a vector of rows (as _common's): max and min elementwise.
+_ROW_NAMES = {**_GLUON_NAMES, "max": compile_bound(maximum_source, gluon.jit, _GLUON_NAMES),
+              "min": compile_bound(minimum_source, gluon.jit, _GLUON_NAMES)}
+row_key_range = compile_bound(window.row_key_range, gluon.jit, _ROW_NAMES)
 decode_seq_ok = _GLUON_NAMES["decode_seq_ok"]
 
 

@@ -98,8 +98,8 @@ from .. import window
 from ..window import clamp_extent
 from ._common import KeyRange, compile_bound, launch_extents
 from ._gluon import (GL_DTYPES, Rule, descriptor, issue, new_lengths, operand_layout,
-                     poison_descriptor, range_bounds, range_keep, tile_pages, uniform, visible,
-                     weights, wgmma_layout, widen_in_place)
+                     poison_descriptor, range_bounds, range_keep, row_key_range, tile_pages,
+                     uniform, visible, weights, wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperExtendConfig
@@ -121,7 +121,7 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
                          "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P "
-                         "PREFIX_ROWS RANGES")  # constexprs
+                         "PREFIX_ROWS RANGES CHUNK")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
@@ -193,6 +193,9 @@ def _keep(q_pos, k_pos, key_end, rule, flags):
     else:
         keep = visible(q_pos, k_pos, key_end, rule.window_left, rule.window_right,
                        flags.USE_WINDOW, flags.IS_CAUSAL, flags.USE_RIGHT, False)
+    if flags.CHUNK > 0:
+        # Chunked attention: the query's own chunk (window.visible's chunk).
+        keep = keep & ((k_pos // flags.CHUNK)[None, :] == (q_pos // flags.CHUNK)[:, None])
     return keep
 
 
@@ -796,7 +799,7 @@ def _hopper_extend_kernel(
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
     CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
-    PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr,
+    PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr, CHUNK: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -841,6 +844,19 @@ def _hopper_extend_kernel(
                                                           SKIP, False)
         lo1, hi1, lowest = uniform(lo1), uniform(hi1), uniform(lowest)
         mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
+    elif CHUNK > 0:
+        # Chunked attention: each stage's bounds from its rows' key runs (window.row_key_range
+        # reduced by range_bounds, as the Triton kernel's), so a block straddling a chunk
+        # boundary walks the tiles of both chunks and nothing else.
+        r_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        rows = block_start + gl.arange(0, BM, layout=r_layout)
+        m_rows = rows < extend_len
+        a, b = row_key_range(prefix_len + rows, 0, prefix_len, window_left, window_right, CHUNK,
+                             USE_WINDOW, True, IS_CAUSAL, USE_RIGHT)
+        lo1, hi1, mid1_lo, mid1_hi, lowest = range_bounds(KeyRange(a, b), m_rows, prefix_len,
+                                                          BN, TIGHT, SKIP, False)
+        lo1, hi1, lowest = uniform(lo1), uniform(hi1), uniform(lowest)
+        mid1_lo, mid1_hi = uniform(mid1_lo), uniform(mid1_hi)
     else:
         lo1, hi1 = _stage_bounds(first_q, prefix_len + last_row, prefix_len, window_left,
                                  window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
@@ -850,10 +866,18 @@ def _hopper_extend_kernel(
         lowest = 0
         if USE_WINDOW:
             lowest = first_q - window_left
-    lo2, hi2 = _stage_bounds(block_start, last_row, extend_len, window_left, window_right, BN,
-                             USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
-    mid2_lo, mid2_hi = _full_range(block_start, last_row, extend_len, lo2, hi2, window_left,
-                                   window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
+    if CHUNK > 0 and not RANGES:
+        a, b = row_key_range(rows, prefix_len, extend_len, window_left, window_right, CHUNK,
+                             USE_WINDOW, True, IS_CAUSAL, USE_RIGHT)
+        lo2, hi2, mid2_lo, mid2_hi, _ = range_bounds(KeyRange(a, b), m_rows, extend_len, BN,
+                                                     TIGHT, SKIP, False)
+        lo2, hi2 = uniform(lo2), uniform(hi2)
+        mid2_lo, mid2_hi = uniform(mid2_lo), uniform(mid2_hi)
+    else:
+        lo2, hi2 = _stage_bounds(block_start, last_row, extend_len, window_left, window_right,
+                                 BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT, TIGHT, SKIP)
+        mid2_lo, mid2_hi = _full_range(block_start, last_row, extend_len, lo2, hi2, window_left,
+                                       window_right, BN, USE_WINDOW, IS_CAUSAL, USE_RIGHT)
     n1 = (hi1 - lo1 + BN - 1) // BN
     n2 = (hi2 - lo2 + BN - 1) // BN
     if not DO_PREFIX:
@@ -904,7 +928,7 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES)
+                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES, CHUNK)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     prefix_row0 = 0
@@ -1104,7 +1128,8 @@ def _launcher(spec, dtypes):
         HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-        FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges)
+        FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges,
+        CHUNK=spec.attention_chunk or 0)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 

@@ -377,8 +377,8 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     it, else the Triton kernel with the config's tiles. ``config``: a Config, or a dict of
     fields to change in the chosen one (tests walk every tiling; with ``hopper=True``, the
     Hopper path's). ``fp8_products``: the Hopper path with fp8 products, or a ValueError
-    saying why the plan cannot take it. ``local``: chunked attention or given positions,
-    which the Triton kernels take (the Hopper path not yet)."""
+    saying why the plan cannot take it. ``local``: given positions, which the Triton kernels
+    take (the Hopper path takes no custom mask, which trees come with)."""
     check_fp8_products(fp8_products, kv_dtype)
     if fp8_products:
         if hopper is False or deterministic:
@@ -408,7 +408,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic, kv_dtype)
         if reason is None and local:
-            reason = "attention_chunk and positions run on the Triton kernels"
+            reason = "positions run on the Triton kernels"
         if reason is not None and hopper:
             raise ValueError(f"{'fp8_products' if fp8_products else 'hopper'}=True: the Hopper "
                              f"path cannot take this plan: {reason}")
@@ -420,19 +420,22 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     return "triton", cfg
 
 
-def _chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens):
+def _chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens,
+                         attention_chunk=None):
     """Whether a Hopper plan over an fp8 cache widens its window's visible prefix before the
     kernel (ops.cache.PrefixRowsLaunch; config ``prefix_rows``): under a window, with the
     default products, when the rows it keeps (``window_left + block_n`` a sequence) are at
     most twice the batch's new rows (a plan knowing its ``max_tokens``); otherwise the
     kernel widens the prefix's tiles in shared memory."""
-    return (_prefix_rows_unfit(cfg, kv_dtype, window_left, keys) is None
+    return (_prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk) is None
             and max_tokens is not None
             and num_seqs * (window_left + cfg.block_n) <= 2 * max_tokens)
 
 
-def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys):
+def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk=None):
     """Why a Hopper plan cannot widen its prefix before the kernel (a sentence), or None."""
+    if attention_chunk is not None:
+        return "it widens a window's visible prefix, not a chunk's"
     if kv_dtype not in FP8_DTYPES or cfg.fp8_products:
         return "it widens an fp8 cache's prefix for the default products"
     if window_left is None:
@@ -442,21 +445,22 @@ def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys):
     return None
 
 
-def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens):
+def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens,
+                      attention_chunk=None):
     """The Hopper config with ``prefix_rows`` as a config dict asks (a ValueError where the
     plan cannot take it) or as the plan's rule chooses (:func:`_chooses_prefix_rows`, the tight
     bounds only: skip and none walk tiles below the window, which would read other
     sequences' rows)."""
     if isinstance(config, dict) and "prefix_rows" in config:
         if cfg.prefix_rows:
-            reason = _prefix_rows_unfit(cfg, kv_dtype, window_left, keys)
+            reason = _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk)
             if reason is not None:
                 raise ValueError(f"config prefix_rows=True: {reason}")
             if bounds != "tight":
                 raise ValueError("config prefix_rows=True takes the tight bounds only")
         return cfg
     return replace_spec(cfg, prefix_rows=bounds == "tight" and _chooses_prefix_rows(
-        cfg, kv_dtype, window_left, keys, num_seqs, max_tokens))
+        cfg, kv_dtype, window_left, keys, num_seqs, max_tokens, attention_chunk))
 
 
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
@@ -493,10 +497,10 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products,
-                             local=attention_chunk is not None or positions is not None)
+                             local=positions is not None)
     if path == "hopper":
         cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
-                                max_tokens)
+                                max_tokens, attention_chunk)
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,

@@ -259,7 +259,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
                       CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
-                      FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=False)
+                      FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=False,
+                      CHUNK=0)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
