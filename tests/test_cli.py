@@ -155,7 +155,8 @@ def test_python_dash_m_swattn_tiles_json():
     assert json.loads(completed.stdout) == tiles.count_tiles(128, 8192, 127)
 
 
-MODULES = ["tiles.py", "cli.py", "__main__.py", "verify/__init__.py", "verify/prove.py"]
+MODULES = ["tiles.py", "cli.py", "__main__.py", "verify/__init__.py", "verify/prove.py",
+           "verify/blocks.py"]
 
 
 @pytest.mark.parametrize("module", MODULES)
