@@ -85,7 +85,8 @@ def test_prove_quick_json(capsys):
     result = json.loads(out)
     assert status == 0 and result["ok"] is True and result["violations"] == 0
     assert set(result["loops"]) == {"stage1", "stage2", "unified", "ranges", "decode",
-                                    "decode-splits"}
+                                    "decode-splits", "stage1-chunk", "stage2-chunk",
+                                    "unified-chunk", "decode-chunk", "decode-splits-chunk"}
 
 
 @pytest.mark.parametrize("argv,expected", [([], []), (["--no-check"], ["--no_check"]),

@@ -72,7 +72,7 @@ def from_module(name, help, module):
 
 def _add_prove_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    parser.add_argument("--quick", action="store_true", help="a small grid (well under a second)")
+    parser.add_argument("--quick", action="store_true", help="a small grid (a couple of seconds)")
 
 
 register(from_module(

@@ -141,3 +141,21 @@ def range_layout(count, rows, keys, block_n):
                   np.repeat(np.arange(count, dtype=np.int64), len(starts)),
                   np.tile(starts, count), np.tile(np.searchsorted(edges, starts), count),
                   np.tile(np.searchsorted(edges, ends), count), edges[:-1])
+
+
+def check_chunk_spans(layout, chunk, first_row_pos, key_origin, lo, hi, stats):
+    """Chunked attention: count the blocks whose rows lie in more than one chunk, and the
+    tiles a block walks (``lo <= start < hi``) that lie wholly outside the chunks of its
+    rows, ``[p_first // C * C, (p_last // C + 1) * C)`` in absolute positions. Row ``i``
+    of a block is at absolute position ``first_row_pos + i``, key ``j`` of the loop at
+    ``key_origin + j``."""
+    first_chunk = (first_row_pos + layout.row_start) // chunk
+    last_chunk = (first_row_pos + layout.row_end - 1) // chunk
+    stats["straddling_blocks"] += int(np.count_nonzero(last_chunk > first_chunk))
+    block = layout.tile_block
+    span_lo = (first_chunk * chunk - key_origin)[block]
+    span_hi = ((last_chunk + 1) * chunk - key_origin)[block]
+    tile_end = np.minimum(layout.tile_start + layout.block_n[block], layout.range_end[block])
+    walked = (layout.tile_start >= lo[block]) & (layout.tile_start < hi[block])
+    outside = (tile_end <= span_lo) | (layout.tile_start >= span_hi)
+    stats["tiles_outside_chunks"] += int(np.count_nonzero(walked & outside))
