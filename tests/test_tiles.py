@@ -148,3 +148,176 @@ def test_table_names_both_kernels():
     assert text.splitlines()[0] == "gpt-oss"
     assert "382 -> 256 tiles, -33.0%" in text
     assert "unified kernel: 4,288 -> 256 tiles, -94.0%" in text
+
+
+# --------------------------------------------------------------------------------------
+# Chunked local attention (Llama 4's attention_chunk).
+# --------------------------------------------------------------------------------------
+
+# (prefix, extend, block_m, block_n): tiles below, equal to and above the chunks below.
+CHUNK_SHAPES = [(0, 65, 16, 16), (17, 100, 32, 16), (129, 77, 16, 32), (100, 300, 64, 64),
+                (1000, 40, 16, 64)]
+# (window_left, window_right, causal)
+CHUNK_WINDOWS = [(None, None, True), (15, None, True), (63, None, True), (None, None, False),
+                 (31, 0, False), (None, 17, False)]
+shape_id = "P{0}-E{1}-BM{2}-BN{3}".format
+
+
+def _window_id(window):
+    left, right, causal = window
+    return f"L{left}-" + ("causal" if causal else f"R{right}")
+
+
+@pytest.mark.parametrize("window", CHUNK_WINDOWS, ids=_window_id)
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=lambda s: shape_id(*s))
+def test_chunk_past_every_position_is_no_chunk(shape, window):
+    """A chunk longer than every position of the sequence bounds nothing: the tight counts
+    equal those without a chunk. So do the ``all`` ones where no window bounds a row (under
+    a chunk ``all`` runs from 0 to the last key a row sees, as the tight end does, so a
+    block whose window reaches no key of the range walks nothing)."""
+    prefix_len, extend_len, block_m, block_n = shape
+    left, right, causal = window
+    plain = tiles.count_tiles(prefix_len, extend_len, left, right, causal, block_m, block_n)
+    for chunk in (prefix_len + extend_len, 10 * (prefix_len + extend_len) + 7):
+        chunked = tiles.count_tiles(prefix_len, extend_len, left, right, causal, block_m,
+                                    block_n, chunk=chunk)
+        for loop in chunked:
+            assert chunked[loop]["tight"] == plain[loop]["tight"], (loop, chunk)
+            if left is None and right is None:
+                assert chunked[loop]["all"] == plain[loop]["all"], (loop, chunk)
+
+
+@pytest.mark.parametrize("window", CHUNK_WINDOWS, ids=_window_id)
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=lambda s: shape_id(*s))
+@pytest.mark.parametrize("chunk", [1, 3, 16, 17, 64, 100], ids=lambda c: f"C{c}")
+def test_chunk_and_window_hold_together(shape, window, chunk):
+    """Both bounds hold: the tight tiles under a chunk and a window are at most those of
+    either alone, and a window reaching back a whole chunk (L >= C - 1) adds nothing to the
+    chunk, in every loop and bounds variant."""
+    prefix_len, extend_len, block_m, block_n = shape
+    left, right, causal = window
+
+    def count(window_left, chunk):
+        return tiles.count_tiles(prefix_len, extend_len, window_left, right, causal, block_m,
+                                 block_n, chunk=chunk)
+
+    both, window_only, chunk_only = count(left, chunk), count(left, None), count(None, chunk)
+    for loop in both:
+        assert both[loop]["tight"] <= min(window_only[loop]["tight"], chunk_only[loop]["tight"])
+    assert count(chunk - 1, chunk) == chunk_only
+    assert count(chunk + 40, chunk) == chunk_only
+
+
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=lambda s: shape_id(*s))
+def test_a_chunk_inside_another_walks_no_more(shape):
+    """Chunks that divide a longer chunk split each of its chunks: never more tiles."""
+    prefix_len, extend_len, block_m, block_n = shape
+    for small, large in ((1, 3), (3, 48), (16, 64), (17, 51), (50, 100)):
+        inner = tiles.count_tiles(prefix_len, extend_len, 63, None, True, block_m, block_n,
+                                  chunk=small)
+        outer = tiles.count_tiles(prefix_len, extend_len, 63, None, True, block_m, block_n,
+                                  chunk=large)
+        for loop in inner:
+            assert inner[loop]["tight"] <= outer[loop]["tight"], (loop, small, large)
+
+
+def _chunk_tiles_holding_visible(loop, prefix_len, extend_len, window, chunk, block_m, block_n):
+    """Brute force at absolute positions: (query block, key tile) pairs of a loop that hold
+    a visible element under the chunk (stage 1: keys [0, P); stage 2: keys [P, P + E), its
+    tiles from P; unified: keys [0, P + E))."""
+    left, right, causal = window
+    origin, range_end = {"stage1": (0, prefix_len), "stage2": (prefix_len, extend_len),
+                         "unified": (0, prefix_len + extend_len)}[loop]
+    rows = prefix_len + np.arange(extend_len)[:, None]
+    keys = origin + np.arange(range_end)[None, :]
+    mask = np.broadcast_to(visible(rows, keys, left, right, causal, chunk),
+                           (extend_len, range_end))
+    return sum(bool(mask[m0:m0 + block_m, n:n + block_n].any())
+               for m0 in range(0, extend_len, block_m) for n in range(0, range_end, block_n))
+
+
+@pytest.mark.parametrize("window", CHUNK_WINDOWS, ids=_window_id)
+@pytest.mark.parametrize("shape", CHUNK_SHAPES, ids=lambda s: shape_id(*s))
+@pytest.mark.parametrize("chunk", [1, 16, 17, 100], ids=lambda c: f"C{c}")
+def test_chunk_tight_count_is_the_tiles_holding_a_visible_key(shape, window, chunk):
+    """Under a chunk every loop's tight bounds walk exactly the tiles that hold a visible
+    key: a block straddling a chunk boundary walks both chunks' tiles and nothing else."""
+    prefix_len, extend_len, block_m, block_n = shape
+    left, right, causal = window
+    counts = tiles.count_tiles(prefix_len, extend_len, left, right, causal, block_m, block_n,
+                               chunk=chunk)
+    for loop in counts:
+        assert counts[loop]["tight"] == _chunk_tiles_holding_visible(
+            loop, prefix_len, extend_len, window, chunk, block_m, block_n), loop
+
+
+@pytest.mark.parametrize("window_left", [None, 0, 63, 127, 8191], ids=lambda v: f"L{v}")
+@pytest.mark.parametrize("chunk", [1, 3, 64, 100, 8192], ids=lambda c: f"C{c}")
+def test_decode_under_a_chunk_is_the_tighter_bound(window_left, chunk):
+    """Decode reads, per sequence, the fewer keys (and tiles) of the window and the chunk
+    (both end at the query), and a chunk past the query changes nothing."""
+    seq_lens = [1, 63, 64, 65, 100, 101, 8191, 8192, 8193, 20000, 32768, 131072]
+    for seq_len in seq_lens:
+        both = tiles.count_decode([seq_len], window_left, 64, chunk=chunk)
+        window_only = tiles.count_decode([seq_len], window_left, 64)
+        chunk_only = tiles.count_decode([seq_len], None, 64, chunk=chunk)
+        for what in ("keys", "tiles"):
+            assert both[what]["tight"] == min(window_only[what]["tight"],
+                                              chunk_only[what]["tight"]), (what, seq_len)
+            assert both[what]["all"] == window_only[what]["all"]
+        if chunk >= seq_len:
+            assert both == window_only
+    total = tiles.count_decode(seq_lens, window_left, 64, chunk=chunk, batch=2, heads=3)
+    one_by_one = [tiles.count_decode([s], window_left, 64, chunk=chunk) for s in seq_lens]
+    assert total["keys"]["tight"] == 6 * sum(c["keys"]["tight"] for c in one_by_one)
+
+
+# Llama 4 Scout: 40 query heads, attention_chunk 8192; a 32k-token prefill in 8k steps,
+# each over the cached prefix of the steps before, and decode at 32k and 128k context.
+SCOUT_HEADS, SCOUT_CHUNK = 40, 8192
+SCOUT_PREFILL = [(0, 8192), (8192, 8192), (16384, 8192), (24576, 8192)]
+SCOUT_DECODE = [32768, 131072]
+
+
+def test_llama4_scout_prefill_steps_on_chunk_boundaries():
+    """Steps that start on chunk boundaries see none of their cached prefix: stage 1 walks
+    nothing, and each step walks what a fresh 8k sequence walks; masking the chunk with
+    causal bounds alone walks the whole prefix."""
+    counts = tiles.count_workload(SCOUT_PREFILL, heads=SCOUT_HEADS, chunk=SCOUT_CHUNK)
+    fresh = tiles.count_workload([(0, 8192)] * 4, heads=SCOUT_HEADS)
+    masked = tiles.count_workload(SCOUT_PREFILL, heads=SCOUT_HEADS)
+    assert counts["stage1"] == {"all": 0, "tight": 0}
+    assert counts["unified"]["tight"] == counts["stage2"]["tight"] == fresh["unified"]["tight"]
+    assert masked["unified"]["tight"] > 3 * counts["unified"]["tight"]
+    text = tiles.format_table(counts, "L4", masked)
+    expected = (f"chunk in the bounds vs masked only (unified, tight): "
+                f"{masked['unified']['tight']:,} -> {counts['unified']['tight']:,} tiles")
+    assert expected in text
+
+
+def test_llama4_scout_prefill_off_chunk_boundaries():
+    """A cached prefix off the chunk grid: stage 1 sees only the start of the rows' chunk,
+    and the blocks straddling a chunk boundary cost tiles, never more than the window of
+    a whole chunk would."""
+    shifted = [(1000 + p, e) for p, e in SCOUT_PREFILL]
+    counts = tiles.count_workload(shifted, heads=SCOUT_HEADS, chunk=SCOUT_CHUNK)
+    aligned = tiles.count_workload(SCOUT_PREFILL, heads=SCOUT_HEADS, chunk=SCOUT_CHUNK)
+    window = tiles.count_workload(shifted, SCOUT_CHUNK - 1, heads=SCOUT_HEADS)
+    assert counts["stage1"]["tight"] > 0
+    assert aligned["unified"]["tight"] < counts["unified"]["tight"] < window["unified"]["tight"]
+
+
+def test_llama4_scout_decode_reads_one_chunk():
+    """At 32k and 128k context the query is the last of a chunk: it reads that chunk, the
+    keys and tiles of a window of the same keys (L = C - 1), whatever the context."""
+    chunked = tiles.count_decode(SCOUT_DECODE, heads=SCOUT_HEADS, chunk=SCOUT_CHUNK)
+    assert chunked == tiles.count_decode(SCOUT_DECODE, SCOUT_CHUNK - 1, heads=SCOUT_HEADS)
+    assert chunked["keys"]["tight"] == len(SCOUT_DECODE) * SCOUT_HEADS * SCOUT_CHUNK
+    assert chunked["keys"]["all"] == SCOUT_HEADS * sum(SCOUT_DECODE)
+
+
+def test_bad_chunk_raises():
+    with pytest.raises(ValueError, match="attention_chunk"):
+        tiles.count_tiles(1, 5, chunk=0)
+    with pytest.raises(TypeError, match="attention_chunk"):
+        tiles.count_decode([5], chunk=2.0)

@@ -5,7 +5,7 @@ import pytest
 
 from swattn import window
 
-POSITIONS = range(0, 12)
+POSITIONS = range(12)
 
 
 def _keys(p, window_left, window_right=None, causal=True):
@@ -66,3 +66,26 @@ def test_conversions_refuse_what_their_convention_cannot_say():
             convert(-1)
     with pytest.raises(ValueError, match="window_right applies only"):
         window.to_flash_attn(3, 2, causal=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4, 7, 64], ids=lambda c: f"C{c}")
+@pytest.mark.parametrize("window_left", [None, 0, 2, 5], ids=lambda w: f"L{w}")
+def test_decode_bounds_under_a_chunk_read_the_querys_chunk(chunk, window_left):
+    """Chunked decode reads exactly the keys the query at ``seq_len - 1`` sees: those of its
+    own chunk (Llama 4's ``j // C == p // C``) within its window, written here as the
+    convention states it."""
+    for seq_len in range(1, 30):
+        query = seq_len - 1
+        keys = {j for j in range(seq_len) if j // chunk == query // chunk
+                and (window_left is None or j >= query - window_left)}
+        lo, hi = window.decode_bounds(seq_len, window_left, chunk)
+        assert set(range(lo, hi)) == keys, seq_len
+        for num_splits in (1, 3):
+            read = set()
+            for i_split in range(num_splits):
+                start, stop = window.decode_split_bounds(seq_len, window_left, 4, num_splits,
+                                                         i_split, chunk=chunk)
+                read |= set(range(start, stop))
+            assert keys <= read, seq_len
+            assert read == set(range(lo, lo + len(read))), seq_len
+    assert window.decode_bounds(0, None, chunk) == (0, 0)

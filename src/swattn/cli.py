@@ -18,12 +18,13 @@ runs ``demo`` on its embedded default (``swattn prove`` proves the loop bounds).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 DEFAULT_COMMAND = "demo"
 
@@ -36,9 +37,9 @@ class Command:
 
     name: str
     help: str
-    add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None
-    run: Optional[Callable[[argparse.Namespace], int]] = None
-    forward: Optional[str] = None
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    run: Callable[[argparse.Namespace], int] | None = None
+    forward: str | None = None
 
 
 COMMANDS: dict[str, Command] = {}
@@ -75,7 +76,7 @@ def from_module(name, help, module):
 
 def _add_prove_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    parser.add_argument("--quick", action="store_true", help="a small grid (well under a second)")
+    parser.add_argument("--quick", action="store_true", help="a small grid (a couple of seconds)")
 
 
 register(from_module(
@@ -128,6 +129,9 @@ def _add_tiles_arguments(parser):
     window.add_argument("--window-right", type=_window_arg, default=None,
                         help="R, with --non-causal: keys up to p+R; 'none' = unbounded (default)")
     window.add_argument("--non-causal", action="store_true", help="keys after the query are visible")
+    window.add_argument("--attention-chunk", type=_positive, default=None, metavar="C",
+                        help="chunked local attention: a query sees only the keys of its own "
+                             "chunk of C positions (Llama 4: 8192), on top of the window")
     tiling = parser.add_argument_group("tiling and multipliers")
     tiling.add_argument("--block-m", type=_positive, default=128, help="query rows per block (128)")
     tiling.add_argument("--block-n", type=_positive, default=64, help="keys per tile (64)")
@@ -159,6 +163,8 @@ def _run_tiles(args):
         window_text += f", window_right {right}, non-causal"
     else:
         window_text += ", causal"
+    if args.attention_chunk is not None:
+        window_text += f", attention_chunk {args.attention_chunk}"
     multipliers = f"batch {args.batch}, heads {args.heads}"
     try:
         if args.decode is not None:
@@ -166,7 +172,8 @@ def _run_tiles(args):
                 return _tiles_error(prog, "--decode is causal: drop --non-causal")
             seq_lens = [int(s) for s in args.decode.split(",") if s.strip()]
             counts = tiles.count_decode(seq_lens, args.window_left, args.block_n,
-                                        batch=args.batch, heads=args.heads)
+                                        batch=args.batch, heads=args.heads,
+                                        chunk=args.attention_chunk)
             title = (f"decode over {len(seq_lens)} seq_lens, {window_text}, BN {args.block_n}, "
                      f"{multipliers}")
             print(json.dumps(counts) if args.json else tiles.format_decode_table(counts, title))
@@ -179,9 +186,13 @@ def _run_tiles(args):
                 return _tiles_error(prog, "give both --prefix and --extend")
             shapes = [(args.prefix, args.extend)]
             what = f"prefix {args.prefix}, extend {args.extend}"
-        counts = tiles.count_workload(shapes, args.window_left, args.window_right, causal,
-                                      args.block_m, args.block_n, batch=args.batch,
-                                      heads=args.heads)
+        count = functools.partial(tiles.count_workload, shapes, args.window_left,
+                                  args.window_right, causal, args.block_m, args.block_n,
+                                  batch=args.batch, heads=args.heads)
+        counts = count(chunk=args.attention_chunk)
+        unchunked = None
+        if args.attention_chunk is not None and not args.json:
+            unchunked = count()
     except ValueError as error:
         return _tiles_error(prog, str(error))
     if args.json:
@@ -189,7 +200,7 @@ def _run_tiles(args):
     else:
         title = (f"key tiles walked: {what}, {window_text}, BM {args.block_m}, BN {args.block_n}, "
                  f"{multipliers}")
-        print(tiles.format_table(counts, title))
+        print(tiles.format_table(counts, title, unchunked))
     return 0
 
 

@@ -12,12 +12,27 @@ The predicted change of a kernel is the ratio of tiles walked, minus one:
 two-stage ``(stage1.tight + stage2.tight) / (stage1.all + stage2.tight) - 1`` (SGLang's
 stage 2 is already bounded, its stage 1 is not), unified ``unified.tight / unified.all - 1``.
 
+Chunked local attention (``chunk=C``, Llama 4): the bounds are the ones the kernels take
+under a chunk, from their rows' ranges (``window.row_key_range`` through
+``window.range_bounds``): ``tight`` walks only the tiles of the rows' chunks within their
+windows, ``all`` from the range start to the last key a row sees. Beside them the model
+counts the same shapes with the chunk left out of the bounds (a kernel that only masks
+it), the cost of serving a chunked layer with the window's bounds alone.
+
 Plain Python: no torch, no triton, no numpy.
 """
 
 from __future__ import annotations
 
-from .window import Window, aligned_tiles, check_window, decode_bounds, key_bounds, num_tiles
+from .window import (
+    Window,
+    aligned_tiles,
+    check_chunk,
+    check_window,
+    decode_bounds,
+    key_bounds,
+    num_tiles,
+)
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 BOUNDS = ("all", "tight")
@@ -28,12 +43,13 @@ def _empty_counts():
 
 
 def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, causal=True,
-                block_m=128, block_n=64, *, batch=1, heads=1):
+                block_m=128, block_n=64, *, batch=1, heads=1, chunk=None):
     """Key tiles walked by every loop and bounds variant for one (prefix, extend) shape.
 
     Returns ``{"stage1": {"all": n, "tight": n}, "stage2": {...}, "unified": {...}}``:
     the sum over the query blocks of one sequence and one head, times ``batch * heads``
-    (identical sequences, every head walking the same tiles).
+    (identical sequences, every head walking the same tiles). ``chunk``: chunked local
+    attention (``attention_chunk``), on top of the window.
     """
     for name, value in (("prefix_len", prefix_len), ("extend_len", extend_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -43,7 +59,8 @@ def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, cau
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     # Window() drops window_right when causal; a causal call that names one is an error.
     check_window(window_left, window_right, causal)
-    window = Window(window_left, window_right, causal)
+    check_chunk(chunk)
+    window = Window(window_left, window_right, causal, chunk)
     counts = _empty_counts()
     for loop in EXTEND_LOOPS:
         for bounds in BOUNDS:
@@ -57,39 +74,40 @@ def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, cau
 
 
 def count_workload(shapes, window_left=None, window_right=None, causal=True, block_m=128,
-                   block_n=64, *, batch=1, heads=1):
+                   block_n=64, *, batch=1, heads=1, chunk=None):
     """:func:`count_tiles` summed over a ragged batch of ``(prefix_len, extend_len)`` pairs
     (each pair one sequence), times ``batch * heads``."""
     counts = _empty_counts()
     for prefix_len, extend_len in shapes:
         one = count_tiles(prefix_len, extend_len, window_left, window_right, causal, block_m,
-                          block_n, batch=batch, heads=heads)
+                          block_n, batch=batch, heads=heads, chunk=chunk)
         for loop in EXTEND_LOOPS:
             for bounds in BOUNDS:
                 counts[loop][bounds] += one[loop][bounds]
     return counts
 
 
-def count_decode(seq_lens, window_left=None, block_n=64, *, batch=1, heads=1):
+def count_decode(seq_lens, window_left=None, block_n=64, *, batch=1, heads=1, chunk=None):
     """Keys and tiles of ``block_n`` the decode loop reads, summed over ``seq_lens`` (one
     new token per sequence, at ``seq_len - 1``), times ``batch * heads``.
 
     Returns ``{"keys": {...}, "tiles": {...}}`` with ``all`` (the whole cache ``[0,
     seq_len)``), ``tight`` (``decode_bounds``: exactly ``min(window_left + 1, seq_len)``
-    keys, the Triton kernel's tiles from the first of them) and ``aligned`` (the same keys
-    in the Hopper path's tiles on the grid of 0, :func:`swattn.window.aligned_tiles`).
-    Split-KV cuts these tiles into runs without adding any (``swattn prove``'s
-    decode-splits loop).
+    keys, and under a ``chunk`` only those of the query's chunk; the Triton kernel's tiles
+    from the first of them) and ``aligned`` (the same keys in the Hopper path's tiles on
+    the grid of 0, :func:`swattn.window.aligned_tiles`). Split-KV cuts these tiles into
+    runs without adding any (``swattn prove``'s decode-splits loops).
     """
     if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
         raise ValueError(f"block_n must be an int >= 1, got {block_n!r}")
     check_window(window_left)
+    check_chunk(chunk)
     kinds = ("all", "tight", "aligned")
     counts = {"keys": dict.fromkeys(kinds, 0), "tiles": dict.fromkeys(kinds, 0)}
     for seq_len in seq_lens:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ValueError(f"seq_lens must hold ints >= 1, got {seq_len!r}")
-        lo, hi = decode_bounds(seq_len, window_left)
+        lo, hi = decode_bounds(seq_len, window_left, chunk)
         t_lo, t_end = aligned_tiles(lo, hi, block_n)
         for kind, keys, walked in (("all", seq_len, num_tiles(0, seq_len, block_n)),
                                    ("tight", hi - lo, num_tiles(lo, hi, block_n)),
@@ -137,9 +155,10 @@ def _percent(change):
     return "n/a" if change is None else f"{100.0 * change:+.1f}%"
 
 
-def format_table(counts, title=""):
+def format_table(counts, title="", unchunked=None):
     """The readable report of :func:`count_tiles`: tiles per loop and the predicted
-    change of the two-stage and unified kernels."""
+    change of the two-stage and unified kernels; with ``unchunked`` (the same shapes
+    counted without the chunk), what the chunk's bounds save over masking it."""
     change = predicted_change(counts)
     lines = [title] if title else []
     lines.append(f"{'loop':<8} {'all':>14} {'tight':>14} {'change':>8}")
@@ -154,6 +173,14 @@ def format_table(counts, title=""):
                  f"{before:,} -> {after:,} tiles, {_percent(change['two_stage'])}")
     lines.append(f"predicted change, unified kernel: "
                  f"{unified['all']:,} -> {unified['tight']:,} tiles, {_percent(change['unified'])}")
+    if unchunked is not None:
+        masked = {
+            "two-stage": (unchunked["stage1"]["tight"] + unchunked["stage2"]["tight"], after),
+            "unified": (unchunked["unified"]["tight"], unified["tight"]),
+        }
+        for kernel, (old, new) in masked.items():
+            lines.append(f"chunk in the bounds vs masked only ({kernel}, tight): {old:,} -> "
+                         f"{new:,} tiles, {_percent(_ratio(new, old))}")
     return "\n".join(lines)
 
 

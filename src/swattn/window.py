@@ -194,10 +194,10 @@ def decode_first_key(seq_len, window_left):
     return max(seq_len - 1 - window_left, 0)
 
 
-def decode_chunk_start(seq_len, chunk):
-    """First key a decode query (at ``seq_len - 1``) sees under chunked attention: its
-    chunk's first position. The decode loops start at the later of this and
-    :func:`decode_first_key`."""
+def decode_chunk_first_key(seq_len, chunk):
+    """First key of the decode query's chunk (chunked local attention, the query at
+    ``seq_len - 1``): ``(seq_len - 1) // C * C``, the dividend clamped at 0. Under a window
+    too, the decode loop starts at the later of this and :func:`decode_first_key`."""
     return max(seq_len - 1, 0) // chunk * chunk
 
 
@@ -369,21 +369,23 @@ def range_bounds(rows, block_n, range_end, bounds="tight"):
 
 
 def decode_bounds(seq_len, window_left, chunk=None):
-    """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``, from the
-    query's chunk's first position on under chunked attention."""
+    """``(lo, hi)`` of the decode loop: the keys ``[seq_len - 1 - L, seq_len)``, and with
+    ``chunk`` only those of the query's chunk: from ``max(seq_len - 1 - L, (seq_len - 1) //
+    C * C)``."""
     lo = 0 if window_left is None else decode_first_key(seq_len, window_left)
     if chunk is not None:
-        lo = max(lo, decode_chunk_start(seq_len, chunk))
+        lo = max(lo, decode_chunk_first_key(seq_len, chunk))
     return lo, seq_len
 
 
-def decode_split_bounds(seq_len, window_left, block_n, num_splits, i_split, aligned=False):
+def decode_split_bounds(seq_len, window_left, block_n, num_splits, i_split, aligned=False,
+                        chunk=None):
     """``(start, stop)``: the keys split ``i_split`` of ``num_splits`` walks in tiles of
     ``block_n`` (the kernels mask those outside :func:`decode_bounds`). The Triton decode
     kernel tiles ``[lo, seq_len)`` from ``lo`` (its rows are gathered one by one);
     ``aligned``, the Hopper decode path tiles it on the grid of 0 (:func:`aligned_tiles`).
     Either way the tiles are cut into contiguous runs by :func:`split_tiles`."""
-    lo, hi = decode_bounds(seq_len, window_left)
+    lo, hi = decode_bounds(seq_len, window_left, chunk)
     if aligned:
         t_lo, t_end = aligned_tiles(lo, hi, block_n)
         t_start, t_stop = split_tiles(t_lo, t_end, num_splits, i_split)

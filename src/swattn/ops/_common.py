@@ -44,7 +44,7 @@ visible_key_end = compile_bound(window.visible_key_end)
 full_tiles_start = compile_bound(window.full_tiles_start)
 full_tiles_end = compile_bound(window.full_tiles_end)
 decode_first_key = compile_bound(window.decode_first_key)
-decode_chunk_start = compile_bound(window.decode_chunk_start)
+decode_chunk_first_key = compile_bound(window.decode_chunk_first_key)
 split_tiles = compile_bound(window.split_tiles)
 
 

@@ -44,7 +44,7 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_start, decode_first_key,
+from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
                       decode_seq_ok, finish,
                       load_keys, load_rows, scores_log2, softmax_step, split_tiles, table_keys,
                       valid_page)
@@ -270,7 +270,7 @@ def _decode_kernel(
         lo = decode_first_key(seq_len, window_left)
     if USE_CHUNK:
         # Chunked attention: nothing below the query's chunk (window.decode_bounds).
-        lo = tl.maximum(lo, decode_chunk_start(seq_len, attention_chunk))
+        lo = tl.maximum(lo, decode_chunk_first_key(seq_len, attention_chunk))
     # The sequence's key tiles: the window's, then the sparse keys'; split i_split owns
     # the contiguous run [t_start, t_stop) of them.
     window_tiles = (seq_len - lo + BLOCK_N - 1) // BLOCK_N

@@ -87,7 +87,7 @@ from .merge import split_scratch
 HEAD_DIMS = (64, 128)
 
 decode_first_key = compile_bound(window.decode_first_key, gluon.jit, globals())
-decode_chunk_start = compile_bound(window.decode_chunk_start, gluon.jit, globals())
+decode_chunk_first_key = compile_bound(window.decode_chunk_first_key, gluon.jit, globals())
 aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
 split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 
@@ -131,7 +131,7 @@ def _tile_range(seq_len, window_left, chunk, i_split, num_splits, BN: gl.constex
     if USE_WINDOW:
         lo = decode_first_key(seq_len, window_left)
     if USE_CHUNK:
-        lo = gl.maximum(lo, decode_chunk_start(seq_len, chunk))
+        lo = gl.maximum(lo, decode_chunk_first_key(seq_len, chunk))
     t_lo, t_end = aligned_tiles(lo, seq_len, BN)
     t_start, t_stop = split_tiles(t_lo, t_end, num_splits, i_split)
     if not TIGHT:

@@ -48,7 +48,7 @@ from ._common import table_keys
 from ._gluon import Rule, decode_seq_ok, device_problem, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
-from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_chunk_start,
+from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_chunk_first_key,
                             decode_first_key, finish, split_tiles)
 from .merge import split_scratch
 
@@ -169,7 +169,7 @@ def _latent_decode_kernel(
         lo = uniform(decode_first_key(seq_len, window_left))
     if USE_CHUNK:
         # Chunked attention: nothing below the query's chunk (the keys' mask is [lo, end)).
-        lo = uniform(gl.maximum(lo, decode_chunk_start(seq_len, attention_chunk)))
+        lo = uniform(gl.maximum(lo, decode_chunk_first_key(seq_len, attention_chunk)))
     # The sequence's tiles: the window's from lo, then the sparse keys'; split i_split owns
     # [t_start, t_stop) of them (not tight, split 0 from the tile holding position 0).
     window_tiles = (seq_len - lo + BN - 1) // BN

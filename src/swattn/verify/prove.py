@@ -3,17 +3,24 @@
 For each loop, tiling, window, prefix and extend length of a grid, the mask is built as
 the kernels write it, element by element: row ``i`` of the query block at
 ``block_start`` (rows below ``extend_len`` only) against key column ``j`` (keys below the
-loop's range end only) is kept iff ``visible(q, k, L, R, causal)`` with, in the loop's
-coordinates,
+loop's range end only) is kept iff ``visible(q, k, L, R, causal, chunk)`` with, at
+absolute positions,
 
 - stage1:  ``q = P + block_start + i``, ``k = j`` over ``[0, P)``;
-- stage2:  ``q = block_start + i``,     ``k = j`` over ``[0, E)``;
+- stage2:  ``q = P + block_start + i``, ``k = P + j`` over ``[0, E)``;
 - unified: ``q = ws + P + block_start + i``, ``k = ws + j`` over ``[0, P + E)``, for every
   window start ``ws`` of the grid, so that ``ws`` cancelling out is checked, not assumed;
 - decode:  ``q = ws + seq_len - 1``, ``k = ws + j`` over ``[0, seq_len)``;
 - ranges:  row ``t`` keeps ``a_t <= j < b_t`` over ``[0, K)``, for every block of up to
   ``range_rows`` rows and every range of each row (``0 <= a_t, b_t <= K``, empty and
-  reversed ones included): stage 1 under ``key_ranges`` (:func:`prove_ranges`).
+  reversed ones included): stage 1 under ``key_ranges`` (:func:`prove_ranges`);
+- the ``*-chunk`` loops: stage1, stage2, unified, decode and the split decode loops again
+  under chunked local attention (``chunk=C``: ``k // C == q // C`` on top of the window),
+  for every chunk of the grid. Chunk boundaries sit at absolute positions and do not
+  shift, so these run at ``ws = 0`` only; stage 2's keys start at ``P``, which its bounds
+  must take as the origin of its rows' chunks. A block's walked tiles must also lie in the
+  chunks of its rows (``tiles_outside_chunks``), and blocks whose rows straddle a chunk
+  boundary are counted (``straddling_blocks``), so that case is not left out.
 
 The bound under test comes from ``bounds_fn`` (``key_bounds`` unless a test plants a
 bug) and is computed from the unshifted positions. Every tile of the whole range from 0
@@ -21,34 +28,51 @@ is then classed: below the floor ``lo``, at or past the end ``hi``, or walked. A
 tile (below or past) that holds a visible element is a violation. A query block that
 sees anything must also see something in its floor tile: that tile is a tightness
 witness, and a block without one has a loose floor. Decode reads keys ``[lo, hi)`` with
-no tiling: no visible key may lie outside, and it must read exactly ``min(L + 1, seq_len)``.
+no tiling: no visible key may lie outside, and it must read exactly ``min(L + 1, seq_len)``
+(under a chunk: exactly as many keys as the mask holds).
 
 The per-tile counts are sums of the element mask over rectangles: the predicate is
 evaluated on every element once per (loop, window, prefix, window start) for the longest
 extend length, summed per row between tile edges in one pass, then prefix-summed over
 edges and rows, so every (query block, key tile) pair of every shorter extend length and
 every tiling is four lookups (a shorter extend's mask is the top-left corner of the
-longest's). Nothing here re-derives an interval from the window.
+longest's). Nothing here re-derives an interval from the window; the chunk spans of
+``tiles_outside_chunks`` are the convention's own (``p // C * C``), not window.py's.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-import itertools
-
-from ..window import (Window, decode_bounds, decode_split_bounds, full_tile_range, key_bounds,
-                      range_bounds, visible)
+from ..window import (
+    Window,
+    decode_bounds,
+    decode_split_bounds,
+    full_tile_range,
+    key_bounds,
+    range_bounds,
+    visible,
+)
+from .blocks import (
+    check_blocks,
+    check_chunk_spans,
+    loop_layout,
+    new_stats,
+    range_end_of,
+    range_layout,
+    rectangle_sums,
+)
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 # Counts that must be zero: a skipped visible key, a floor below the first visible tile
 # (decode: a read of more keys than the window holds), a bound off the tile grid or range.
 FAILURES = ("violations", "loose_floors", "loose", "bad_bounds", "partial_full_tiles", "overlaps",
-            "empty_tiles")
+            "empty_tiles", "tiles_outside_chunks")
 # Split counts the split decode loops are proved at.
 DECODE_SPLITS = (1, 2, 3, 4, 8)
 
@@ -71,17 +95,38 @@ class Grid:
     range_rows: int = 3
     range_keys: tuple = (7, 8)
     range_block_ns: tuple = (1, 2, 3, 4)
+    # Chunked local attention (the *-chunk loops): every chunk size, with every
+    # chunk_window_left and None, causal and, paired with every chunk_window_right,
+    # non-causal; at absolute positions only, chunks starting at position 0.
+    chunks: tuple = ()
+    chunk_window_lefts: tuple = ()
+    chunk_window_rights: tuple = ()
 
     def windows(self):
         lefts = tuple(self.window_lefts) + (None,)
         causal = [Window(left, None, True) for left in lefts]
         return causal + [Window(left, right, False) for right in self.window_rights for left in lefts]
 
+    def chunk_windows(self):
+        lefts = tuple(self.chunk_window_lefts) + (None,)
+        modes = [(True, None)] + [(False, right) for right in self.chunk_window_rights]
+        return [Window(left, right, causal, chunk) for chunk in self.chunks for left in lefts
+                for causal, right in modes]
+
     def decode_seq_lens(self):
         """Every length up to the largest block, and every prefix + extend of the grid."""
         longest_block = max(block_m for block_m, _ in self.tilings)
         lens = set(range(1, 2 * longest_block + 2))
         lens.update(p + e for p in self.prefix_lens for e in self.extend_lens)
+        return tuple(sorted(lens))
+
+    def chunk_decode_seq_lens(self):
+        """:meth:`decode_seq_lens` and, for every chunk, the lengths that put the decode
+        query one before, on, or one past the first and last positions of its first chunks."""
+        lens = set(self.decode_seq_lens())
+        longest = max(lens)
+        lens.update(n * chunk + d for chunk in self.chunks for n in range(1, 5)
+                    for d in (-1, 0, 1, 2) if 1 <= n * chunk + d <= longest)
         return tuple(sorted(lens))
 
     def describe(self):
@@ -96,6 +141,10 @@ class Grid:
             "range_rows": self.range_rows,
             "range_keys": list(self.range_keys),
             "range_block_ns": list(self.range_block_ns),
+            "chunks": list(self.chunks),
+            "chunk_window_lefts": list(self.chunk_window_lefts),
+            "chunk_window_rights": list(self.chunk_window_rights),
+            "chunk_decode_seq_lens": len(self.chunk_decode_seq_lens()),
         }
 
 
@@ -106,6 +155,9 @@ DEFAULT_GRID = Grid(
     window_rights=(0, 1, 63, 64, 200, None),
     prefix_lens=(0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 8193),
     extend_lens=(1, 2, 15, 16, 17, 63, 64, 65, 128, 300),
+    chunks=(1, 3, 16, 17, 64, 100, 8192),
+    chunk_window_lefts=(63,),
+    chunk_window_rights=(17, None),
 )
 
 QUICK_GRID = Grid(
@@ -118,147 +170,47 @@ QUICK_GRID = Grid(
     range_rows=3,
     range_keys=(4,),
     range_block_ns=(1, 2, 3),
+    chunks=(1, 3, 16, 17, 100),
+    chunk_window_lefts=(16,),
+    chunk_window_rights=(None,),
 )
 
 
-def _range_end(loop, prefix_len, extend_len):
-    if loop == "stage1":
-        return prefix_len
-    if loop == "stage2":
-        return extend_len
-    return prefix_len + extend_len
+def _key_origin(loop, prefix_len):
+    """Absolute position of the loop's key 0: the first new token's in stage 2."""
+    return prefix_len if loop == "stage2" else 0
 
 
 def _positions(loop, prefix_len, extend_len, window_start):
-    """Query positions of the new rows and key positions of the range, as the kernel
-    writes them in the loop's coordinates (int32, as in the kernels: half the memory
-    traffic of int64 in the element-wise mask)."""
+    """Absolute query positions of the new rows and key positions of the loop's range
+    (int32, as in the kernels: half the memory traffic of int64 in the element-wise mask),
+    the unified loop's shifted by ``window_start``."""
     rows = np.arange(extend_len, dtype=np.int32)
-    keys = np.arange(_range_end(loop, prefix_len, extend_len), dtype=np.int32)
-    if loop == "stage1":
-        return prefix_len + rows, keys
-    if loop == "stage2":
-        return rows, keys
-    return window_start + prefix_len + rows, window_start + keys
+    keys = np.arange(range_end_of(loop, prefix_len, extend_len), dtype=np.int32)
+    if loop == "unified":
+        return window_start + prefix_len + rows, window_start + keys
+    return prefix_len + rows, _key_origin(loop, prefix_len) + keys
 
 
-@dataclass
-class _Layout:
-    """Every (query block, key tile) pair of one loop and prefix, over the grid's extend
-    lengths and tilings. Blocks: the bounds call and its row span; tiles: 0-aligned
-    starts over the whole range, each with its block. ``cuts`` are the key positions
-    where some tile starts or ends; ``tile_start_col``/``tile_end_col`` index a tile's
-    start and end in ``cuts`` followed by the longest range end."""
+def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds, full_fn=full_tile_range,
+               chunked=False):
+    """Counts of one extend loop (``stage1``, ``stage2`` or ``unified``) over the grid.
 
-    calls: list          # per block: (extend_len, block_start, block_m, block_n)
-    row_start: np.ndarray
-    row_end: np.ndarray
-    block_n: np.ndarray
-    range_end: np.ndarray
-    tile_block: np.ndarray
-    tile_start: np.ndarray
-    tile_start_col: np.ndarray
-    tile_end_col: np.ndarray
-    cuts: np.ndarray
-
-
-def _layout(loop, prefix_len, grid):
-    calls, row_start, row_end, block_ns, range_ends = [], [], [], [], []
-    tile_block, tile_start, tile_end = [], [], []
-    for extend_len in grid.extend_lens:
-        range_end = _range_end(loop, prefix_len, extend_len)
-        for block_m, block_n in grid.tilings:
-            starts = np.arange(0, range_end, block_n, dtype=np.int64)
-            ends = np.minimum(starts + block_n, range_end)
-            for block_start in range(0, extend_len, block_m):
-                tile_block.append(np.full(len(starts), len(calls), dtype=np.int64))
-                tile_start.append(starts)
-                tile_end.append(ends)
-                calls.append((extend_len, block_start, block_m, block_n))
-                row_start.append(block_start)
-                row_end.append(min(block_start + block_m, extend_len))
-                block_ns.append(block_n)
-                range_ends.append(range_end)
-    tile_start, tile_end = np.concatenate(tile_start), np.concatenate(tile_end)
-    longest_range = _range_end(loop, prefix_len, max(grid.extend_lens))
-    edges = np.unique(np.concatenate([tile_start, tile_end, [0, longest_range]]))
-    as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
-    return _Layout(calls, as_array(row_start), as_array(row_end), as_array(block_ns),
-                   as_array(range_ends), np.concatenate(tile_block), tile_start,
-                   np.searchsorted(edges, tile_start), np.searchsorted(edges, tile_end),
-                   edges[:-1])
-
-
-def _rectangle_sums(mask, rows, cols, cuts):
-    """``sums[r, c]``: visible elements in rows ``< r`` and keys ``< [*cuts, cols][c]``.
-
-    The element mask is summed per row between consecutive cuts (one pass over the
-    elements), then prefix-summed over cuts and rows, so the count of any (row span,
-    key span between cuts) rectangle is four lookups."""
-    sums = np.zeros((rows + 1, len(cuts) + 1), dtype=np.int64)
-    if rows and cols:
-        elements = np.broadcast_to(np.asarray(mask, dtype=bool), (rows, cols))
-        per_row = np.add.reduceat(np.ascontiguousarray(elements).view(np.uint8), cuts, axis=1,
-                                  dtype=np.int32)
-        np.cumsum(per_row, axis=1, out=sums[1:, 1:])
-        np.cumsum(sums[1:, 1:], axis=0, out=sums[1:, 1:])
-    return sums
-
-
-def _new_stats():
-    return {"configs": 0, "query_blocks": 0, "tiles_below_floor": 0, "violations": 0,
-            "witnesses": 0, "loose_floors": 0, "tiles_past_end": 0, "empty_tiles_walked": 0,
-            "bad_bounds": 0, "full_tiles": 0, "partial_full_tiles": 0, "seconds": 0.0}
-
-
-def _check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats):
-    """Class every tile of every block against ``(lo, hi)`` and the mask-free tiles
-    ``[mid_lo, mid_hi)`` (every element of those must be visible, and the tile whole)
-    and add up the counts."""
-    first_row = layout.row_start[layout.tile_block]
-    end_row = layout.row_end[layout.tile_block]
-    tile_count = (sums[end_row, layout.tile_end_col] - sums[first_row, layout.tile_end_col]
-                  - sums[end_row, layout.tile_start_col] + sums[first_row, layout.tile_start_col])
-    tiles_vis = tile_count > 0
-    block_n = layout.block_n[layout.tile_block]
-    full = (layout.tile_start >= mid_lo[layout.tile_block]) & (layout.tile_start < mid_hi[layout.tile_block])
-    whole = (tile_count == (end_row - first_row) * block_n) & (
-        layout.tile_start + block_n <= layout.range_end[layout.tile_block])
-    stats["full_tiles"] += int(np.count_nonzero(full))
-    stats["partial_full_tiles"] += int(np.count_nonzero(full & ~whole))
-    # A non-empty mask-free run must sit on the loop's grid, inside the loop.
-    stats["bad_bounds"] += int(np.count_nonzero((mid_hi > mid_lo) & (
-        (mid_lo < lo) | (mid_hi > hi) | ((mid_lo - lo) % layout.block_n != 0))))
-    tile_lo, tile_hi = lo[layout.tile_block], hi[layout.tile_block]
-    below = layout.tile_start < tile_lo
-    past = layout.tile_start >= tile_hi
-    walked = ~below & ~past
-    n_blocks = len(layout.calls)
-    block_sees = np.bincount(layout.tile_block[tiles_vis], minlength=n_blocks) > 0
-    witnesses = int(np.count_nonzero(tiles_vis & (layout.tile_start == tile_lo)))
-    stats["tiles_below_floor"] += int(np.count_nonzero(below))
-    stats["tiles_past_end"] += int(np.count_nonzero(past & ~below))
-    stats["violations"] += int(np.count_nonzero(tiles_vis & ~walked))
-    stats["witnesses"] += witnesses
-    stats["loose_floors"] += int(np.count_nonzero(block_sees)) - witnesses
-    stats["empty_tiles_walked"] += int(np.count_nonzero(walked & ~tiles_vis))
-    # A floor off the 0-aligned tile grid, or a loop leaving [0, range_end), is wrong
-    # whatever the mask holds: the kernel's tiles must be aligned and in range.
-    stats["bad_bounds"] += int(np.count_nonzero((lo % layout.block_n != 0) | (lo < 0)
-                                                | ((hi > layout.range_end) & (hi > lo))))
-
-
-def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds, full_fn=full_tile_range):
-    """Counts of one extend loop (``stage1``, ``stage2`` or ``unified``) over the grid."""
+    ``chunked``: over the grid's chunked windows (:meth:`Grid.chunk_windows`) instead, at
+    window start 0 only (chunk boundaries sit at absolute positions), and every tile a
+    block walks must lie in the chunks of its rows (:func:`check_chunk_spans`)."""
     if loop not in EXTEND_LOOPS:
         raise ValueError(f"loop must be one of {EXTEND_LOOPS}, got {loop!r}")
-    stats = _new_stats()
+    stats = new_stats()
+    if chunked:
+        stats.update(straddling_blocks=0, tiles_outside_chunks=0)
     started = time.perf_counter()
-    window_starts = grid.window_starts if loop == "unified" else (0,)
+    windows = grid.chunk_windows() if chunked else grid.windows()
+    window_starts = grid.window_starts if loop == "unified" and not chunked else (0,)
     longest = max(grid.extend_lens)
     for prefix_len in grid.prefix_lens:
-        layout = _layout(loop, prefix_len, grid)
-        for window in grid.windows():
+        layout = loop_layout(loop, prefix_len, grid)
+        for window in windows:
             bounds = [bounds_fn(loop, prefix_len, extend_len, block_start, block_m, block_n,
                                 window, "tight")
                       for extend_len, block_start, block_m, block_n in layout.calls]
@@ -267,41 +219,55 @@ def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds, full_fn=full_tile_
                             int(a), int(b))
                     for (extend_len, block_start, block_m, block_n), a, b in zip(layout.calls, lo, hi)]
             mid_lo, mid_hi = np.asarray(mids, dtype=np.int64).reshape(-1, 2).T
+            if chunked:
+                check_chunk_spans(layout, window.chunk, prefix_len,
+                                  _key_origin(loop, prefix_len), lo, hi, stats)
             for window_start in window_starts:
                 q_pos, k_pos = _positions(loop, prefix_len, longest, window_start)
                 mask = visible(q_pos[:, None], k_pos[None, :], window.left, window.right,
-                               window.causal)
-                sums = _rectangle_sums(mask, len(q_pos), len(k_pos), layout.cuts)
-                _check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats)
+                               window.causal, window.chunk)
+                sums = rectangle_sums(mask, len(q_pos), len(k_pos), layout.cuts)
+                check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats)
                 stats["query_blocks"] += len(layout.calls)
-    stats["configs"] = (len(grid.tilings) * len(grid.windows()) * len(grid.prefix_lens)
+    stats["configs"] = (len(grid.tilings) * len(windows) * len(grid.prefix_lens)
                         * len(grid.extend_lens) * len(window_starts))
     stats["seconds"] = time.perf_counter() - started
     return stats
 
 
-def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds):
+def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds, chunked=False):
     """Counts of the decode loop: for every seq_len and window_left of the grid (and no
-    window), keys ``[lo, hi)`` must hold every visible key and exactly ``min(L+1, seq_len)``."""
+    window), keys ``[lo, hi)`` must hold every visible key and exactly ``min(L+1, seq_len)``.
+
+    ``chunked``: for every chunk of the grid too, ``decode_bounds_fn(seq_len, L, chunk)``
+    over :meth:`Grid.chunk_decode_seq_lens` at window start 0 (chunks start at position 0):
+    the keys read must be every visible key and as many as the mask holds."""
     started = time.perf_counter()
-    seq_lens = np.asarray(grid.decode_seq_lens(), dtype=np.int32)
+    lens = grid.chunk_decode_seq_lens() if chunked else grid.decode_seq_lens()
+    seq_lens = np.asarray(lens, dtype=np.int32)
     key_index = np.arange(int(seq_lens.max()), dtype=np.int32)
     exists = key_index[None, :] < seq_lens[:, None]
     stats = {"configs": 0, "keys_below_floor": 0, "violations": 0, "witnesses": 0,
              "loose": 0, "bad_bounds": 0, "seconds": 0.0}
-    for window_left in tuple(grid.window_lefts) + (None,):
-        bounds = [decode_bounds_fn(int(s), window_left) for s in seq_lens]
+    lefts = tuple(grid.window_lefts) + (None,)
+    cases = ([(left, chunk) for chunk in grid.chunks for left in lefts] if chunked
+             else [(left, None) for left in lefts])
+    for window_left, chunk in cases:
+        extra = () if chunk is None else (chunk,)
+        bounds = [decode_bounds_fn(int(s), window_left, *extra) for s in seq_lens]
         lo, hi = np.asarray(bounds, dtype=np.int64).reshape(-1, 2).T
         bad = (lo < 0) | (hi > seq_lens) | (hi < lo)
         lo_c, hi_c = np.clip(lo, 0, seq_lens), np.clip(hi, 0, seq_lens)
         keep = seq_lens if window_left is None else np.minimum(window_left + 1, seq_lens)
         rows = np.arange(len(seq_lens))
-        for window_start in grid.window_starts:
+        for window_start in (0,) if chunked else grid.window_starts:
             q_pos = window_start + seq_lens - 1
             mask = visible(q_pos[:, None], window_start + key_index[None, :], window_left,
-                           None, True) & exists
+                           None, True, chunk) & exists
             sums = np.zeros((len(seq_lens), len(key_index) + 1), dtype=np.int64)
             np.cumsum(mask, axis=1, out=sums[:, 1:])
+            if chunk is not None:
+                keep = sums[rows, -1]
             inside = sums[rows, hi_c] - sums[rows, lo_c]
             outside = sums[rows, -1] - inside
             floor_key = sums[rows, np.minimum(lo_c + 1, seq_lens)] - sums[rows, lo_c]
@@ -315,59 +281,53 @@ def prove_decode(grid=DEFAULT_GRID, decode_bounds_fn=decode_bounds):
     return stats
 
 
-def prove_decode_splits(grid=DEFAULT_GRID, split_fn=decode_split_bounds):
+def prove_decode_splits(grid=DEFAULT_GRID, split_fn=decode_split_bounds, chunked=False):
     """Counts of the split decode loops: the Triton kernel's tiles from the first visible
     key and the Hopper path's on the grid of 0 (``aligned``), for every seq_len and
     window_left of the grid (and no window), every tile width of its tilings and every
     split count of :data:`DECODE_SPLITS`. The splits' key runs must lie on their tile grid,
     follow one another without overlap, hold together every key of :func:`decode_bounds`
-    and no tile without one of them."""
+    and no tile without one of them.
+
+    ``chunked``: for every chunk of the grid and its chunked windows' lefts instead, over
+    :meth:`Grid.chunk_decode_seq_lens`, against ``decode_bounds(seq_len, L, chunk)``."""
     started = time.perf_counter()
     stats = {"configs": 0, "splits": 0, "empty_splits": 0, "tiles": 0, "violations": 0,
              "overlaps": 0, "empty_tiles": 0, "bad_bounds": 0, "seconds": 0.0}
     block_ns = sorted({block_n for _, block_n in grid.tilings})
-    for aligned in (False, True):
-        for block_n in block_ns:
-            for window_left in tuple(grid.window_lefts) + (None,):
-                for seq_len in grid.decode_seq_lens():
-                    lo, hi = decode_bounds(seq_len, window_left)
-                    origin = 0 if aligned else lo
-                    for num_splits in DECODE_SPLITS:
-                        read, stop_before = 0, None
-                        for i_split in range(num_splits):
-                            start, stop = split_fn(seq_len, window_left, block_n, num_splits,
-                                                   i_split, aligned)
-                            if (start - origin) % block_n or (stop - origin) % block_n or stop < start:
-                                stats["bad_bounds"] += 1
-                                continue
-                            if stop_before is not None and start < stop_before:
-                                stats["overlaps"] += 1
-                            stop_before = stop
-                            stats["splits"] += 1
-                            stats["empty_splits"] += start == stop
-                            read += max(min(stop, hi) - max(start, lo), 0)
-                            for key0 in range(start, stop, block_n):
-                                stats["tiles"] += 1
-                                stats["empty_tiles"] += not (key0 < hi and key0 + block_n > lo)
-                        stats["configs"] += 1
-                        stats["violations"] += read != hi - lo
+    if chunked:
+        lefts = tuple(grid.chunk_window_lefts) + (None,)
+        cases = [(left, chunk) for chunk in grid.chunks for left in lefts]
+        seq_lens = grid.chunk_decode_seq_lens()
+    else:
+        cases = [(left, None) for left in tuple(grid.window_lefts) + (None,)]
+        seq_lens = grid.decode_seq_lens()
+    for aligned, block_n, (window_left, chunk), seq_len in itertools.product(
+            (False, True), block_ns, cases, seq_lens):
+        extra = () if chunk is None else (chunk,)
+        lo, hi = decode_bounds(seq_len, window_left, chunk)
+        origin = 0 if aligned else lo
+        for num_splits in DECODE_SPLITS:
+            read, stop_before = 0, None
+            for i_split in range(num_splits):
+                start, stop = split_fn(seq_len, window_left, block_n, num_splits, i_split,
+                                       aligned, *extra)
+                if (start - origin) % block_n or (stop - origin) % block_n or stop < start:
+                    stats["bad_bounds"] += 1
+                    continue
+                if stop_before is not None and start < stop_before:
+                    stats["overlaps"] += 1
+                stop_before = stop
+                stats["splits"] += 1
+                stats["empty_splits"] += start == stop
+                read += max(min(stop, hi) - max(start, lo), 0)
+                for key0 in range(start, stop, block_n):
+                    stats["tiles"] += 1
+                    stats["empty_tiles"] += not (key0 < hi and key0 + block_n > lo)
+            stats["configs"] += 1
+            stats["violations"] += read != hi - lo
     stats["seconds"] = time.perf_counter() - started
     return stats
-
-
-def _range_layout(count, rows, keys, block_n):
-    """The :class:`_Layout` of ``count`` blocks of ``rows`` rows each, block ``i`` the rows
-    ``[i * rows, (i + 1) * rows)`` of the stacked mask, every block over keys ``[0, keys)``
-    in tiles of ``block_n``."""
-    starts = np.arange(0, keys, block_n, dtype=np.int64)
-    ends = np.minimum(starts + block_n, keys)
-    edges = np.unique(np.concatenate([starts, ends, [0, keys]]))
-    row_start = np.arange(count, dtype=np.int64) * rows
-    return _Layout([None] * count, row_start, row_start + rows,
-                   np.full(count, block_n, dtype=np.int64), np.full(count, keys, dtype=np.int64),
-                   np.repeat(np.arange(count, dtype=np.int64), len(starts)),
-                   np.tile(starts, count), np.tile(np.searchsorted(edges, starts), count),
-                   np.tile(np.searchsorted(edges, ends), count), edges[:-1])
 
 
 def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
@@ -378,7 +338,7 @@ def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
     violation; a floor tile with nothing visible in a block that sees something is loose; a
     mask-free tile must be whole for every row and inside the range."""
     started = time.perf_counter()
-    stats = _new_stats()
+    stats = new_stats()
     for keys in grid.range_keys:
         pairs = [(a, b) for a in range(keys + 1) for b in range(keys + 1)]
         for rows in range(1, grid.range_rows + 1):
@@ -390,9 +350,9 @@ def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
             for block_n in grid.range_block_ns:
                 bounds = np.asarray([range_fn(block, block_n, keys) for block in blocks],
                                     dtype=np.int64).reshape(-1, 4)
-                layout = _range_layout(len(blocks), rows, keys, block_n)
-                sums = _rectangle_sums(mask, mask.shape[0], keys, layout.cuts)
-                _check_blocks(layout, sums, *bounds.T, stats)
+                layout = range_layout(len(blocks), rows, keys, block_n)
+                sums = rectangle_sums(mask, mask.shape[0], keys, layout.cuts)
+                check_blocks(layout, sums, *bounds.T, stats)
                 stats["query_blocks"] += len(blocks)
                 stats["configs"] += len(blocks)
     stats["seconds"] = time.perf_counter() - started
@@ -400,14 +360,25 @@ def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
 
 
 def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds,
-          full_fn=full_tile_range, split_fn=decode_split_bounds):
-    """Prove every loop's bounds over ``grid``. Returns ``{"grid", "loops", "violations",
-    "ok", "seconds"}``; ``ok`` is False on any violation, loose floor or bad bound."""
+          full_fn=full_tile_range, split_fn=decode_split_bounds, *, chunk_bounds_fn=key_bounds,
+          chunk_full_fn=full_tile_range, chunk_decode_fn=decode_bounds,
+          chunk_split_fn=decode_split_bounds):
+    """Prove every loop's bounds over ``grid``, and with the grid's chunks the chunked
+    loops (``*-chunk``, their bounds from the ``chunk_*`` functions). Returns ``{"grid",
+    "loops", "violations", "ok", "seconds"}``; ``ok`` is False on any violation, loose
+    floor or bad bound."""
     started = time.perf_counter()
     loops = {loop: prove_loop(loop, grid, bounds_fn, full_fn) for loop in EXTEND_LOOPS}
     loops["ranges"] = prove_ranges(grid)
+    if grid.chunks:
+        for loop in EXTEND_LOOPS:
+            loops[f"{loop}-chunk"] = prove_loop(loop, grid, chunk_bounds_fn, chunk_full_fn,
+                                                chunked=True)
     loops["decode"] = prove_decode(grid, decode_bounds_fn)
     loops["decode-splits"] = prove_decode_splits(grid, split_fn)
+    if grid.chunks:
+        loops["decode-chunk"] = prove_decode(grid, chunk_decode_fn, chunked=True)
+        loops["decode-splits-chunk"] = prove_decode_splits(grid, chunk_split_fn, chunked=True)
     violations = sum(stats["violations"] for stats in loops.values())
     failures = sum(stats.get(key, 0) for stats in loops.values() for key in FAILURES)
     return {"grid": grid.describe(), "loops": loops, "violations": violations,
@@ -423,39 +394,58 @@ _EXTEND_COLUMNS = (("configs", "configs"), ("query_blocks", "blocks"),
 _DECODE_COLUMNS = (("configs", "configs"), ("keys_below_floor", "keys below floor"),
                    ("violations", "violations"), ("witnesses", "witnesses"),
                    ("loose", "loose"), ("bad_bounds", "bad bounds"))
+_CHUNK_COLUMNS = (*_EXTEND_COLUMNS, ("straddling_blocks", "straddling"),
+                  ("tiles_outside_chunks", "outside chunks"))
 _SPLIT_COLUMNS = (("configs", "configs"), ("splits", "splits"), ("empty_splits", "empty splits"),
                   ("tiles", "tiles"), ("violations", "violations"), ("overlaps", "overlaps"),
                   ("empty_tiles", "empty tiles"), ("bad_bounds", "bad bounds"))
 
 
-def _table(rows, columns):
+def _table(rows, columns, name_width=13):
     widths = [max(len(title), *(len(f"{row[key]:,}") for _, row in rows)) for key, title in columns]
-    lines = [f"{'loop':<13} " + "  ".join(f"{title:>{w}}" for (_, title), w in zip(columns, widths))
-             + "  seconds"]
+    lines = [f"{'loop':<{name_width}} "
+             + "  ".join(f"{title:>{w}}" for (_, title), w in zip(columns, widths)) + "  seconds"]
     for name, row in rows:
         cells = "  ".join(f"{row[key]:>{w},}" for (key, _), w in zip(columns, widths))
-        lines.append(f"{name:<13} {cells}  {row['seconds']:7.2f}")
+        lines.append(f"{name:<{name_width}} {cells}  {row['seconds']:7.2f}")
     return lines
+
+
+def _none_or(values):
+    return ", ".join("None" if value is None else str(value) for value in values)
 
 
 def format_report(result):
     """The readable report of :func:`prove`."""
     grid = result["grid"]
-    rights = ", ".join("None" if r is None else str(r) for r in grid["window_rights"])
     lines = [
         "swattn prove: the key-tile bounds of swattn.window against the mask, element by element",
-        f"grid: {len(grid['tilings'])} tilings x ({len(grid['window_lefts'])} window_left + None) x "
-        f"(causal + non-causal window_right in {{{rights}}}) x {len(grid['prefix_lens'])} prefixes "
-        f"x {len(grid['extend_lens'])} extends; unified and decode at window starts "
-        f"{grid['window_starts']}; decode over {grid['decode_seq_lens']} seq_lens; ranges: "
-        f"blocks of up to {grid['range_rows']} rows, every range of each row over "
-        f"{grid['range_keys']} keys, tiles of {grid['range_block_ns']}",
+        (f"grid: {len(grid['tilings'])} tilings x ({len(grid['window_lefts'])} window_left + None) "
+         f"x (causal + non-causal window_right in {{{_none_or(grid['window_rights'])}}}) x "
+         f"{len(grid['prefix_lens'])} prefixes x {len(grid['extend_lens'])} extends; unified and "
+         f"decode at window starts {grid['window_starts']}; decode over "
+         f"{grid['decode_seq_lens']} seq_lens; ranges: blocks of up to {grid['range_rows']} rows, "
+         f"every range of each row over {grid['range_keys']} keys, tiles of "
+         f"{grid['range_block_ns']}"),
     ]
+    if grid["chunks"]:
+        lines.append(
+            f"chunked: chunks {grid['chunks']} x window_left in "
+            f"{{{_none_or([*grid['chunk_window_lefts'], None])}}} x (causal + non-causal "
+            f"window_right in {{{_none_or(grid['chunk_window_rights'])}}}), every tiling, prefix "
+            f"and extend, at absolute positions; decode: every window_left, over "
+            f"{grid['chunk_decode_seq_lens']} seq_lens")
     loops = result["loops"]
+    chunk_loops = [f"{loop}-chunk" for loop in EXTEND_LOOPS if f"{loop}-chunk" in loops]
+    width = max(len(name) for name in loops)
     lines += _table([(loop, loops[loop]) for loop in (*EXTEND_LOOPS, "ranges")],
-                    _EXTEND_COLUMNS)
-    lines += _table([("decode", loops["decode"])], _DECODE_COLUMNS)
-    lines += _table([("decode-splits", loops["decode-splits"])], _SPLIT_COLUMNS)
+                    _EXTEND_COLUMNS, width)
+    if chunk_loops:
+        lines += _table([(loop, loops[loop]) for loop in chunk_loops], _CHUNK_COLUMNS, width)
+    decode = [loop for loop in ("decode", "decode-chunk") if loop in loops]
+    lines += _table([(loop, loops[loop]) for loop in decode], _DECODE_COLUMNS, width)
+    splits = [loop for loop in ("decode-splits", "decode-splits-chunk") if loop in loops]
+    lines += _table([(loop, loops[loop]) for loop in splits], _SPLIT_COLUMNS, width)
     verdict = "PROVED" if result["ok"] else "FAILED"
     lines.append(f"{verdict}: {result['violations']:,} violations "
                  f"(skipped tiles holding a visible element) in {result['seconds']:.1f} s")
