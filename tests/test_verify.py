@@ -20,6 +20,11 @@ def test_family_rows_pass(family):
     assert not bad, bad
 
 
+def test_every_family_has_a_title():
+    """`swattn verify` titles each family's table (a family without one ended the run)."""
+    assert set(identity.TITLES) == set(identity.FAMILIES)
+
+
 def test_decode_matrix_covers_the_issue():
     gpu = identity.decode_matrix(gpu=True)
     windows = {int(name.split()[0][1:]) for name, *_ in gpu}

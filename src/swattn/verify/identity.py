@@ -502,7 +502,12 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "hopper-fp8-products": "two-stage extend over an fp8 cache, Hopper path with fp8 "
                                  "products (opt-in)",
           "hopper-fp8-prefix-rows": "two-stage extend over an fp8 cache, Hopper path, tight "
-                                    "with the window's prefix widened before the kernel"}
+                                    "with the window's prefix widened before the kernel",
+          "extend-chunk": "two-stage extend under chunked local attention",
+          "unified-chunk": "deterministic single-pass extend under chunked local attention",
+          "decode-chunk": "decode under chunked local attention",
+          "extend-tree": "two-stage extend verifying speculative trees (given positions)",
+          "unified-tree": "deterministic single-pass extend verifying speculative trees"}
 
 
 def run(family, device, gpu=None, limit=None, progress=None, shard=(0, 1)):
