@@ -37,6 +37,20 @@ def seed(request):
     return request.config.getoption("--seed")
 
 
+@pytest.fixture(autouse=True)
+def seed_generators(request):
+    """Every test starts from generators seeded by ``--seed``: torch's global one (and
+    CUDA's), Python's and NumPy's, so a draw a test did not seed itself repeats too."""
+    import random
+
+    import numpy
+
+    base = request.config.getoption("--seed")
+    torch.manual_seed(base)
+    random.seed(base)
+    numpy.random.seed(base)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -66,3 +66,12 @@ def test_the_checks_see_the_imports():
     assert ("swattn.ops._gluon", "issue") in graph["swattn.ops.decode_hopper"]
     assert ("swattn.window", None) in graph["swattn.ops._common"]
     assert ("swattn.demo.main", "main") in graph["swattn.demo"]  # (inside a function)
+
+
+def test_dir_lists_the_public_api():
+    """dir(swattn) shows the lazily loaded API (it showed only `window`), and every name it
+    lists resolves."""
+    import swattn
+    names = dir(swattn)
+    assert {"extend_attention", "decode_attention", "plan_extend", "plan_decode"} <= set(names)
+    assert all(getattr(swattn, name) is not None for name in names)

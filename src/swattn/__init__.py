@@ -15,6 +15,11 @@ _PLAN = ("plan_extend", "plan_decode", "ExtendPlan", "DecodePlan")
 __all__ = [*_API, *_PLAN, "window", "__version__"]
 
 
+def __dir__():
+    """The public API (loaded lazily: listed here for autocompletion and ``dir``)."""
+    return sorted(__all__)
+
+
 def __getattr__(name):
     if name in _API:
         from . import api as module
