@@ -397,3 +397,24 @@ def test_vllm_equals_vllm_over_an_fp8_cache(seed):
            kv_quant_mode=mode)
         outs.append(out)
     assert _rel(outs[0], outs[1].double()) < 1e-2
+
+
+def test_drop_ins_refuse_arguments_they_do_not_apply():
+    """vLLM's drop-in took any keyword argument into ``**kwargs`` and dropped it (a later
+    vLLM's argument ran as if absent), and read a per-sequence ``causal`` tensor as a truth
+    value; SGLang's decode dropped ``uneven_batch``. Each is refused by name."""
+    c = _vllm_case(0)
+    ones = torch.ones(1, device=DEVICE)
+    out = torch.empty_like(c["q"])
+    args = (c["q"], c["k"], c["v"], out, c["cu"], 1, c["seqused_t"], 1, 1.0)
+    with pytest.raises(NotImplementedError, match="some_future_flag"):
+        vl.unified_attention(*args, True, (-1, -1), c["table"], 0, None, ones, ones,
+                             some_future_flag=True)
+    per_seq = torch.ones(len(c["q_lens"]), dtype=torch.bool, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="per-sequence causal"):
+        vl.unified_attention(*args, per_seq, (-1, -1), c["table"], 0, None, ones, ones)
+    s = _sglang_case(0)
+    q = s["q"][:3].contiguous()
+    with pytest.raises(NotImplementedError, match="uneven_batch"):
+        sg.decode_attention_fwd(q, s["k_buffer"], s["v_buffer"], torch.empty_like(q),
+                                s["kv_indptr"], s["kv_indices"], uneven_batch=True)

@@ -19,7 +19,10 @@ order of SGLang 0.5's later releases, with ``k_scale``/``v_scale`` after
 - ``sinks``, ``logit_cap`` (soft-cap), ``sm_scale``, ``lse_extend`` (natural log),
   ``skip_prefix``/``skip_extend`` (partial states for context parallelism).
 - decode's ``attn_logits``/``attn_lse``/``num_kv_splits``/``max_kv_splits`` are SGLang's
-  split scratch: accepted and not used (swattn plans its own split).
+  split scratch, ``lean_*`` the lean decode's, ``use_pdl`` a launch choice and extend's
+  ``max_len_extend``/``extend_seq_lens_cpu`` hints of sizes: accepted and not used (swattn
+  plans its own split). Every other argument is applied or refused; the signature takes no
+  ``**kwargs``, so an argument it does not name is a TypeError naming it.
 
 An fp8 pool (e4m3fn or e5m2) holds ``value / scale`` with ``k_scale``/``v_scale`` (a float or
 a one-value tensor), as SGLang's kernels read it; fp16/bf16 pools take only scales of 1. One
@@ -29,7 +32,7 @@ result does not depend on whether a key is new or cached).
 
 Not served (a NotImplementedError, never a wrong answer): ``page_size > 1``,
 ``xai_temperature_len``, ``score_mod``, a custom mask together with ``window_kv_offsets``, MLA's
-shared 4-D buffers, the lean decode.
+shared 4-D buffers, the lean decode, ``uneven_batch``.
 
 Each call reads the longest prefix back to the host once (the block table's width): SGLang's
 backend knows it on the host; an engine that wants no sync plans with ``swattn.plan_extend``.
@@ -114,6 +117,7 @@ def decode_attention_fwd(q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_l
     require(xai_temperature_len is None or xai_temperature_len <= 0, "xai_temperature_len")
     require(score_mod is None and aux_tensors is None, "score_mod")
     require(not enable_lean, "the lean decode")
+    require(not uneven_batch, "uneven_batch (not applied by this drop-in)")
     require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
     batch = q.shape[0]
     table, lens = table_from_indices(kv_indptr[:batch + 1], kv_indices)

@@ -9,18 +9,30 @@ lost)::
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="swattn")
 
 What it serves: causal decoder layers, sliding-window (``sliding_window``) and full,
-attention sinks (``s_aux``, gpt-oss), soft-capped logits (``softcap``, Gemma 2), GQA,
-``scaling`` (Gemma 3's ``query_pre_attn_scalar``), padded batches (a 2D ``attention_mask``
-whose ones form one contiguous run per row: left or right padding) and generation with the
-model's own dynamic cache. The keys transformers hands over are seen as a paged cache of
-one-token pages (no copy of the order; one copy of the layout, token-major), so the kernel
-reads only the keys each query's window holds.
+attention sinks (``s_aux``: gpt-oss, MiMo-V2-Flash), soft-capped logits (``softcap``, Gemma 2),
+GQA, value heads narrower than the keys' (MiMo-V2-Flash), ``scaling`` (Gemma 3's
+``query_pre_attn_scalar``), layers that reuse an earlier layer's keys for the last queries only
+(Gemma 3n and Gemma 4's KV-shared layers), padded batches (a 2D ``attention_mask`` whose ones
+form one contiguous run per row: left or right padding) and generation with the model's own
+dynamic cache. The keys transformers hands over are seen as a paged cache of one-token pages
+(no copy of the order; one copy of the layout, token-major), so the kernel reads only the keys
+each query's window holds.
 
-What it refuses, with an error instead of a silent wrong answer: masks transformers builds
-from extra mask functions (packed sequences, block overlays, images' bidirectional spans),
-padding with holes inside a row, static caches of full layers (which hand over their whole
-buffer, the queries not at its end; static sliding-window caches are served),
-non-causal layers and dropout in training.
+Nothing is taken without being applied. Every keyword argument a model passes is applied
+(``scaling``, ``sliding_window``, ``softcap``, ``s_aux``, ``is_causal``, ``dropout``,
+``deterministic``), listed in :data:`HARMLESS` with the reason it changes nothing here, or
+refused with an error naming it: :data:`NEUTRAL_ONLY` (``output_attentions``, packed-sequence
+lengths, DeepSeek-V3.2's ``indices``) at any value but None or False, and any other name at all.
+A mask reaches a layer only if this module's mask function built it for that layer's keys
+(:func:`swattn_mask`): a 4D mask of the caller's, or one extended over keys the mask function
+never saw (DeepSeek-V4 appends its compressed entries after the window's keys, with a
+per-query bias), is refused. Also refused: masks transformers builds from extra mask
+functions (packed sequences, block overlays, images' bidirectional spans), chunked local
+attention (Llama 4's ``attention_chunk_size``), the models of :data:`REFUSED_MODELS`, padding
+with holes inside a row, a 2D mask wider or narrower than the tokens, static caches of full
+layers (which hand over their whole buffer, the queries not at its end; static
+sliding-window caches are served), non-causal layers, layers whose sinks are not passed as
+``s_aux``, and dropout in training.
 
 Host reads: a batch without padding costs none beyond what transformers' mask code does (a
 2D mask handed in is checked for padding once per forward). A padded batch reads its 2D mask
@@ -33,7 +45,7 @@ implementation>``; ``paged|swattn`` is registered too. Its attention function le
 transformers' paged cache store the new keys and hand back each request's keys (the window's
 tail for sliding layers) packed by ``cu_seq_lens_k``, and runs swattn's extend kernel over
 them: a block table of one-token pages built on the device from the lengths transformers
-passes (no host read). transformers 5.17 runs it; 5.24 takes only its own implementations in
+passes (no host read). transformers 5.17 runs it; 5.23 takes only its own implementations in
 continuous batching and says so.
 """
 
@@ -54,15 +66,79 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
                       "pip install 'swattn[transformers]'") from exc
 
 NAME = "swattn"
-TESTED = ((5, 17), (5, 24))  # the transformers versions the tests ran on, inclusive
+# The transformers versions the tests ran on, inclusive: 5.17.0 (the GPU image's) and 5.23.0.
+TESTED = ((5, 17), (5, 23))
 
-# What a mask tensor told (its window, its layout), keyed by (id, what), with a weak
-# reference to tell a new tensor at a reused id.
-_LAYOUTS = {}
+# Models whose attention is more than a window over the layer's keys (each has its own
+# issue): refused by their config's model_type, never run as plain window attention.
+REFUSED_MODELS = {
+    "deepseek_v32": "DeepSeek-V3.2's sparse attention (each query's top-k keys, chosen by its "
+                    "indexer)",
+    "deepseek_v4": "DeepSeek-V4's compressed attention (compressed entries appended after the "
+                   "window's keys, with a per-query bias)",
+}
+
+# Keyword arguments models pass to their attention function (5.17 and 5.23) that change
+# nothing here, each with the reason.
+HARMLESS = {
+    "position_ids": "rotary positions, applied to q and k before the call; the window counts "
+                    "keys in cache order, as eager's mask does",
+    "use_cache": "the model's cache has handed over the keys already",
+    "output_hidden_states": "recorded outside attention",
+    "output_router_logits": "the experts' router, outside attention",
+    "num_items_in_batch": "the loss's normalisation",
+}
+# Continuous batching's extra inputs, read by the model's sampling, not by attention.
+PAGED_HARMLESS = dict(HARMLESS, logits_indices="the rows the sampler reads",
+                      logits_processor_args="the sampler's per-request arguments")
+
+_PACKED = ("packed sequences (flash-attention's varlen inputs); give each sequence its own "
+           "row and a 2D attention_mask")
+_PAGED = "a paged cache's decode inputs; 'paged|swattn' serves transformers' paged cache"
+# Keyword arguments served at None or False only, with what any other value asks for.
+NEUTRAL_ONLY = {
+    "output_attentions": "the attention weights, which swattn never forms (use "
+                         "attn_implementation='eager' to get them)",
+    "cu_seq_lens_q": _PACKED, "cu_seq_lens_k": _PACKED, "max_length_q": _PACKED,
+    "max_length_k": _PACKED, "seq_idx": _PACKED,
+    "block_table": _PAGED, "cache_seqlens": _PAGED,
+    "indices": "sparse attention over selected keys (an indexer's top-k, DeepSeek-V3.2 style)",
+}
+# What transformers' mask creation passes to a mask function besides the sizes, the mask
+# function and the 2D mask: hints for other implementations' masks (skipping a causal one,
+# the float dtype, vmap) and the window or chunk size the mask function itself closes over.
+MASK_HARMLESS = frozenset({"allow_is_causal_skip", "allow_is_bidirectional_skip", "dtype",
+                           "use_vmap", "local_size", "device", "config"})
 
 
-def _is_sliding_overlay(fn):
-    return getattr(fn, "__qualname__", "").startswith("sliding_window_overlay.")
+def _refuse_model(config):
+    model_type = getattr(config, "model_type", None)
+    if model_type in REFUSED_MODELS:
+        raise NotImplementedError(
+            f"attn_implementation='swattn' does not serve {REFUSED_MODELS[model_type]} yet "
+            f"(model_type {model_type!r}): it would run as plain window attention; use "
+            "attn_implementation='eager'")
+
+
+def _refuse_unapplied(kwargs, where, harmless=HARMLESS):
+    """A NotImplementedError naming the first keyword argument that is neither harmless nor
+    at its neutral value: nothing a model passes is dropped unread."""
+    for name, value in kwargs.items():
+        if name in harmless:
+            continue
+        if name in NEUTRAL_ONLY:
+            if value is None or value is False:
+                continue
+            raise NotImplementedError(f"{where}: {name}= asks for {NEUTRAL_ONLY[name]}, which "
+                                      "swattn does not apply")
+        raise NotImplementedError(
+            f"{where} got {name}=, which it does not apply; it applies scaling, "
+            "sliding_window, softcap, s_aux, is_causal, dropout and deterministic and takes "
+            f"{', '.join(sorted(harmless))} as changing nothing")
+
+
+def _is_overlay(fn, name):
+    return getattr(fn, "__qualname__", "").startswith(name + ".")
 
 
 def _overlay_width(fn):
@@ -78,24 +154,83 @@ def _check_mask_function(mask_function):
         return None
     cells = getattr(mask_function, "__closure__", None) or ()
     parts = [c.cell_contents for c in cells if isinstance(c.cell_contents, tuple)]
-    if len(parts) == 1 and all(f is causal_mask_function or _is_sliding_overlay(f)
-                               for f in parts[0]):
-        widths = [_overlay_width(f) for f in parts[0] if _is_sliding_overlay(f)]
-        if len(widths) <= 1:
-            return widths[0] if widths else None
+    parts = parts[0] if len(parts) == 1 else (mask_function,)
+    if any(_is_overlay(f, "chunked_overlay") or _is_overlay(f, "chunked_causal_mask_function")
+           for f in parts):
+        raise NotImplementedError(
+            "attn_implementation='swattn' does not serve chunked local attention (Llama 4's "
+            "attention_chunk_size) yet: use attn_implementation='eager'")
+    windows = [f for f in parts if _is_overlay(f, "sliding_window_overlay")]
+    if (causal_mask_function in parts and len(windows) <= 1
+            and all(f is causal_mask_function or f in windows for f in parts)):
+        return _overlay_width(windows[0]) if windows else None
     raise NotImplementedError(
         "attn_implementation='swattn' serves causal and sliding-window masks with padding; "
         f"this model asked for another mask ({getattr(mask_function, '__qualname__', mask_function)}): "
         "packed sequences, block overlays and bidirectional spans are not supported")
 
 
+class _Padding:
+    """What a 2D padding mask handed out by :func:`swattn_mask` told: the window of the mask
+    function it was built for, whether every key is valid, and the layouts read from it."""
+
+    __slots__ = ("all_valid", "layouts", "ref", "window")
+
+    def __init__(self, padding, window, all_valid):
+        self.ref = weakref.ref(padding)
+        self.window, self.all_valid, self.layouts = window, all_valid, {}
+
+
+# The padding masks handed out, by data pointer (the views the layers get share it; a view's
+# ``_base`` is not kept under inference mode). The weak reference tells a freed one.
+_MASKS = {}
+
+
+def _hand_out(padding, window, all_valid, q_length):
+    """The mask a layer gets: ``padding`` [B, K] seen as [B, 1, Q, K] (one padding row for
+    every query), so transformers may slice it as the 4D mask it expects (Gemma 4 keeps the
+    last queries for its KV-shared layers) while :func:`_own_padding` still knows it."""
+    if len(_MASKS) > 256:
+        for key in [k for k, v in _MASKS.items() if v.ref() is None]:
+            del _MASKS[key]
+    _MASKS[padding.data_ptr()] = _Padding(padding, window, all_valid)
+    return padding[:, None, None, :].expand(padding.shape[0], 1, q_length, padding.shape[1])
+
+
+def _own_padding(mask, batch, num_queries, num_keys):
+    """The padding mask behind ``mask`` and what it told, when ``mask`` is a view of one
+    handed out by :func:`swattn_mask` that reads, for each of the layer's queries, the whole
+    padding row of every one of its keys; a ValueError otherwise."""
+    entry = _MASKS.get(mask.data_ptr()) if isinstance(mask, torch.Tensor) else None
+    padding = entry.ref() if entry is not None else None
+    if (padding is not None and padding.data_ptr() == mask.data_ptr()
+            and mask.dtype == torch.bool and mask.dim() == 4
+            and tuple(mask.shape) == (batch, 1, num_queries, num_keys)
+            and tuple(padding.shape) == (batch, num_keys)
+            and (batch == 1 or mask.stride(0) == padding.stride(0))
+            and (num_keys == 1 or mask.stride(3) == padding.stride(1))
+            and (num_queries == 1 or mask.stride(2) == 0)):
+        return padding, entry
+    shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+    raise ValueError(
+        "attn_implementation='swattn' applies only the masks its own mask function built for "
+        f"the layer's keys ({batch} x {num_keys}); got a mask {shape} it did not build: a mask "
+        "extended over keys the mask function never saw (e.g. DeepSeek-V4's compressed "
+        "entries), a 4D mask of the caller's, or one cut to other keys")
+
+
 def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
                 mask_function=causal_mask_function, attention_mask=None, **kwargs):
     """The mask transformers hands to each layer: the 2D padding mask cut to the keys the
-    layer sees (the kernel applies causality and the window), None for a causal mask without
-    padding. A sliding-window mask always comes as a 2D mask (all ones without padding) whose
-    window :func:`swattn_attention` reads: some models build one but pass the layer no
-    ``sliding_window``."""
+    layer sees, as a [B, 1, Q, K] view (the kernel applies causality and the window); None for
+    a causal mask without padding. A sliding-window mask always comes (all ones without
+    padding): :func:`swattn_attention` reads its window, as some models build one but pass
+    the layer no ``sliding_window``."""
+    unknown = sorted(set(kwargs) - MASK_HARMLESS)
+    if unknown:
+        raise NotImplementedError(f"swattn's mask function got {', '.join(unknown)}, which it "
+                                  "does not apply")
+    _refuse_model(kwargs.get("config"))
     window = _check_mask_function(mask_function)
     if isinstance(q_offset, torch.Tensor) or q_offset + q_length != kv_offset + kv_length:
         raise NotImplementedError(
@@ -104,18 +239,22 @@ def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     if attention_mask is None:
         if window is None:
             return None
-        mask, all_valid = torch.ones(batch_size, kv_length, dtype=torch.bool,
-                                     device=kwargs.get("device", "cpu")), True
+        padding, all_valid = torch.ones(batch_size, kv_length, dtype=torch.bool,
+                                        device=kwargs.get("device") or "cpu"), True
     else:
-        mask = attention_mask[:, -kv_length:]
-        if mask.shape[1] != kv_length:
-            raise NotImplementedError(f"attn_implementation='swattn': a 2D mask of {mask.shape[1]} "
-                                      f"keys for {kv_length} keys")
-        all_valid = bool(mask.all())
+        # Eager reads a wider mask's first columns and pads a narrower one with zeros (its
+        # own new tokens masked): neither is padding of these keys, so neither is guessed at.
+        tokens = kv_offset + kv_length
+        if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch_size, tokens):
+            raise ValueError(
+                f"attn_implementation='swattn' takes a 2D attention_mask of one column a "
+                f"token, ({batch_size}, {tokens}) here; got shape {tuple(attention_mask.shape)}")
+        # A tensor of its own: the views handed out are known by its data pointer.
+        padding = attention_mask[:, kv_offset:].to(torch.bool).clone()
+        all_valid = bool(padding.all())
         if all_valid and window is None:
             return None
-    _remember(mask, "info", (window, all_valid))
-    return mask
+    return _hand_out(padding, window, all_valid, q_length)
 
 
 def _spans(mask, num_keys, num_queries):
@@ -159,29 +298,14 @@ def _layout(spans, batch, num_keys, num_queries, device):
             torch.tensor(prefix, dtype=torch.int32).to(device), table.to(device))
 
 
-def _recall(mask, what):
-    """What was kept of ``mask`` under ``what`` (None: nothing, or another tensor now
-    holds its id)."""
-    held = _LAYOUTS.get((id(mask), what))
-    return held[1] if held is not None and held[0]() is mask else None
-
-
-def _remember(mask, what, value):
-    if len(_LAYOUTS) > 256:
-        for key in [k for k, v in _LAYOUTS.items() if v[0]() is None]:
-            del _LAYOUTS[key]
-    _LAYOUTS[(id(mask), what)] = (weakref.ref(mask), value)
-
-
-def _padded_layout(mask, batch, num_keys, num_queries, device):
+def _padded_layout(padding, entry, num_keys, num_queries, device):
     """:func:`_layout` of a padded batch, read from its mask by the forward's first layer
-    and kept for the others."""
-    what = ("layout", num_keys, num_queries)
-    layout = _recall(mask, what)
-    if layout is None:
-        layout = _layout(_spans(mask, num_keys, num_queries), batch, num_keys, num_queries, device)
-        _remember(mask, what, layout)
-    return layout
+    and kept for the others (per query count: KV-shared layers take the last queries only)."""
+    key = (num_keys, num_queries)
+    if key not in entry.layouts:
+        entry.layouts[key] = _layout(_spans(padding, num_keys, num_queries), padding.shape[0],
+                                     num_keys, num_queries, device)
+    return entry.layouts[key]
 
 
 def _uniform_layout(batch, num_keys, num_queries, device):
@@ -195,15 +319,28 @@ def _uniform_layout(batch, num_keys, num_queries, device):
     return cu, prefix, table
 
 
-def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                     sliding_window=None, softcap=None, s_aux=None, is_causal=None, **kwargs):
-    """transformers' attention function for ``attn_implementation="swattn"``: query
-    ``[B, Hq, S, D]``, key/value ``[B, Hkv, L, D]`` (the cache's keys, the new ones last);
-    returns ``([B, S, Hq, Dv], None)``."""
+def _check_layer(module, dropout, is_causal, s_aux):
+    """Refusals every call shares: the model, training dropout, non-causal layers, and sinks
+    the layer holds but does not pass (eager reads ``module.sinks`` itself)."""
+    _refuse_model(getattr(module, "config", None))
     if dropout and module.training:
         raise NotImplementedError("attn_implementation='swattn' runs no attention dropout")
     if is_causal is False or getattr(module, "is_causal", True) is False:
         raise NotImplementedError("attn_implementation='swattn' serves causal layers only")
+    if s_aux is None and isinstance(getattr(module, "sinks", None), torch.Tensor):
+        raise NotImplementedError("the layer holds attention sinks (module.sinks) but passed "
+                                  "no s_aux: attn_implementation='swattn' applies only s_aux")
+    return None if s_aux is None else s_aux.to(torch.float32)
+
+
+def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                     sliding_window=None, softcap=None, s_aux=None, is_causal=None,
+                     deterministic=None, **kwargs):
+    """transformers' attention function for ``attn_implementation="swattn"``: query
+    ``[B, Hq, S, D]``, key/value ``[B, Hkv, L, D]`` (the cache's keys, the new ones last);
+    returns ``([B, S, Hq, Dv], None)``."""
+    _refuse_unapplied(kwargs, "attn_implementation='swattn'")
+    sinks = _check_layer(module, dropout, is_causal, s_aux)
     batch, num_q_heads, num_queries, head_dim = query.shape
     num_kv_heads, num_keys, head_dim_v = key.shape[1], key.shape[2], value.shape[-1]
     device = query.device
@@ -211,13 +348,10 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     k_cache = key.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim)
     v_cache = value.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim_v)
     q = query.transpose(1, 2)
-    window, all_valid = None, attention_mask is None
+    window, all_valid = None, True
     if attention_mask is not None:
-        if attention_mask.dim() != 2 or attention_mask.shape[1] != num_keys:
-            raise ValueError("attn_implementation='swattn' takes the 2D padding mask of its own "
-                             f"mask function, one column a key ({num_keys}), got shape "
-                             f"{tuple(attention_mask.shape)}")
-        window, all_valid = _recall(attention_mask, "info") or (None, False)
+        padding, entry = _own_padding(attention_mask, batch, num_queries, num_keys)
+        window, all_valid = entry.window, entry.all_valid
     if window is not None and sliding_window and sliding_window != window:
         raise ValueError(f"the layer's sliding_window {sliding_window} is not its mask's {window}")
     sliding_window = window or sliding_window
@@ -231,15 +365,15 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         v_new = v_new.reshape(batch * num_queries, num_kv_heads, head_dim_v)
         q_rows = None
     else:
-        q_rows, k_rows, cu, prefix, table = _padded_layout(attention_mask, batch, num_keys,
+        q_rows, k_rows, cu, prefix, table = _padded_layout(padding, entry, num_keys,
                                                            num_queries, device)
         q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)[q_rows]
         k_new = k_cache[k_rows, 0]
         v_new = v_cache[k_rows, 0]
-    sinks = None if s_aux is None else s_aux.to(torch.float32)
     out = extend_attention(q_packed, k_new, v_new, k_cache, v_cache, table, cu, prefix,
                            window_left=from_hf(sliding_window or None), sinks=sinks,
-                           softcap=float(softcap or 0.0), scale=scaling)
+                           softcap=float(softcap or 0.0), scale=scaling,
+                           deterministic=bool(deterministic))
     if q_rows is not None:
         full = out.new_zeros(batch * num_queries, num_q_heads, head_dim_v)
         full[q_rows] = out
@@ -251,14 +385,20 @@ def swattn_paged_attention(module, query, key, value, attention_mask, cache=None
                            cu_seq_lens_q=None, cu_seq_lens_k=None, max_seqlen_q=None,
                            max_seqlen_k=None, read_index=None, write_index=None,
                            block_table=None, dropout=0.0, scaling=None, sliding_window=None,
-                           softcap=None, s_aux=None, **kwargs):
+                           softcap=None, s_aux=None, is_causal=None, deterministic=None,
+                           **kwargs):
     """``paged|swattn``: transformers' continuous batching. query/key/value ``[1, H, T, D]``
     (the step's packed tokens); returns ``([1, T, Hq, Dv], None)``."""
+    _refuse_unapplied(kwargs, "attn_implementation='paged|swattn'", PAGED_HARMLESS)
     if cache is None or read_index is None:
         raise ValueError("attn_implementation='paged|swattn' runs inside transformers' "
                          "continuous batching (its paged cache); use 'swattn' otherwise")
-    if dropout and module.training:
-        raise NotImplementedError("attn_implementation='swattn' runs no attention dropout")
+    sinks = _check_layer(module, dropout, is_causal, s_aux)
+    if attention_mask is not None:
+        # transformers builds one only for paged|eager and paged|sdpa; its meaning here
+        # would be a guess, and cu_seq_lens_q/k already say what it would.
+        raise ValueError("paged|swattn takes the batch's layout from cu_seq_lens_q/k; got an "
+                         "attention_mask it would not apply")
     if block_table is not None:
         raise NotImplementedError("paged|swattn takes the paged cache's read and write indices, "
                                   "not its fused-decode block table")
@@ -282,9 +422,9 @@ def swattn_paged_attention(module, query, key, value, attention_mask, cache=None
     table = (cu_k[:-1, None] + torch.arange(max(int(max_seqlen_k), 1), device=k.device)[None])
     out = extend_attention(q, k[rows], v[rows], k.unsqueeze(1), v.unsqueeze(1),
                            table.to(torch.int32), cu_q.to(torch.int32), prefix.to(torch.int32),
-                           window_left=from_hf(sliding_window or None),
-                           sinks=None if s_aux is None else s_aux.to(torch.float32),
-                           softcap=float(softcap or 0.0), scale=scaling)
+                           window_left=from_hf(sliding_window or None), sinks=sinks,
+                           softcap=float(softcap or 0.0), scale=scaling,
+                           deterministic=bool(deterministic))
     return out[None], None
 
 

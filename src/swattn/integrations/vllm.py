@@ -17,9 +17,12 @@ scale (their first element, as vLLM's kernel reads them; vLLM passes one value e
 tokens' keys gathered from such a cache are handed to swattn dequantized, which quantizes them
 back to the very bytes stored. With fp16/bf16 caches the descales are ignored, as vLLM's kernel
 ignores them there; q_descale must be None. The 3-D kernel's scratch (``seq_threshold_3D``,
-``softmax_segm_*``) is accepted and unused. Not served (a NotImplementedError): ALiBi,
-``output_scale``, ``qq_bias``, PrefixLM ranges, R-SWA, chunked attention, per-token-head and
-packed cache formats (``kv_quant_mode`` 2 and up, scale caches), non-causal calls.
+``softmax_segm_*``) is accepted and unused, as are ``use_td`` (how vLLM's kernel loads its
+tiles) and ``mm_prefix_clamp_sliding_window`` (it only clamps PrefixLM ranges, refused below).
+Not served (a NotImplementedError naming it): ALiBi, ``output_scale``, ``qq_bias``, PrefixLM
+ranges, R-SWA, chunked attention, per-token-head and packed cache formats (``kv_quant_mode`` 2
+and up, scale caches), non-causal calls (``causal=False`` or a per-sequence tensor), and any
+argument this signature does not name.
 """
 
 import torch
@@ -37,9 +40,13 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
                       alibi_slopes=None, output_scale=None, qq_bias=None, sinks=None,
                       mm_prefix_range=None, rswa_prefix_lens=None, rswa_window=None,
                       use_alibi_sqrt=False, kv_quant_mode=None, k_scale_cache=None,
-                      v_scale_cache=None, chunk_lookback=-1, **kwargs):
+                      v_scale_cache=None, chunk_lookback=-1, use_td=False,
+                      mm_prefix_clamp_sliding_window=False, **kwargs):
     """vLLM's ``unified_attention`` on swattn (see the module); writes ``out``."""
-    require(causal, "causal=False (vLLM's unified attention is causal only)")
+    # A later vLLM's argument would otherwise be dropped unread: refused by name instead.
+    require(not kwargs, f"{', '.join(sorted(kwargs))} (arguments this drop-in does not know)")
+    require(not isinstance(causal, torch.Tensor), "a per-sequence causal tensor")
+    require(causal, "causal=False (non-causal attention)")
     require(q_descale is None, "q_descale (an fp8 query)")
     mode = 0 if kv_quant_mode is None else int(kv_quant_mode)
     require(mode in (0, 1), f"kv_quant_mode {mode} (per-token-head and packed cache formats; "
