@@ -126,7 +126,7 @@ def padded_batch(seed=1, device="cpu"):
 
 
 # Models swattn refuses by name until their own issues land (DeepSeek-V3.2's indexer top-k,
-# DeepSeek-V4's compressed keys, Llama 4's chunked local attention).
+# DeepSeek-V4's compressed keys).
 REFUSED = {
     "deepseek-v3.2": (lambda: transformers.DeepseekV32Config(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
@@ -143,13 +143,14 @@ REFUSED = {
         o_groups=2, o_lora_rank=16, index_n_heads=2, index_head_dim=16, index_topk=4,
         num_nextn_predict_layers=0, hc_mult=2, mlp_layer_types=["moe", "moe"],
         max_position_embeddings=128), "DeepseekV4Config"),
-    "llama4": (lambda: transformers.Llama4TextConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=64, intermediate_size_mlp=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        attention_chunk_size=4, num_local_experts=2, no_rope_layers=[1, 0]),
-        "Llama4TextConfig"),
 }
 CONFIGS.update(REFUSED)
+# Llama 4's text model: chunked local attention (chunks of 4, shorter than the prompt) in its
+# rotary layers, full attention in its NoPE one.
+CONFIGS["llama4"] = (lambda: transformers.Llama4TextConfig(
+    vocab_size=VOCAB, hidden_size=64, intermediate_size=64, intermediate_size_mlp=64,
+    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    attention_chunk_size=4, num_local_experts=2, no_rope_layers=[1, 1, 0]), "Llama4TextConfig")
 
 
 def compare(family, steps=10, seed=0):

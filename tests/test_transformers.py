@@ -20,11 +20,13 @@ TOL = 3e-2 if GPU else TOL_FP32
 
 
 # Every sliding-window family of transformers 5.23 (Gemma 4 three ways: plain, with
-# KV-shared layers, with 512-wide heads in its full layers), Llama for full attention and
-# Phi-MoE for a window the model builds a mask for but passes its layers no sliding_window.
+# KV-shared layers, with 512-wide heads in its full layers), Llama for full attention,
+# Phi-MoE for a window the model builds a mask for but passes its layers no sliding_window,
+# and Llama 4 for chunked local attention (its cache keeps the last chunk: keys handed over
+# from past position 0 once the generation passes it).
 FAMILIES = ("gpt-oss", "mistral", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma4-kv-shared",
             "gemma4-wide-global", "cohere2", "olmo3", "exaone4", "mimo-v2-flash", "step3p7",
-            "llama", "phimoe")
+            "llama", "phimoe", "llama4")
 
 
 def _model(family, seed=0, dtype=DTYPE):

@@ -116,15 +116,14 @@ def test_a_mask_extended_over_keys_it_was_not_built_for_is_refused():
 
 
 @pytest.mark.parametrize("family,named", [
-    ("deepseek-v3.2", "DeepSeek-V3.2"), ("deepseek-v4", "DeepSeek-V4"),
-    ("llama4", "Llama 4's attention_chunk_size")])
+    ("deepseek-v3.2", "DeepSeek-V3.2"), ("deepseek-v4", "DeepSeek-V4")])
 def test_models_with_their_own_issues_are_refused_by_name(family, named):
-    """DeepSeek-V3.2 (indexer top-k), DeepSeek-V4 (compressed keys) and Llama 4 (chunked
-    local attention) need more than a window. The two DeepSeeks failed deep inside
+    """DeepSeek-V3.2 (indexer top-k) and DeepSeek-V4 (compressed keys) need more than a
+    window. The two DeepSeeks failed deep inside
     transformers (a mask of the wrong rank) with nothing saying why, behind which V3.2's
     top-k was swallowed (a mask fix alone would have run dense attention) and V4's compressed
-    entries were read as padding; Llama 4 got a generic "another mask". Each is refused with
-    an error naming what is not served, padded batch or not."""
+    entries were read as padding. Each is refused with an error naming what is not served,
+    padded batch or not."""
     why = hf_models.missing(family)
     if why:
         pytest.skip(why)

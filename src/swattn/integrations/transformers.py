@@ -27,12 +27,18 @@ A mask reaches a layer only if this module's mask function built it for that lay
 (:func:`swattn_mask`): a 4D mask of the caller's, or one extended over keys the mask function
 never saw (DeepSeek-V4 appends its compressed entries after the window's keys, with a
 per-query bias), is refused. Also refused: masks transformers builds from extra mask
-functions (packed sequences, block overlays, images' bidirectional spans), chunked local
-attention (Llama 4's ``attention_chunk_size``), the models of :data:`REFUSED_MODELS`, padding
+functions (packed sequences, block overlays, images' bidirectional spans), the models of
+:data:`REFUSED_MODELS`, padding
 with holes inside a row, a 2D mask wider or narrower than the tokens, static caches of full
 layers (which hand over their whole buffer, the queries not at its end; static
 sliding-window caches are served), non-causal layers, layers whose sinks are not passed as
 ``s_aux``, and dropout in training.
+
+Chunked local attention (Llama 4's ``attention_chunk_size``, its chunked layers' mask) runs as
+swattn's ``attention_chunk``: chunks counted, as transformers' mask counts them, from each
+row's first token after its left padding. Those layers' cache keeps the last chunk's keys
+only: the keys handed over start ``kv_offset`` positions in, and each row's layout is shifted
+by that (its first keys' block-table entries -1, below every query's chunk: never read).
 
 Host reads: a batch without padding costs none beyond what transformers' mask code does (a
 2D mask handed in is checked for padding once per forward). A padded batch reads its 2D mask
@@ -143,27 +149,31 @@ def _is_overlay(fn, name):
 
 def _overlay_width(fn):
     """The ``sliding_window`` a sliding-window overlay closes over."""
-    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
-    return int(cells["sliding_window"])
+    return int(_closure(fn)["sliding_window"])
+
+
+def _closure(fn):
+    """The variables a mask function closes over, by name."""
+    return dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
 
 
 def _check_mask_function(mask_function):
-    """The mask functions swattn's kernels apply themselves: causal, or causal with a
-    sliding window. Returns the window's width (transformers' ``sliding_window``) or None."""
+    """The mask functions swattn's kernels apply themselves: causal, with a sliding window or
+    a chunk (Llama 4). Returns ``(window, chunk)``: the window's width (transformers'
+    ``sliding_window``) or None, and None or ``(chunk size, left padding [B] tensor)``."""
     if mask_function is causal_mask_function:
-        return None
+        return None, None
     cells = getattr(mask_function, "__closure__", None) or ()
     parts = [c.cell_contents for c in cells if isinstance(c.cell_contents, tuple)]
     parts = parts[0] if len(parts) == 1 else (mask_function,)
-    if any(_is_overlay(f, "chunked_overlay") or _is_overlay(f, "chunked_causal_mask_function")
-           for f in parts):
-        raise NotImplementedError(
-            "attn_implementation='swattn' does not serve chunked local attention (Llama 4's "
-            "attention_chunk_size) yet: use attn_implementation='eager'")
     windows = [f for f in parts if _is_overlay(f, "sliding_window_overlay")]
-    if (causal_mask_function in parts and len(windows) <= 1
-            and all(f is causal_mask_function or f in windows for f in parts)):
-        return _overlay_width(windows[0]) if windows else None
+    chunks = [f for f in parts if _is_overlay(f, "chunked_overlay")]
+    if (causal_mask_function in parts and len(windows) + len(chunks) <= 1
+            and all(f is causal_mask_function or f in windows or f in chunks for f in parts)):
+        if chunks:
+            cells = _closure(chunks[0])
+            return None, (int(cells["chunk_size"]), cells["left_padding"])
+        return (_overlay_width(windows[0]) if windows else None), None
     raise NotImplementedError(
         "attn_implementation='swattn' serves causal and sliding-window masks with padding; "
         f"this model asked for another mask ({getattr(mask_function, '__qualname__', mask_function)}): "
@@ -174,11 +184,14 @@ class _Padding:
     """What a 2D padding mask handed out by :func:`swattn_mask` told: the window of the mask
     function it was built for, whether every key is valid, and the layouts read from it."""
 
-    __slots__ = ("all_valid", "layouts", "ref", "window")
+    __slots__ = ("all_valid", "chunk", "layouts", "ref", "shifts", "window")
 
-    def __init__(self, padding, window, all_valid):
+    def __init__(self, padding, window, all_valid, chunk=None, shifts=None):
         self.ref = weakref.ref(padding)
         self.window, self.all_valid, self.layouts = window, all_valid, {}
+        # Chunked attention: the chunk, and per row the position in its chunk counting of
+        # the first key handed over (kv_offset less the row's left padding).
+        self.chunk, self.shifts = chunk, shifts
 
 
 # The padding masks handed out, by data pointer (the views the layers get share it; a view's
@@ -186,14 +199,14 @@ class _Padding:
 _MASKS = {}
 
 
-def _hand_out(padding, window, all_valid, q_length):
+def _hand_out(padding, window, all_valid, q_length, chunk=None, shifts=None):
     """The mask a layer gets: ``padding`` [B, K] seen as [B, 1, Q, K] (one padding row for
     every query), so transformers may slice it as the 4D mask it expects (Gemma 4 keeps the
     last queries for its KV-shared layers) while :func:`_own_padding` still knows it."""
     if len(_MASKS) > 256:
         for key in [k for k, v in _MASKS.items() if v.ref() is None]:
             del _MASKS[key]
-    _MASKS[padding.data_ptr()] = _Padding(padding, window, all_valid)
+    _MASKS[padding.data_ptr()] = _Padding(padding, window, all_valid, chunk, shifts)
     return padding[:, None, None, :].expand(padding.shape[0], 1, q_length, padding.shape[1])
 
 
@@ -231,13 +244,20 @@ def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
         raise NotImplementedError(f"swattn's mask function got {', '.join(unknown)}, which it "
                                   "does not apply")
     _refuse_model(kwargs.get("config"))
-    window = _check_mask_function(mask_function)
+    window, chunked = _check_mask_function(mask_function)
     if isinstance(q_offset, torch.Tensor) or q_offset + q_length != kv_offset + kv_length:
         raise NotImplementedError(
             "attn_implementation='swattn' needs the queries at the end of the keys (the "
             "dynamic cache); a static cache is not supported")
+    chunk = shifts = None
+    if chunked is not None:
+        # Each row's chunks count from its first token after the left padding; the keys
+        # handed over start kv_offset positions in (the chunked layers' cache keeps the last
+        # chunk's): a row's first handed key is at kv_offset - left padding in its count.
+        chunk, left_padding = chunked
+        shifts = [kv_offset - int(n) for n in left_padding.tolist()]
     if attention_mask is None:
-        if window is None:
+        if window is None and chunk is None:
             return None
         padding, all_valid = torch.ones(batch_size, kv_length, dtype=torch.bool,
                                         device=kwargs.get("device") or "cpu"), True
@@ -252,9 +272,9 @@ def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
         # A tensor of its own: the views handed out are known by its data pointer.
         padding = attention_mask[:, kv_offset:].to(torch.bool).clone()
         all_valid = bool(padding.all())
-        if all_valid and window is None:
+        if all_valid and window is None and chunk is None:
             return None
-    return _hand_out(padding, window, all_valid, q_length)
+    return _hand_out(padding, window, all_valid, q_length, chunk, shifts)
 
 
 def _spans(mask, num_keys, num_queries):
@@ -279,20 +299,24 @@ def _spans(mask, num_keys, num_queries):
     return spans
 
 
-def _layout(spans, batch, num_keys, num_queries, device):
+def _layout(spans, batch, num_keys, num_queries, device, shifts=None):
     """Index tensors of one batch's layout (device): the rows of the packed queries and new
-    keys, the offsets and prefix lengths, the block table of one-token pages."""
+    keys, the offsets and prefix lengths, the block table of one-token pages. ``shifts``
+    (chunked attention): per row, where its first valid key stands in its chunks' count,
+    less its place among the keys (the row's prefix begins with that many entries -1)."""
     q_rows, k_rows, cu, prefix = [], [], [0], []
-    width = max([p for _, p, _, _ in spans] + [1])
+    lead = [0] * batch if shifts is None else [s + start for s, (start, *_) in zip(shifts, spans)]
+    width = max([p + n for (_, p, _, _), n in zip(spans, lead)] + [1])
     table = torch.full((batch, width), -1, dtype=torch.int32)
     for b, (start, p, count, q0) in enumerate(spans):
         q_rows += range(b * num_queries + q0, b * num_queries + q0 + count)
         k_rows += range(b * num_keys + start + p, b * num_keys + start + p + count)
         cu.append(cu[-1] + count)
-        prefix.append(p)
+        prefix.append(p + lead[b] if count else 0)
         if p:
-            table[b, :p] = torch.arange(b * num_keys + start, b * num_keys + start + p,
-                                        dtype=torch.int32)
+            table[b, lead[b]:lead[b] + p] = torch.arange(b * num_keys + start,
+                                                         b * num_keys + start + p,
+                                                         dtype=torch.int32)
     as_dev = lambda values: torch.tensor(values, dtype=torch.int64).to(device)  # noqa: E731
     return (as_dev(q_rows), as_dev(k_rows), torch.tensor(cu, dtype=torch.int32).to(device),
             torch.tensor(prefix, dtype=torch.int32).to(device), table.to(device))
@@ -304,7 +328,7 @@ def _padded_layout(padding, entry, num_keys, num_queries, device):
     key = (num_keys, num_queries)
     if key not in entry.layouts:
         entry.layouts[key] = _layout(_spans(padding, num_keys, num_queries), padding.shape[0],
-                                     num_keys, num_queries, device)
+                                     num_keys, num_queries, device, entry.shifts)
     return entry.layouts[key]
 
 
@@ -348,10 +372,14 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     k_cache = key.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim)
     v_cache = value.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim_v)
     q = query.transpose(1, 2)
-    window, all_valid = None, True
+    window, all_valid, chunk = None, True, None
     if attention_mask is not None:
         padding, entry = _own_padding(attention_mask, batch, num_queries, num_keys)
-        window, all_valid = entry.window, entry.all_valid
+        window, all_valid, chunk = entry.window, entry.all_valid, entry.chunk
+        if chunk is not None and any(entry.shifts):
+            # The chunks' count does not start at the first key handed over: the padded
+            # layout, which places each row's keys in it (host lists, read once a forward).
+            all_valid = False
     if window is not None and sliding_window and sliding_window != window:
         raise ValueError(f"the layer's sliding_window {sliding_window} is not its mask's {window}")
     sliding_window = window or sliding_window
@@ -373,7 +401,7 @@ def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     out = extend_attention(q_packed, k_new, v_new, k_cache, v_cache, table, cu, prefix,
                            window_left=from_hf(sliding_window or None), sinks=sinks,
                            softcap=float(softcap or 0.0), scale=scaling,
-                           deterministic=bool(deterministic))
+                           deterministic=bool(deterministic), attention_chunk=chunk)
     if q_rows is not None:
         full = out.new_zeros(batch * num_queries, num_q_heads, head_dim_v)
         full[q_rows] = out
