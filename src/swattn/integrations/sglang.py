@@ -16,6 +16,10 @@ order of SGLang 0.5's later releases, with ``k_scale``/``v_scale`` after
   visible. ``identity_kv_indices=True``: each prefix lies densely in the pool from
   ``kv_indptr[b]`` (``kv_indices`` unread).
 - ``is_causal=False``: the new tokens see each other both ways (within the window).
+- Speculative verify of a draft tree (its ``custom_mask``) over a window layer: SGLang's kernel
+  measures the window from each draft's row index, so siblings at one depth see different keys;
+  pass the drafts' ``positions=`` (keyword only, swattn's) and the window is measured between
+  positions, as the model means it.
 - ``sinks``, ``logit_cap`` (soft-cap), ``sm_scale``, ``lse_extend`` (natural log),
   ``skip_prefix``/``skip_extend`` (partial states for context parallelism).
 - decode's ``attn_logits``/``attn_lse``/``num_kv_splits``/``max_kv_splits`` are SGLang's
@@ -63,8 +67,11 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
                          sinks=None, window_kv_offsets=None, xai_temperature_len=-1,
                          lse_extend=None, skip_prefix=False, skip_extend=False, page_size=1,
                          score_mod=None, aux_tensors=None, extend_seq_lens_cpu=None,
-                         identity_kv_indices=False):
-    """SGLang's ``extend_attention_fwd`` on swattn's extend kernel (see the module)."""
+                         identity_kv_indices=False, *, positions=None):
+    """SGLang's ``extend_attention_fwd`` on swattn's extend kernel (see the module).
+    ``positions`` (swattn's, keyword only): the new tokens' absolute positions, as an engine's
+    forward batch holds them (a speculative tree's drafts at prefix + depth): the window is
+    then measured between positions, where SGLang's kernel measures it from the row index."""
     k_scale = cache_scale("k_scale", k_scale, k_buffer)
     v_scale = cache_scale("v_scale", v_scale, v_buffer)
     require(page_size == 1, f"page_size={page_size}: the drop-in reads a token pool (page 1)")
@@ -74,6 +81,8 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
     require(custom_mask is None or window_kv_offsets is None
             or from_sglang(sliding_window_size) is None,
             "a custom mask with window_kv_offsets")
+    require(positions is None or window_kv_offsets is None,
+            "positions with window_kv_offsets (a prefix list holding only the window's tail)")
     require(k_buffer.dim() == 3, "k_buffer must be the token pool [tokens, Hkv, D]")
     if identity_kv_indices:  # the prefixes lie densely in the pool from kv_indptr[b] on
         kv_indices = torch.arange(k_buffer.shape[0], device=k_buffer.device)
@@ -94,7 +103,7 @@ def extend_attention_fwd(q_extend, k_extend, v_extend, o_extend, k_buffer, v_buf
         sinks=None if sinks is None else sinks.to(torch.float32), softcap=float(logit_cap or 0.0),
         scale=sm_scale, mask=mask, mask_indptr=mask_indptr if mask is not None else None,
         keys=keys, return_lse=lse_extend is not None, out=o_extend, k_scale=k_scale,
-        v_scale=v_scale)
+        v_scale=v_scale, positions=None if positions is None else positions.to(torch.int32))
     if lse_extend is not None:
         lse_extend.copy_(result[1])
 
