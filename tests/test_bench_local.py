@@ -157,13 +157,15 @@ def test_the_work_of_l4_cl4_and_t_by_hand():
     tree); C-L4: 8192 keys at 32k and at 128k."""
     for case in wl.extend_cases("L4"):
         assert case.visible_pairs() == 4 * 8192 * 8193 // 2
-        assert case.keys_in_reach() == 4 * 8192 and case.lowest_key(case.seqs[0][0]) == case.seqs[0][0]
+        prefix = case.seqs[0][0]
+        assert case.keys_in_reach() == 4 * 8192 and case.lowest_key(prefix) == prefix
         assert case.bytes_moved() == 2 * (4 * 8192 * 40 * 256 + 4 * 8192 * 8 * 256)
         assert case.flops() == 4 * case.visible_pairs() * 128 * 40
     t, = wl.extend_cases("T")
     assert t.visible_pairs() == 32 * 64 * 128 and t.keys_in_reach() == 32 * (127 + 64)
     for case in wl.decode_cases("C-L4"):
-        assert case.keys() == 64 * 8192 and case.lowest_key(case.seq_lens[0]) == case.seq_lens[0] - 8192
+        context = case.seq_lens[0]
+        assert case.keys() == 64 * 8192 and case.lowest_key(context) == context - 8192
     floors = {c.name: report.floor_us(c.flops(), c.bytes_moved(), predict.ANCHOR_CEILINGS)
               for c in wl.extend_cases("L4") + wl.extend_cases("T") + wl.decode_cases("C-L4")}
     assert round(floors["L4 P8192 E8192"]) == 3475 and round(floors["T P4096 E64"], 1) == 10.8
@@ -175,7 +177,8 @@ def test_decode_keys_under_a_chunk_match_brute_force():
         case = _decode_case((1, 7, 8, 9, 16, 17, 40), chunk, window_left)
         for s in case.seq_lens:
             keys = window.visible(s - 1, np.arange(s), window_left, None, True, chunk)
-            assert case.window_keys(s) == int(np.sum(keys)) and case.lowest_key(s) == int(np.argmax(keys))
+            assert case.window_keys(s) == int(np.sum(keys))
+            assert case.lowest_key(s) == int(np.argmax(keys))
 
 
 # --------------------------------------------------------------------------------------
@@ -194,7 +197,8 @@ def test_tile_prediction_of_l4_t_and_cl4():
     per_step = 4 * 40 * sum(i + 1 for i in range(128))
     for n, case in enumerate(l4):
         pred = report.tile_prediction(case, tiling=hopper)
-        counts = tiles.count_workload(list(case.seqs), None, None, True, 64, 64, heads=40, chunk=8192)
+        counts = tiles.count_workload(list(case.seqs), None, None, True, 64, 64, heads=40,
+                                      chunk=8192)
         assert pred["tight"] == counts["stage1"]["tight"] + counts["stage2"]["tight"] == per_step
         unchunked = tiles.count_workload(list(case.seqs), None, None, True, 64, 64, heads=40)
         masked = unchunked["stage1"]["tight"] + unchunked["stage2"]["tight"]
@@ -287,7 +291,8 @@ def test_our_variants_match_the_reference(on_the_cpu, name, seed):
     for key, build in OURS.items():
         prepared = build(inp)
         assert harness.relative_error(_run(prepared)[:new], ref) < 1e-5, key
-    assert ebench.variants_for(case) is (ebench.TREE_VARIANTS if case.tree else ebench.CHUNK_VARIANTS)
+    family = ebench.TREE_VARIANTS if case.tree else ebench.CHUNK_VARIANTS
+    assert ebench.variants_for(case) is family
 
 
 @interpreter
@@ -359,7 +364,8 @@ def test_vllm_virtual_batches_match_the_reference(with_peers, seed):
     prepared = chunk_peers.vllm_chunk_extend(inp)
     assert "5 virtual batches" in prepared.note
     assert harness.relative_error(_run(prepared)[:30], extend_inputs.reference_first(inp)) < 1e-5
-    decode = dbench.build_inputs(_decode_case((70, 9, 64, 33)), "cpu", seed=seed, dtype=torch.float32)
+    decode = dbench.build_inputs(_decode_case((70, 9, 64, 33)), "cpu", seed=seed,
+                                 dtype=torch.float32)
     prepared = chunk_peers.vllm_chunk_decode(decode)
     assert "3D split-KV" in prepared.note
     assert harness.relative_error(_run(prepared), dbench.reference_first(decode, count=99)) < 1e-5
@@ -457,7 +463,8 @@ def test_variant_tables_and_skip_keys():
     assert {"vllm", "flex", "flashinfer", "flash-attn"} <= {v.key for v in ebench.CHUNK_VARIANTS}
     assert {"sglang", "sglang-full", "flex"} <= {v.key for v in ebench.TREE_VARIANTS}
     assert "same-keys" in {v.key for v in dbench.CHUNK_VARIANTS}
-    args = parse_args(["--workload", "L4,T,C-L4,A", "--skip", "flash-attn,same-keys,sglang-unified"])
+    args = parse_args(["--workload", "L4,T,C-L4,A",
+                       "--skip", "flash-attn,same-keys,sglang-unified"])
     choose_extend, choose_decode = case_variants(args, ebench), case_variants(args, dbench)
     l4, t, cl4, a = (build_cases(args)[i] for i in (0, 4, 5, 7))
     assert [v.key for v in choose_extend(l4)][-3:] == ["vllm", "flex", "flashinfer"]
