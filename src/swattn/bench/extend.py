@@ -15,8 +15,8 @@ import torch
 from . import harness
 from ..ops.config import HOPPER_EXTEND_128_ROWS
 from ..verify.identity import TOLERANCES
-from .extend_inputs import build_inputs, reference_first
 from .chunk_peers import flash_attn_chunk_extend, flashinfer_chunk_extend, vllm_chunk_extend
+from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
 from .tree_peers import flex_tree, sglang_verify
@@ -27,10 +27,10 @@ from .tree_peers import flex_tree, sglang_verify
 # --------------------------------------------------------------------------------------
 
 def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None, config=None,
-                window_left=None, **kwargs):
+                **kwargs):
     """The plan of one case, made as an engine makes it: from the host lengths, with the
-    case's chunk, and a tree verify's positions and mask offsets (host lists).
-    ``window_left``: the case's unless given; ``kwargs`` go to the plan as they are."""
+    case's chunk, and a tree verify's positions and mask offsets (host lists); ``kwargs``
+    go to the plan as they are (an fp8 cache's ``kv_dtype``, ...)."""
     import swattn
     case = inputs.case
     cu = [0]
@@ -39,7 +39,7 @@ def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=No
     return swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
                               num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
                               head_dim_v=case.head_dim_v, page_size=case.page_size,
-                              window_left=case.window_left if window_left is None else window_left,
+                              window_left=case.window_left,
                               attention_chunk=case.attention_chunk,
                               positions=inputs.host_positions(),
                               mask_indptr=inputs.host_mask_indptr(), dtype=inputs.q.dtype,
