@@ -2,11 +2,14 @@
 
     python -m swattn.bench --workload A,B --out benchmarks/results/DIR [--peers .peers/py]
     python -m swattn.bench --workload C-A,C-B,S --out benchmarks/results/DIR
+    python -m swattn.bench --workload L4,C-L4,T --predict
 
-Extend workloads (A, B, F, M) and decode workloads (C-A, C-B, C-F, S) may be mixed; each
-kind gets its own tables. Progress goes to stderr, one line per measurement; the markdown
-tables are printed last on stdout and written with a CSV and a JSON (``extend.*``,
-``decode.*``) and PNG plots into ``--out``.
+Extend workloads (A, B, F, M, L4, T) and decode workloads (C-A, C-B, C-F, C-L4, S) may be
+mixed; each kind gets its own tables, and each case the variants of its family (a window,
+a chunk: L4 and C-L4, a tree verify: T). Progress goes to stderr, one line per measurement;
+the markdown tables are printed last on stdout and written with a CSV and a JSON
+(``extend.*``, ``decode.*``) and PNG plots into ``--out``. ``--predict`` prints the tile
+model's prediction and the floor of every case, and needs no GPU.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ def parse_args(argv=None, prog=None):
                                 description="Time swattn's extend and decode kernels against their peers "
                                             "on one GPU.")
     p.add_argument("--workload", default="A,B",
-                   help="comma-separated workloads: extend A, B, F, M; decode C-A, C-B, C-F, S "
-                        "(default A,B)")
+                   help="comma-separated workloads: extend A, B, F, M, L4, T; decode C-A, C-B, "
+                        "C-F, C-L4, S (default A,B)")
     p.add_argument("--out", default=None,
                    help="output folder (default benchmarks/results/<extend|decode|bench>-<UTC date>)")
     p.add_argument("--peers", default=None,
@@ -57,9 +60,10 @@ def parse_args(argv=None, prog=None):
                    help="override the decode contexts (tokens per sequence, the new one included): "
                         "'4096,32768'")
     p.add_argument("--skip", default="",
-                   help="variants to leave out, by key: extend triton, hopper, tight-full, skip, det, det-skip, sglang, "
-                        "sglang-full, sglang-unified, vllm, flex, flashinfer; decode control, skip, split1, "
-                        "triton, sglang, vllm, flex, flashinfer")
+                   help="variants to leave out, by key: extend triton, hopper, tight-full, skip, "
+                        "det, det-skip, sglang, sglang-full, sglang-unified, vllm, flex, "
+                        "flashinfer, flash-attn; decode control, skip, split1, same-keys, triton, "
+                        "sglang, vllm, flex, flashinfer, flash-attn")
     p.add_argument("--flush", choices=tuple(FLUSHES), default="clean",
                    help="how L2 is flushed before each repetition: 'clean' reads a 256 MB buffer "
                         "(default), 'dirty' writes it as triton.testing.do_bench does, leaving "
@@ -70,8 +74,9 @@ def parse_args(argv=None, prog=None):
                         "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "
                         "repeatable, keys fp8-config-1, fp8-config-2, ...")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
-    p.add_argument("--max-tokens", type=int, default=16384,
-                   help="drop cases with more than this many tokens (prefix + new) per sequence")
+    p.add_argument("--max-tokens", type=int, default=32768,
+                   help="drop cases with more than this many tokens (prefix + new) per sequence "
+                        "(default 32768)")
     p.add_argument("--budget-ms", type=float, default=1500.0,
                    help="per variant per round: fewer reps for slow variants to stay near this")
     p.add_argument("--seed", type=int, default=0)
@@ -80,6 +85,10 @@ def parse_args(argv=None, prog=None):
                         "(no GPU needed)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: workload A, cases 4096:4096 and 7168:1024, 10 reps x 2 rounds")
+    p.add_argument("--predict", action="store_true",
+                   help="print every case's work, floor (at the H200's anchor ceilings) and the "
+                        "tile model's prediction at the tiling the plan takes on an H200, and "
+                        "stop (no GPU needed)")
     args = p.parse_args(argv)
     if args.quick:
         args.workload = "A"
@@ -105,6 +114,22 @@ def config_variants(configs, ours_fp8):
                     f"fp8-config-{n + 1}", "ours",
                     lambda i, cfg=cfg: ours_fp8(i, hopper=True, config=cfg))
             for n, cfg in enumerate(configs)]
+
+
+def case_variants(args, kind):
+    """``case -> variants`` of one kind (the module :mod:`.extend` or :mod:`.decode`): its
+    family's table for the case (``kind.variants_for``) less ``--skip``, plus the
+    ``--fp8-config`` rows; a ``--skip`` key no family of either kind knows is a ValueError."""
+    from . import decode, extend
+    from .peers import select
+    skip = [k.strip() for k in args.skip.split(",") if k.strip()]
+    tables = (extend.VARIANTS, extend.CHUNK_VARIANTS, extend.TREE_VARIANTS, decode.VARIANTS,
+              decode.CHUNK_VARIANTS)
+    known = {v.key for table in tables for v in table}
+    for table in tables:
+        select(table, skip, known)
+    extra = config_variants(args.fp8_config, kind.ours_fp8)
+    return lambda case: select(kind.variants_for(case), skip, known) + extra
 
 
 def build_cases(args):
@@ -136,14 +161,14 @@ def split_cases(cases):
 
 
 def _run_kind(kind, cases, variants, run, args, out_dir, meta, ceilings, flush):
-    """Run every case of one kind and write its tables after each case (a crash later
-    leaves what was measured); returns the markdown."""
+    """Run every case of one kind (``variants(case)``: its variants) and write its tables
+    after each case (a crash later leaves what was measured); returns the markdown."""
     from . import harness, report
     results, text = [], ""
     for case in cases:
         try:
-            results.append(run(case, variants, reps=args.reps, rounds=args.rounds, flush=flush,
-                               seed=args.seed, budget_ms=args.budget_ms))
+            results.append(run(case, variants(case), reps=args.reps, rounds=args.rounds,
+                               flush=flush, seed=args.seed, budget_ms=args.budget_ms))
         except Exception as exc:  # noqa: BLE001 - a case that cannot even be built is reported
             harness.log(f"{case.name}: failed: {type(exc).__name__}: {exc}")
             results.append(harness.CaseResult(case, [harness.VariantResult(
@@ -169,19 +194,20 @@ def main(argv=None, prog=None):
         print(written)
         return 0
     try:
-        extend_cases, decode_cases = split_cases(build_cases(args))
+        cases = build_cases(args)
+        extend_cases, decode_cases = split_cases(cases)
         from . import decode as decode_bench
         from . import extend as extend_bench
-        from .peers import select, use_peers
-        skip = [k.strip() for k in args.skip.split(",") if k.strip()]
-        known = {v.key for v in extend_bench.VARIANTS} | {v.key for v in decode_bench.VARIANTS}
-        variants = (select(extend_bench.VARIANTS, skip, known)
-                    + config_variants(args.fp8_config, extend_bench.ours_fp8))
-        decode_variants = (select(decode_bench.VARIANTS, skip, known)
-                           + config_variants(args.fp8_config, decode_bench.ours_fp8))
+        from .peers import use_peers
+        variants = case_variants(args, extend_bench)
+        decode_variants = case_variants(args, decode_bench)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.predict:
+        from .predict import predictions_markdown
+        print(predictions_markdown(cases))
+        return 0
     import torch
     if not torch.cuda.is_available():
         print("error: swattn bench needs a CUDA GPU", file=sys.stderr)
@@ -202,16 +228,17 @@ def main(argv=None, prog=None):
     method = METHOD.format(flush=FLUSHES[args.flush])
     meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), method)
     meta["peers"] = use_peers(args.peers)
-    harness.log(f"{len(extend_cases)} extend cases x {len(variants)} variants, {len(decode_cases)} decode "
-                f"cases x {len(decode_variants)} variants, {args.rounds} rounds x <= {args.reps} reps; "
+    planned = (sum(len(variants(c)) for c in extend_cases)
+               + sum(len(decode_variants(c)) for c in decode_cases))
+    harness.log(f"{len(extend_cases)} extend and {len(decode_cases)} decode cases, {planned} "
+                f"variants in all, {args.rounds} rounds x <= {args.reps} reps; "
                 f"{meta.get('gpu')}; output in {out_dir}")
     for case in decode_cases:
         need = decode_bench.footprint(case)
         if free is not None and need > free:
             harness.log(f"{case.name}: inputs take about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free: "
                         "it may not fit")
-    harness.PROGRESS.start((len(extend_cases) * len(variants) + len(decode_cases) * len(decode_variants))
-                           * args.rounds)
+    harness.PROGRESS.start(planned * args.rounds)
     flush = harness.Flush(kind=args.flush)
     ceilings = harness.measure_ceilings(flush)
     harness.log(f"ceilings: matmul {ceilings['matmul_tflops']:.0f} TFLOP/s, "

@@ -21,6 +21,7 @@ from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLIT
                            VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
                            flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
                            vllm_decode, vllm_threshold_3d)
+from .chunk_peers import flash_attn_chunk_decode, flashinfer_chunk_decode, vllm_chunk_decode
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, fp8_pool, poisoner
 
 
@@ -28,8 +29,16 @@ from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, fp8_pool, pois
 # swattn's decode.
 # --------------------------------------------------------------------------------------
 
+def decode_tiling(plan, case):
+    """The tiles the plan's decode loop reads, for the tile model (:mod:`.predict`): keys a
+    tile, the KV heads its programs read them for, and whether they lie on the grid of 0
+    (the Hopper path's)."""
+    config = plan.spec.latent_config if plan.path == "latent" else plan.config
+    return {"block_n": config.block_n, "heads": case.num_kv_heads, "aligned": plan.path == "hopper"}
+
+
 def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=None,
-         hopper=None):
+         hopper=None, window_left=None, same_keys=False):
     """swattn's decode through its engine path: ``swattn.plan_decode`` on the host lengths
     once, then ``plan.run`` timed. ``control``: a second plan of the same batch, timed as its
     own variant: the noise floor.
@@ -37,20 +46,33 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
     ``layout="window"``: the block table holds -1 for every page wholly below the window
     (freed pages); ``"full"``: every page is mapped (those pages hold NaN: only the bounds
     keep the kernel off them). ``num_splits=None`` lets the plan choose. S passes its
-    sparse pool and index list. ``hopper``: the plan's choice of the Gluon path (None: its
-    own). The host time of ``plan.run`` and of the one-shot ``swattn.decode_attention``
-    (both with ``out`` given) are measured beside the graph replay.
+    sparse pool and index list, C-L4 its chunk. ``hopper``: the plan's choice of the Gluon
+    path (None: its own). The host time of ``plan.run`` and of the one-shot
+    ``swattn.decode_attention`` (both with ``out`` given) are measured beside the graph
+    replay.
+
+    ``same_keys``: under the case's chunk, the same decode over a window of the keys the
+    chunk holds (``window_left`` = those keys - 1, no chunk; every sequence's the same), the
+    same function on the same cache: the chunk's decode should be no slower.
     """
     need_device(inputs)
     import swattn
     case = inputs.case
+    chunk = case.attention_chunk
+    window_left = case.window_left
+    if same_keys:
+        keys = {case.window_keys(s) for s in case.seq_lens}
+        if chunk is None or len(keys) != 1:
+            raise Skip("a window of the chunk's keys needs a chunk and every sequence's chunk "
+                       "holding as many keys")
+        window_left, chunk = keys.pop() - 1, None
     table = inputs.block_table_window if layout == "window" else inputs.block_table_full
     out = empty_out(inputs)
     try:
         plan = swattn.plan_decode(
             case.seq_lens, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
             head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
-            window_left=case.window_left, num_splits=num_splits,
+            window_left=window_left, num_splits=num_splits, attention_chunk=chunk,
             sparse_keys=inputs.sparse[2].shape[1] if inputs.sparse is not None else 0,
             dtype=inputs.q.dtype, device=inputs.q.device, bounds=bounds, hopper=hopper)
     except ValueError as exc:
@@ -61,16 +83,18 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, num_splits=N
         plan.run(*tensors, sinks=inputs.sinks, sparse=inputs.sparse, out=out)
 
     def one_shot():
-        swattn.decode_attention(*tensors, inputs.seq_lens, window_left=case.window_left,
+        swattn.decode_attention(*tensors, inputs.seq_lens, window_left=window_left,
                                 sinks=inputs.sinks, sparse=inputs.sparse, num_splits=num_splits,
-                                out=out)
+                                attention_chunk=chunk, out=out)
 
     host = {"plan.run": run}
-    if bounds == "tight" and hopper is None and num_splits is None and not control:
+    if bounds == "tight" and hopper is None and num_splits is None and not (control or same_keys):
         host["one-shot"] = one_shot
     note = (f"{layout} layout, {plan.path} kernel, {plan.num_splits} split(s)"
-            + (", a second plan" if control else ""))
-    return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host)
+            + (", a second plan" if control else "")
+            + (f", window_left={window_left} and no chunk" if same_keys else ""))
+    return Prepared(run, lambda: out, note, True, poisoner(out), [plan], host=host,
+                    tiling=decode_tiling(plan, case))
 
 
 def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
@@ -94,7 +118,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
             head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
             window_left=case.window_left, sparse_keys=sparse[2].shape[1] if sparse else 0,
             kv_dtype=fp8, dtype=inputs.q.dtype, device=inputs.q.device, hopper=hopper,
-            config=config)
+            config=config, attention_chunk=case.attention_chunk)
     except ValueError as exc:
         raise Skip(str(exc)) from None
     out = empty_out(inputs)
@@ -108,7 +132,8 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
         part = None if sparse is None else (sparse[0], sparse[1], sparse[2][:n])
         return reference.decode_attention(
             inputs.q[:n], k8, v8, table[:n], inputs.seq_lens[:n], window_left=case.window_left,
-            sinks=inputs.sinks, sparse=part, k_scale=k_scale, v_scale=v_scale)
+            sinks=inputs.sinks, sparse=part, k_scale=k_scale, v_scale=v_scale,
+            attention_chunk=case.attention_chunk)
 
     stages = f", {plan.config.num_stages} stages" if plan.path == "hopper" else ""
     note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan.path} kernel "
@@ -140,6 +165,31 @@ VARIANTS = (
     Variant("FlashInfer, fp8 e4m3 cache", "flashinfer-fp8", "peer",
             lambda i: flashinfer_decode(i, fp8=torch.float8_e4m3fn)),
 )
+
+
+# Chunked local attention (C-L4): swattn's rows with the chunk, the same decode over a window
+# of the chunk's keys, and the peers as they serve a chunk.
+CHUNK_VARIANTS = (
+    Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
+    Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
+    Variant("swattn tight, a window of the chunk's keys (no chunk)", "same-keys", "ours",
+            lambda i: ours(i, same_keys=True)),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
+    Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
+    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+    Variant("vLLM unified, virtual batches", "vllm", "peer", vllm_chunk_decode),
+    Variant("FlashAttention 3, attention_chunk", "flash-attn", "peer", flash_attn_chunk_decode),
+    Variant("FlexAttention, chunk mask", "flex", "peer", flex_decode),
+    Variant("FlashInfer, one instance a chunk", "flashinfer", "peer", flashinfer_chunk_decode),
+)
+
+
+def variants_for(case):
+    """The variants of a decode case: :data:`CHUNK_VARIANTS` under a chunk, else
+    :data:`VARIANTS`."""
+    return CHUNK_VARIANTS if case.attention_chunk is not None else VARIANTS
 
 
 def run_case(case, variants, **kwargs):

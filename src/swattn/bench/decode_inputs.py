@@ -6,9 +6,9 @@ Inputs (:func:`build_inputs`), built with tensor operations on the device (C-B's
 * a paged cache (page 16) of random values, each sequence's pages in a random permutation of
   the pool; page 0 is a null page of finite data that belongs to nobody;
 * NaN in every row no kernel may read: rows past each sequence's end in its last page,
-  every page wholly below its window (an engine has freed them), one NaN page just before
+  every page wholly below its window and chunk (an engine has freed them), one NaN page just before
   the cache (what a -1 page id would address) and one NaN row just after it;
-* ``block_table_window``: -1 for pages wholly below the window and past the end (one spare
+* ``block_table_window``: -1 for pages wholly below the window (or chunk) and past the end (a spare
   column past every sequence's end); ``block_table_full`` maps every page of the sequence;
 * sinks where the workload has them;
 * for S, a sparse pool of ``2 K`` rows per sequence (K = 512 index entries) and
@@ -192,7 +192,8 @@ def reference_first(inputs, sinks=True, sparse=True, count=CHECK_SEQS):
     reference.decode_attention(
         inputs.q[:n], inputs.k_cache, inputs.v_cache, inputs.block_table_window[:n],
         inputs.seq_lens[:n], window_left=case.window_left,
-        sinks=inputs.sinks if sinks else None, sparse=extra, out=out)
+        sinks=inputs.sinks if sinks else None, sparse=extra,
+        attention_chunk=case.attention_chunk, out=out)
     return out
 
 

@@ -218,9 +218,10 @@ def flex_chunks(batch, elements_per_seq, limit=FLEX_MAX_ELEMENTS):
 def flex_decode(inputs):
     """FlexAttention (``torch.compile``d), dense and unpaged: Q ``[B, Hq, 1, D]``, K/V
     ``[B, Hkv, S, D]`` gathered outside the timed region (positions below the window left
-    zero: their cache rows are NaN, freed), block mask ``k >= S - 1 - L``, ``enable_gqa``; the
-    batch split into as few equal launches as keep K under 2^31 elements. No sinks (and on
-    S no sparse keys): a different function where the workload has them."""
+    zero: their cache rows are NaN, freed), block mask ``k >= S - 1 - L`` (and under a chunk
+    ``k // C == (S - 1) // C``), ``enable_gqa``; the batch split into as few equal launches as
+    keep K under 2^31 elements. No sinks (and on S no sparse keys): a different function
+    where the workload has them."""
     need_cuda(inputs)
     case = inputs.case
     if not case.uniform:
@@ -228,7 +229,7 @@ def flex_decode(inputs):
     compiled, create_block_mask = compiled_flex()
     seq_len = case.seq_lens[0]
     lo = case.lowest_key(seq_len)
-    window_left = case.window_left
+    window_left, chunk = case.window_left, case.attention_chunk
     hkv = case.num_kv_heads
     slots = torch.stack([inputs.slots(b, lo, seq_len) for b in range(case.batch)])  # [B, W]
     dense = []
@@ -244,6 +245,8 @@ def flex_decode(inputs):
         keep = kv_idx <= pos
         if window_left is not None:
             keep = keep & (pos - kv_idx <= window_left)
+        if chunk is not None:
+            keep = keep & (kv_idx // chunk == pos // chunk)
         return keep
 
     block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=1, KV_LEN=seq_len,
@@ -260,8 +263,8 @@ def flex_decode(inputs):
     def result():
         return torch.cat(state["outs"])[:, :, 0]
 
-    note = (f"dense [B,H,S,D], block mask; {chunks} launch(es) of batch {step}; output allocated "
-            "by flex (not poisoned)")
+    note = (f"dense [B,H,S,D], block mask{' with the chunk' if chunk is not None else ''}; "
+            f"{chunks} launch(es) of batch {step}; output allocated by flex (not poisoned)")
     return Prepared(fn, result, note, False, None, [q, k, v, block_mask], applies_sparse=False)
 
 

@@ -15,17 +15,22 @@ import torch
 from . import harness
 from ..ops.config import HOPPER_EXTEND_128_ROWS
 from ..verify.identity import TOLERANCES
+from .chunk_peers import flash_attn_chunk_extend, flashinfer_chunk_extend, vllm_chunk_extend
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
+from .tree_peers import flex_tree, sglang_verify
 
 
 # --------------------------------------------------------------------------------------
 # swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant control).
 # --------------------------------------------------------------------------------------
 
-def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None, config=None):
-    """The plan of one case, made as an engine makes it: from the host lengths."""
+def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None, config=None,
+                **kwargs):
+    """The plan of one case, made as an engine makes it: from the host lengths, with the
+    case's chunk, and a tree verify's positions and mask offsets (host lists); ``kwargs``
+    go to the plan as they are (an fp8 cache's ``kv_dtype``, ...)."""
     import swattn
     case = inputs.case
     cu = [0]
@@ -34,9 +39,21 @@ def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=No
     return swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
                               num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
                               head_dim_v=case.head_dim_v, page_size=case.page_size,
-                              window_left=case.window_left, dtype=inputs.q.dtype,
+                              window_left=case.window_left,
+                              attention_chunk=case.attention_chunk,
+                              positions=inputs.host_positions(),
+                              mask_indptr=inputs.host_mask_indptr(), dtype=inputs.q.dtype,
                               device=inputs.q.device, bounds=bounds, deterministic=deterministic,
-                              hopper=hopper, config=config)
+                              hopper=hopper, config=config, **kwargs)
+
+
+def local_args(inputs):
+    """What a call takes of the case's local attention beyond the window: the chunk, and a
+    tree verify's positions and mask (keyword arguments of ``swattn.extend_attention``)."""
+    args = {"attention_chunk": inputs.case.attention_chunk}
+    if inputs.mask is not None:
+        args.update(positions=inputs.positions, mask=inputs.mask, mask_indptr=inputs.mask_indptr)
+    return args
 
 
 def plan_note(plan):
@@ -55,10 +72,12 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
     batch, timed as its own variant: the noise floor.
 
     ``layout="window"``: the block table holds -1 for every page wholly below the first
-    new token's window (what an engine that frees out-of-window pages hands over), so a
-    read of one would fault; ``"full"``: the whole prefix is mapped and only the bounds
-    trim it. ``prefix_lens`` is P in both (the positions stay absolute). ``hopper``,
-    ``config``: as :func:`swattn.plan_extend` takes them (None: the plan's choice).
+    new token's window and chunk (what an engine that frees out-of-window pages hands
+    over), so a read of one would fault; ``"full"``: the whole prefix is mapped and only
+    the bounds trim it. ``prefix_lens`` is P in both (the positions stay absolute).
+    ``hopper``, ``config``: as :func:`swattn.plan_extend` takes them (None: the plan's
+    choice). The case's chunk, and a tree verify's positions and mask, go to the plan and
+    its run as an engine hands them over.
 
     The host time of a ``plan.run`` call and of the one-shot ``swattn.extend_attention``
     on the same tensors (both with ``out`` given) are measured beside the graph replay."""
@@ -75,14 +94,15 @@ def ours(inputs, *, bounds="tight", layout="window", control=False, deterministi
         raise Skip(str(exc)) from None
     out = empty_out(inputs)
     tensors = (inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, table)
+    local = local_args(inputs)
 
     def run():
-        plan.run(*tensors, sinks=inputs.sinks, out=out)
+        plan.run(*tensors, sinks=inputs.sinks, mask=inputs.mask, out=out)
 
     def one_shot():
         swattn.extend_attention(*tensors, inputs.cu_seqlens, inputs.prefix_lens,
                                 window_left=case.window_left, sinks=inputs.sinks,
-                                deterministic=deterministic, out=out)
+                                deterministic=deterministic, out=out, **local)
 
     host = {"plan.run": run}
     if bounds == "tight" and hopper is None and not control:
@@ -100,32 +120,29 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None, fp8_p
     ``hopper``, ``config``, ``fp8_products``: as :func:`swattn.plan_extend` takes them
     (``hopper`` and ``config`` None: the plan's choice)."""
     need_cuda(inputs)
-    import swattn
     from .. import reference
     case = inputs.case
     k8, v8, k_scale, v_scale = fp8_cache(inputs.k_pool, inputs.v_pool, fp8)
     table = inputs.block_table_window
-    cu = [0]
-    for _, e in case.seqs:
-        cu.append(cu[-1] + e)
-    plan = swattn.plan_extend(cu, [p for p, _ in case.seqs], num_q_heads=case.num_q_heads,
-                              num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
-                              head_dim_v=case.head_dim_v, page_size=case.page_size,
-                              window_left=case.window_left, kv_dtype=fp8, dtype=inputs.q.dtype,
-                              device=inputs.q.device, hopper=hopper, config=config,
-                              fp8_products=fp8_products)
+    plan = extend_plan(inputs, table, hopper=hopper, config=config, kv_dtype=fp8,
+                       fp8_products=fp8_products)
     out = empty_out(inputs)
     tensors = (inputs.q, inputs.k, inputs.v, k8, v8, table)
 
     def run():
-        plan.run(*tensors, sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale, out=out)
+        plan.run(*tensors, sinks=inputs.sinks, mask=inputs.mask, k_scale=k_scale,
+                 v_scale=v_scale, out=out)
 
     def want():
         new = case.seqs[0][1]
+        local = local_args(inputs)
+        if inputs.mask is not None:
+            local.update(positions=inputs.positions[:new], mask_indptr=inputs.mask_indptr[:2],
+                         mask=inputs.mask[:int(inputs.mask_indptr[1])])
         return reference.extend_attention(
             inputs.q[:new], inputs.k[:new], inputs.v[:new], k8, v8, table[:1],
             inputs.cu_seqlens[:2], inputs.prefix_lens[:1], window_left=case.window_left,
-            sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale)
+            sinks=inputs.sinks, k_scale=k_scale, v_scale=v_scale, **local)
 
     # fp8 products: held to their own tolerance.
     tolerance = TOLERANCES["hopper-fp8-products"] if fp8_products else None
@@ -193,7 +210,48 @@ VARIANTS = (
             lambda i: flashinfer(i, fp8=torch.float8_e4m3fn)),
 )
 
+# Chunked local attention (L4): swattn's rows with the chunk, and the peers as they serve a
+# chunk (the window peers above have none).
+CHUNK_VARIANTS = (
+    Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
+    Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
+    Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
+    Variant("swattn tight, Hopper path", "hopper", "ours", lambda i: ours(i, hopper=True)),
+    Variant("swattn tight, full layout", "tight-full", "ours", lambda i: ours(i, layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
+    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+    Variant("vLLM unified, virtual batches", "vllm", "peer", vllm_chunk_extend),
+    Variant("FlashAttention 3, attention_chunk", "flash-attn", "peer", flash_attn_chunk_extend),
+    Variant("FlexAttention, chunk mask", "flex", "peer", flex),
+    Variant("FlashInfer, one instance a chunk piece", "flashinfer", "peer",
+            flashinfer_chunk_extend),
+)
 
+# A tree verify over a window layer (T): swattn's rows with the positions and the mask (the
+# Triton kernels: the Hopper path takes no custom mask), SGLang's verify path and Flex.
+TREE_VARIANTS = (
+    Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
+    Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
+    Variant("swattn tight, full layout", "tight-full", "ours", lambda i: ours(i, layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
+    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+    Variant("SGLang verify, window layout", "sglang", "peer", lambda i: sglang_verify(i)),
+    Variant("SGLang verify, full layout", "sglang-full", "peer",
+            lambda i: sglang_verify(i, layout="full")),
+    Variant("FlexAttention, tree mask", "flex", "peer", flex_tree),
+)
+
+
+def variants_for(case):
+    """The variants of an extend case: :data:`TREE_VARIANTS` for a tree verify,
+    :data:`CHUNK_VARIANTS` under a chunk, else :data:`VARIANTS`."""
+    if case.tree:
+        return TREE_VARIANTS
+    return CHUNK_VARIANTS if case.attention_chunk is not None else VARIANTS
 
 
 def run_case(case, variants, **kwargs):

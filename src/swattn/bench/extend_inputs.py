@@ -2,10 +2,12 @@
 
 Built once per case: random bf16 (never zeros), one paged K/V pool holding every
 sequence's prefix and new tokens in randomly permuted pages, NaN in every cache row nobody
-wrote, -1 in every block-table entry no query may read. Each variant's output is poisoned
-with NaN, then checked against the float64 reference (``swattn.reference.extend_attention``)
-on the first sequence (NaN anywhere in the output fails). The decode rows' inputs mirror
-this module (:mod:`.decode_inputs`).
+wrote, -1 in every block-table entry no query may read (below the first new token's window
+and chunk). A tree verify (T) also gets the new tokens' positions and its custom mask.
+Each variant's output is poisoned with NaN, then checked against the float64 reference
+(``swattn.reference.extend_attention``, with the case's chunk, positions and mask) on the
+first sequence (NaN anywhere in the output fails). The decode rows' inputs mirror this
+module (:mod:`.decode_inputs`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class ExtendInputs:
     of sequence b's logical page n over its P + E tokens (-1 past the end).
     ``block_table_full`` maps the prefix pages (-1 past the prefix);
     ``block_table_window`` also holds -1 for pages wholly below the first new token's
-    window."""
+    window and chunk. A tree verify's ``positions`` ``[T]`` int32, ``mask`` (flat bool, the
+    conventions' layout) and ``mask_indptr`` ``[B + 1]`` int32; None otherwise."""
 
     case: object
     q: torch.Tensor
@@ -42,6 +45,19 @@ class ExtendInputs:
     prefix_lens: torch.Tensor
     sinks: torch.Tensor | None
     null_page: int = 0
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    mask_indptr: torch.Tensor | None = None
+
+    def host_positions(self):
+        """Every new token's position, a host list (the plan takes it), or None for a chain."""
+        if self.positions is None:
+            return None
+        return [x for p, e in self.case.seqs for x in self.case.positions(p, e)]
+
+    def host_mask_indptr(self):
+        """The mask's offsets, a host list (the plan takes it), or None without a mask."""
+        return None if self.mask_indptr is None else self.mask_indptr.tolist()
 
     def slots(self, b, start, stop):
         """Flat token-pool slots (``page * page_size + offset``) of positions
@@ -105,16 +121,38 @@ def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
         below = case.lowest_key(prefix) // size  # pages wholly below the window
         window[b, below:n] = seq_pages[b, below:n]
     inputs.block_table_full, inputs.block_table_window = full, window
+    if case.tree:
+        inputs.positions, inputs.mask, inputs.mask_indptr = tree_inputs(case, device)
     return inputs
+
+
+def tree_inputs(case, device):
+    """A tree verify's ``(positions [T] int32, mask, mask_indptr [B + 1] int32)``: every
+    sequence's new tokens the case's tree at ``P + depth``, the mask row-major (new token,
+    key) over ``P + E`` keys: every cached key, and a node's ancestors and itself."""
+    from .workloads import tree_ancestors
+    positions, bits, indptr = [], [], [0]
+    for prefix, new in case.seqs:
+        positions += case.positions(prefix, new)
+        rows = torch.zeros(new, prefix + new, dtype=torch.bool)
+        rows[:, :prefix] = True
+        for i, seen in enumerate(tree_ancestors(case.tree[:new])):
+            rows[i, [prefix + a for a in seen]] = True
+        bits.append(rows.flatten())
+        indptr.append(indptr[-1] + new * (prefix + new))
+    return (torch.tensor(positions, dtype=torch.int32, device=device),
+            torch.cat(bits).to(device), torch.tensor(indptr, dtype=torch.int32, device=device))
 
 
 # --------------------------------------------------------------------------------------
 # Checks against the reference.
 # --------------------------------------------------------------------------------------
 
-def reference_first(inputs, sinks=True, sparse=True):
+def reference_first(inputs, sinks=True, sparse=True, positions=True):
     """The float64 reference output ``[E0, Hq, Dv]`` of the first sequence (``sparse``:
-    for the decode reference's signature; extend has no sparse keys)."""
+    for the decode reference's signature; extend has no sparse keys). ``positions=False``:
+    a tree's window measured from the row index instead (what a kernel without positions
+    computes)."""
     del sparse
     from .. import reference
     case = inputs.case
@@ -122,8 +160,14 @@ def reference_first(inputs, sinks=True, sparse=True):
     out = torch.empty(new, case.num_q_heads, case.head_dim_v, dtype=torch.float64,
                       device=inputs.q.device)
     cu = inputs.cu_seqlens[:2]
+    tree = {}
+    if inputs.mask is not None:
+        tree = {"mask": inputs.mask[:int(inputs.mask_indptr[1])],
+                "mask_indptr": inputs.mask_indptr[:2],
+                "positions": inputs.positions[:new] if positions else None}
     reference.extend_attention(
         inputs.q[:new], inputs.k[:new], inputs.v[:new], inputs.k_pool, inputs.v_pool,
         inputs.block_table_window[:1], cu, inputs.prefix_lens[:1],
-        window_left=case.window_left, sinks=inputs.sinks if sinks else None, out=out)
+        window_left=case.window_left, sinks=inputs.sinks if sinks else None,
+        attention_chunk=case.attention_chunk, out=out, **tree)
     return out

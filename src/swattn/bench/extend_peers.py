@@ -218,8 +218,9 @@ def vllm_unified(inputs, *, fp8=None):
 def flex(inputs):
     """FlexAttention (``torch.compile``d), dense and unpaged: Q ``[B, Hq, E, D]``, K/V
     ``[B, Hkv, P+E, D]`` gathered from the pool outside the timed region (the whole
-    sequence: the block mask, causal and ``q - k <= W-1``, skips the rest), ``enable_gqa``.
-    It has no sinks: on a workload with sinks it computes a different function."""
+    sequence: the block mask, causal and ``q - k <= W-1``, and under a chunk ``k // C ==
+    q // C``, skips the rest), ``enable_gqa``. It has no sinks: on a workload with sinks it
+    computes a different function."""
     need_cuda(inputs)
     case = inputs.case
     if not case.uniform:
@@ -227,7 +228,7 @@ def flex(inputs):
     compiled, create_block_mask = compiled_flex()
     prefix, new = case.seqs[0]
     total = prefix + new
-    window_left = case.window_left
+    window_left, chunk = case.window_left, case.attention_chunk
     q = inputs.q.view(case.batch, new, case.num_q_heads, case.head_dim).transpose(1, 2).contiguous()
     keys = [inputs.slots(b, 0, total).to(inputs.q.device) for b in range(case.batch)]
     k_flat, v_flat = _token_pool(inputs)
@@ -239,6 +240,8 @@ def flex(inputs):
         keep = kv_idx <= pos
         if window_left is not None:
             keep = keep & (pos - kv_idx <= window_left)
+        if chunk is not None:
+            keep = keep & (kv_idx // chunk == pos // chunk)
         return keep
 
     block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=new, KV_LEN=total,
@@ -251,7 +254,8 @@ def flex(inputs):
     def result():
         return state["out"].transpose(1, 2).reshape(-1, case.num_q_heads, case.head_dim_v)
 
-    note = "dense [B,H,S,D], block mask; output allocated by flex (not poisoned)"
+    note = ("dense [B,H,S,D], block mask" + (" with the chunk" if chunk is not None else "")
+            + "; output allocated by flex (not poisoned)")
     return Prepared(fn, result, note, False, None, [q, k, v, block_mask])
 
 

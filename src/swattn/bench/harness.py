@@ -329,6 +329,7 @@ class VariantResult:
     host_us: dict = field(default_factory=dict)
     tiling: dict | None = None
     kv_bytes: int = 2  # Prepared.kv_bytes
+    computes: str = ""  # Prepared.computes: another function than the case's
 
 
 @dataclass
@@ -372,6 +373,7 @@ def _prepare(variant, inputs, refs, label, reference):
         return res, None, None
     res.note, res.applies_sinks = prepared.note, prepared.applies_sinks
     res.applies_sparse = getattr(prepared, "applies_sparse", True)
+    res.computes = getattr(prepared, "computes", "")
     try:
         if prepared.poison is not None:
             prepared.poison()
@@ -397,6 +399,8 @@ def _prepare(variant, inputs, refs, label, reference):
             res.note += "; no sinks: a different function (checked against a sink-less reference)"
         if not same_sparse:
             res.note += "; no sparse keys: a different function (checked against a window-only reference)"
+        if res.computes:
+            res.note += f"; {res.computes}: a different function (checked against its reference)"
         log(f"{label} | {variant.name}: rel err {res.rel_err:.2e} ({res.status})")
     except Exception as exc:  # noqa: BLE001
         res.status, res.note = "error", "run/check: " + _short(exc)

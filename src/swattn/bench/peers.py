@@ -56,6 +56,11 @@ class Prepared:
     # The relative error against the reference it is held to (None: CHECK_TOLERANCE), for
     # a variant whose products are coarser by design (fp8 products).
     tolerance: float | None = None
+    # What it computes instead of the case's function, where it differs otherwise than by
+    # leaving out sinks or sparse keys (SGLang's window from the row index on a tree): its
+    # ``reference`` is then that function's, and the report marks it and never calls it
+    # the fastest peer.
+    computes: str = ""
 
 
 def fp8_cache(k_cache, v_cache, dtype=torch.float8_e4m3fn, per_head=True, latent=False):

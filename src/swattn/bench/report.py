@@ -1,7 +1,7 @@
 """From timings to the tables: window-aware FLOPs and bytes, the floor, the roofline
 fraction, ratios to the fastest peer that computes the same function, the tile model's
-prediction beside the measurement (extend); written as markdown, CSV and JSON, one set per
-kind (``extend.*``, ``decode.*``).
+prediction beside the measurement (:mod:`.predict`); written as markdown, CSV and JSON, one
+set per kind (``extend.*``, ``decode.*``).
 
 The arithmetic here is plain Python (tested without a GPU); only :func:`collect_meta`
 asks torch about the device.
@@ -19,9 +19,12 @@ import shlex
 import subprocess
 
 from .harness import same_function, summarize
+from .predict import (decode_tile_prediction, expected_decode_tiling, expected_tiling,
+                      tile_prediction)
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
-              "graphed", "rel_err", "same_function", "other_fn", "tflops", "gbps", "floor_us",
+              "graphed", "rel_err", "same_function", "other_fn", "computes", "tflops", "gbps",
+              "floor_us",
               "roofline", "ratio_best_peer", "verdict", "ratio_tight", "verdict_tight",
               "host_run_us", "eager_run_us", "host_one_shot_us", "eager_one_shot_us", "note")
 KINDS = ("extend", "decode")
@@ -52,26 +55,6 @@ def verdict(ratio, noise):
     return "faster" if ratio < 1.0 else "slower"
 
 
-def tile_prediction(case, block_m=None, block_n=None, tiling=None):
-    """Key tiles the two-stage kernel walks, tight vs skip (stage 1 + stage 2, summed over
-    query blocks, sequences and heads; swattn.tiles), and their ratio: the predicted
-    tight/skip time. ``tiling``: the tiles of the kernel that ran (``ExtendPlan.tiling``:
-    where it packs a GQA group into a block's rows, a block holds BLOCK_M / group tokens
-    and serves the group); else ``block_m`` x ``block_n`` tiles, one query head a block.
-    """
-    from .. import tiles
-    if tiling is None:
-        tiling = {"block_m": block_m, "block_n": block_n, "tokens_per_block": block_m,
-                  "heads": case.num_q_heads}
-    block_n, tokens = tiling["block_n"], tiling["tokens_per_block"]
-    counts = tiles.count_workload(list(case.seqs), case.window_left, None, True, tokens,
-                                  block_n, heads=tiling["heads"])
-    tight = counts["stage1"]["tight"] + counts["stage2"]["tight"]
-    skip = counts["stage1"]["all"] + counts["stage2"]["all"]
-    return {"tight": tight, "skip": skip, "ratio": tight / skip if skip else None,
-            "block_m": tiling["block_m"], "block_n": block_n, "tokens_per_block": tokens}
-
-
 # --------------------------------------------------------------------------------------
 # Rows.
 # --------------------------------------------------------------------------------------
@@ -83,7 +66,7 @@ def _dropped(result, case):
 
 
 def _same_function(result, case):
-    return not _dropped(result, case)
+    return not _dropped(result, case) and not getattr(result, "computes", "")
 
 
 def _rows(case_result, ceilings):
@@ -113,7 +96,7 @@ def _rows(case_result, ceilings):
             "median_us": median, "p20_us": s["p20_us"], "p80_us": s["p80_us"],
             "reps": s.get("reps", 0), "round_medians_us": s["round_medians_us"],
             "graphed": r.graphed, "rel_err": r.rel_err, "same_function": _same_function(r, case),
-            "other_fn": _dropped(r, case),
+            "other_fn": _dropped(r, case), "computes": getattr(r, "computes", ""),
             "tflops": flops / median / 1e6 if median else None,
             "gbps": r_bytes / median / 1e3 if median else None,
             "floor_us": r_floor, "roofline": roofline(r_floor, median), "ratio_best_peer": ratio,
@@ -138,9 +121,9 @@ def case_report(case_result, ceilings):
     noise = case_result.noise
     by_role = {row["role"]: row for row in rows if row["median_us"]}
     by_key = {row["key"]: row for row in rows if row["median_us"]}
+    # The tiles of the plan that ran, else those it takes on an H200 (a prediction).
     tiling = next((r.tiling for r in case_result.variants if r.role == "tight" and r.tiling), None)
-    prediction = (tile_prediction(case, tiling=tiling) if tiling else
-                  {"tight": 0, "skip": 0, "ratio": None, "block_m": "-", "block_n": "-"})
+    prediction = tile_prediction(case, tiling=tiling or expected_tiling(case))
     tight, skip = by_role.get("tight"), by_key.get("skip")
     measured = tight["median_us"] / skip["median_us"] if (tight and skip) else None
     summary = {
@@ -148,12 +131,14 @@ def case_report(case_result, ceilings):
         "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
         "head_dim": case.head_dim, "head_dim_v": case.head_dim_v,
         "window_left": case.window_left, "sinks": case.sinks, "page_size": case.page_size,
+        "attention_chunk": case.attention_chunk, "tree": list(case.tree),
         "visible_pairs": case.visible_pairs() * case.num_q_heads, "flops": flops, "bytes": nbytes,
         "floor_us": floor, "noise": noise, "best_peer": best.name if best else None,
         "best_peer_us": best_us,
         "tight_vs_best_peer": tight["median_us"] / best_us if (tight and best_us) else None,
         "tiles_tight": prediction["tight"], "tiles_skip": prediction["skip"],
         "predicted_tight_over_skip": prediction["ratio"], "measured_tight_over_skip": measured,
+        "tiles_chunk_masked_only": prediction["chunk_masked_only"],
         "tiling": f"{prediction['block_m']}x{prediction['block_n']}", "seconds": case_result.seconds,
     }
     summary["verdict_tight_vs_skip"] = verdict(measured, noise)
@@ -176,11 +161,14 @@ def decode_case_report(case_result, ceilings):
         return tight["median_us"] / other["median_us"] if (tight and other) else None
 
     lens = sorted(set(case.seq_lens))
+    tiling = next((r.tiling for r in case_result.variants if r.role == "tight" and r.tiling), None)
+    prediction = decode_tile_prediction(case, tiling or expected_decode_tiling(case))
     summary = {
         "case": case.name, "kind": "decode", "batch": case.batch, "seq_lens": lens,
         "num_q_heads": case.num_q_heads, "num_kv_heads": case.num_kv_heads,
         "head_dim": case.head_dim, "head_dim_v": case.head_dim_v,
         "window_left": case.window_left, "sinks": case.sinks, "page_size": case.page_size,
+        "attention_chunk": case.attention_chunk,
         "sparse_keys": case.sparse_keys, "sparse_valid": case.sparse_valid if case.sparse_keys else 0,
         "keys_per_seq": case.keys() / case.batch,
         "visible_pairs": case.visible_pairs() * case.num_q_heads, "flops": flops, "bytes": nbytes,
@@ -188,10 +176,17 @@ def decode_case_report(case_result, ceilings):
         "best_peer_us": best_us,
         "tight_vs_best_peer": tight["median_us"] / best_us if (tight and best_us) else None,
         "tight_over_skip": over("skip"), "tight_over_one_split": over("split1"),
+        # Under a chunk: the same keys as a window (the "same-keys" row).
+        "tight_over_same_keys_window": over("same-keys"),
+        "tiles_tight": prediction["tight"], "tiles_all": prediction["all"],
+        "predicted_tight_over_skip": prediction["ratio"],
+        "tiling": f"BN{prediction['block_n']}" + (", aligned" if prediction["aligned"] else ""),
         "seconds": case_result.seconds,
     }
     summary["verdict_tight_vs_skip"] = verdict(summary["tight_over_skip"], noise)
     summary["verdict_tight_vs_one_split"] = verdict(summary["tight_over_one_split"], noise)
+    summary["verdict_tight_vs_same_keys_window"] = verdict(summary["tight_over_same_keys_window"],
+                                                           noise)
     return summary, rows
 
 
@@ -237,7 +232,11 @@ def _short_note(row):
 
 
 def _status(row):
-    return row["status"] if row["same_function"] else f"{row['status']}, other fn (no {row['other_fn']})"
+    if row["same_function"]:
+        return row["status"]
+    what = [f"no {row['other_fn']}"] if row["other_fn"] else []
+    what += [row["computes"]] if row.get("computes") else []
+    return f"{row['status']}, other fn ({'; '.join(what)})"
 
 
 def _header(w, meta, ceilings, rows, kind):
@@ -352,7 +351,9 @@ def markdown(meta, ceilings, summaries, rows):
         *_case_columns(rows),
         ("tiles tight/skip, predicted",
          lambda s: f"{_num(s['predicted_tight_over_skip'], '{:.3f}')} "
-                   f"({s['tiles_tight']:,}/{s['tiles_skip']:,}, {s['tiling']})"),
+                   f"({s['tiles_tight']:,}/{s['tiles_skip']:,}, {s['tiling']})"
+                   + (f"; the chunk masked only: {s['tiles_chunk_masked_only']:,}"
+                      if s.get("tiles_chunk_masked_only") is not None else "")),
         ("measured", lambda s: f"{_num(s['measured_tight_over_skip'], '{:.3f}')} "
                                f"{s['verdict_tight_vs_skip']}"),
     ], summaries)
@@ -363,7 +364,8 @@ def markdown(meta, ceilings, summaries, rows):
 def decode_markdown(meta, ceilings, summaries, rows):
     """The decode report, in the extend report's style: header, legend, one line per
     measurement (with GB/s: decode is bandwidth-bound), then one line per case (keys per
-    sequence, work, floor, noise, fastest peer, tight against skip and one split)."""
+    sequence, work, floor, noise, fastest peer, the tiles predicted, tight against skip and
+    one split)."""
     out = io.StringIO()
     w = out.write
     _header(w, meta, ceilings, rows, "decode")
@@ -381,6 +383,9 @@ def decode_markdown(meta, ceilings, summaries, rows):
         ("GFLOP", lambda s: f"{s['flops'] / 1e9:.3f}"),
         ("MB", lambda s: f"{s['bytes'] / 1e6:.1f}"),
         *_case_columns(rows),
+        ("tiles tight/all, predicted",
+         lambda s: f"{_num(s['predicted_tight_over_skip'], '{:.3f}')} "
+                   f"({s['tiles_tight']:,}/{s['tiles_all']:,}, {s['tiling']})"),
         ("tight / skip", lambda s: f"{_num(s['tight_over_skip'], '{:.3f}')} "
                                    f"{s['verdict_tight_vs_skip']}"),
         ("tight / 1 split", lambda s: f"{_num(s['tight_over_one_split'], '{:.3f}')} "

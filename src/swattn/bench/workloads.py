@@ -1,13 +1,19 @@
 """The named workloads (``docs/design.md`` tabulates them), in one place, and the work each case does.
 
-A :class:`Workload` is one row of that table (model shape, window, sinks, batch and
-its (prefix, new) cases or decode context). :func:`extend_cases` turns an extend workload
-into :class:`Case` objects, one per (prefix, new) pair, with the sizes overridable from the
-command line (``--batch``, ``--cases``); :func:`decode_cases` turns a decode workload (C-A,
-C-B, C-F, S) into :class:`DecodeCase` objects (``--batch``, ``--context``). A case knows the
-work it asks for: the visible (query, key) pairs, counted exactly from the window per query
-(plus the sparse keys of S), the FLOPs over them and the bytes a kernel cannot avoid (Q, O,
-and the K, V within reach, each once).
+A :class:`Workload` is one row of that table (model shape, window, chunk, sinks, batch and
+its (prefix, new) cases or decode contexts, a draft tree). :func:`extend_cases` turns an
+extend workload into :class:`Case` objects, one per (prefix, new) pair, with the sizes
+overridable from the command line (``--batch``, ``--cases``); :func:`decode_cases` turns a
+decode workload (C-A, C-B, C-F, C-L4, S) into :class:`DecodeCase` objects (``--batch``,
+``--context``). A case knows the work it asks for: the visible (query, key) pairs, counted
+exactly per query from the window, the chunk (L4, C-L4) and a tree verify's mask (T) (plus
+the sparse keys of S), the FLOPs over them and the bytes a kernel cannot avoid (Q, O, and
+the K, V within reach, each once).
+
+A tree verify (T) hands each sequence's new tokens as a draft tree, level by level (a node
+after its parent), at positions ``P + depth`` (siblings share one), with the custom mask of
+``docs/design.md``'s conventions: every cached key, and among the new tokens a node's
+ancestors and itself; the window is measured between positions.
 
 Windows here are Hugging Face ``sliding_window`` values W (as model configs give them); the
 kernels take ``window_left = W - 1`` (:func:`swattn.window.from_hf`).
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..window import from_hf
+from ..window import decode_bounds, from_hf, row_key_range
 
 EXTEND_KINDS = ("extend", "mix")
 DECODE_KINDS = ("decode", "sparse_decode")
@@ -53,6 +59,14 @@ class Workload:
     note: str = ""
     # The values are the keys' first head_dim_v columns (a latent cache, as DeepSeek's MLA).
     latent: bool = False
+    # Chunked local attention (Llama 4's attention_chunk_size): a query sees only the keys
+    # of its own chunk of this many positions, on top of any window (None: off).
+    attention_chunk: int | None = None
+    # A decode workload's contexts, one case each (default: (context,)).
+    contexts: tuple[int, ...] = ()
+    # A tree verify's draft tree: the nodes at each depth, the root's level first
+    # (tree_parents gives each node's parent); () for a chain of new tokens.
+    tree_levels: tuple[int, ...] = ()
 
     @property
     def window_left(self):
@@ -82,8 +96,65 @@ WORKLOADS = {
                  128, True, 64, context=32768, sparse_keys=512,
                  note="MQA over a latent cache (values the keys' first 512 columns); 512 "
                       "sparse keys from a separate pool", latent=True),
+        Workload("L4", "Llama 4 Scout, chunked local attention layer, extend", "extend", 40, 8,
+                 128, 128, None, False, 4,
+                 cases=((0, 8192), (8192, 8192), (16384, 8192), (24576, 8192)),
+                 attention_chunk=8192,
+                 note="a 32k-token prefill in steps of 8192, the steps before as the cached "
+                      "prefix; chunk 8192, no window: each step is one chunk and sees none of "
+                      "its prefix"),
+        Workload("C-L4", "Llama 4 Scout, chunked local attention layer, decode", "decode", 40, 8,
+                 128, 128, None, False, 64, context=32768, contexts=(32768, 131072),
+                 attention_chunk=8192,
+                 note="the new token sees the 8192 keys of its chunk at both contexts"),
+        Workload("T", "gpt-oss-120b window layer, tree verify", "extend", 64, 8, 64, 64, 128,
+                 True, 32, cases=((4096, 64),), tree_levels=(1, 3, 6, 9, 9, 12, 12, 12),
+                 note="a draft tree of 64 tokens over 8 levels (positions P .. P + 7) per "
+                      "sequence, the ancestor mask"),
     )
 }
+
+
+# --------------------------------------------------------------------------------------
+# Draft trees (T) and the first key a query sees.
+# --------------------------------------------------------------------------------------
+
+def tree_parents(levels):
+    """Each node's parent (-1: the root) of a draft tree with ``levels[d]`` nodes at depth d,
+    in level order (every node after its parent): node ``i`` of a level of ``n`` nodes hangs
+    under node ``i * m // n`` of the ``m`` above it, so the branches spread evenly."""
+    if not levels or levels[0] != 1 or any(n < 1 for n in levels):
+        raise ValueError(f"a tree has one root and >= 1 node a level, got levels {levels}")
+    parents, above = [-1], [0]
+    for n in levels[1:]:
+        level = [len(parents) + i for i in range(n)]
+        parents += [above[i * len(above) // n] for i in range(n)]
+        above = level
+    return tuple(parents)
+
+
+def tree_depths(parents):
+    """Each node's depth (the root 0) from its parent (nodes after their parents)."""
+    depths = []
+    for parent in parents:
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def tree_ancestors(parents):
+    """Per node, the nodes it sees among the new tokens: its ancestors and itself."""
+    seen = []
+    for i, parent in enumerate(parents):
+        seen.append((seen[parent] if parent >= 0 else ()) + (i,))
+    return seen
+
+
+def first_key(q_pos, window_left, chunk):
+    """The lowest key position the query at ``q_pos`` sees under the window and the chunk
+    (:func:`swattn.window.row_key_range` over the keys ``[0, q_pos]``)."""
+    lo, _ = row_key_range(q_pos, 0, q_pos + 1, window_left or 0, 0, chunk or 1,
+                          window_left is not None, chunk is not None, True, False)
+    return lo
 
 
 @dataclass(frozen=True)
@@ -125,6 +196,10 @@ class Case(_Measured):
     seqs: tuple[tuple[int, int], ...]
     page_size: int = 16
     layer: str = ""  # "window" / "full" for the layers of a mix, else ""
+    attention_chunk: int | None = None
+    # A tree verify: each node's parent (tree_parents); every sequence's new tokens are this
+    # tree. () for a chain.
+    tree: tuple[int, ...] = ()
 
     @property
     def per_seq(self):
@@ -144,12 +219,21 @@ class Case(_Measured):
         return sum(new for _, new in self.seqs)
 
     def lowest_key(self, prefix):
-        """Lowest key position any new token of a sequence with this prefix can see."""
-        return 0 if self.window_left is None else max(0, prefix - self.window_left)
+        """Lowest key position any new token of a sequence with this prefix can see: the
+        first new token's (at position P, a tree's root too) window and chunk start."""
+        return first_key(prefix, self.window_left, self.attention_chunk)
+
+    def positions(self, prefix, new):
+        """The new tokens' positions of a sequence: ``P + depth`` over a tree, else ``P + i``."""
+        if self.tree:
+            return [prefix + d for d in tree_depths(self.tree[:new])]
+        return list(range(prefix, prefix + new))
 
     def visible_pairs(self):
-        """(query, key) pairs inside the window, over all sequences (one head)."""
-        return sum(visible_pairs(p, e, self.window_left) for p, e in self.seqs)
+        """(query, key) pairs inside the window and chunk (and a tree's mask), over all
+        sequences (one head)."""
+        return sum(visible_pairs(p, e, self.window_left, self.attention_chunk, self.tree)
+                   for p, e in self.seqs)
 
     def keys_in_reach(self):
         """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each."""
@@ -163,12 +247,29 @@ class Case(_Measured):
         return q_o * element_size + k_v * (kv_element_size or element_size)
 
 
-def visible_pairs(prefix_len, extend_len, window_left):
+def visible_pairs(prefix_len, extend_len, window_left, chunk=None, tree=()):
     """Exact count of (query, key) pairs a causal window keeps for one sequence.
 
     The query at position ``p`` sees ``min(p, L) + 1`` keys (``p + 1`` with no window):
-    summed over ``p = P .. P + E - 1`` in closed form.
+    summed over ``p = P .. P + E - 1`` in closed form. Under a ``chunk`` (or a ``tree``:
+    each node's parent, nodes at ``P + depth``) query by query: the cached keys from its
+    :func:`first_key` up, and the new tokens it sees (those before it, or a node's ancestors
+    and itself) at or past that key.
     """
+    if chunk is not None or tree:
+        seen = tree_ancestors(tree[:extend_len]) if tree else None
+        pos = ([prefix_len + d for d in tree_depths(tree[:extend_len])] if tree
+               else range(prefix_len, prefix_len + extend_len))
+        total = 0
+        for i, q_pos in enumerate(pos):
+            lo = first_key(q_pos, window_left, chunk)
+            total += max(prefix_len - lo, 0)
+            if seen is None:
+                total += q_pos + 1 - max(lo, prefix_len)
+            else:
+                total += sum(1 for a in seen[i] if pos[a] >= lo)
+        return total
+
     def upto(n):
         # Keys seen by the queries at positions 0 .. n-1.
         if window_left is None or n <= window_left + 1:
@@ -214,6 +315,10 @@ def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_p
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     pairs = workload.cases if cases is None else tuple(cases)
+    tree = tree_parents(workload.tree_levels) if workload.tree_levels else ()
+    if tree and any(new != len(tree) for _, new in pairs):
+        raise ValueError(f"workload {workload.name} verifies a tree of {len(tree)} new tokens: "
+                         f"its cases need NEW = {len(tree)}")
     layers = [("", workload.window_left)]
     if workload.kind == "mix":
         layers = [("window", workload.window_left), ("full", None)]
@@ -224,7 +329,8 @@ def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_p
         for layer, window_left in layers:
             out.append(Case(workload.name, workload.num_q_heads, workload.num_kv_heads,
                             workload.head_dim, workload.head_dim_v, window_left, workload.sinks,
-                            ((prefix, new),) * batch, page_size, layer))
+                            ((prefix, new),) * batch, page_size, layer,
+                            workload.attention_chunk, tree))
     return out
 
 
@@ -256,6 +362,7 @@ class DecodeCase(_Measured):
     sparse_keys: int = 0
     page_size: int = 16
     latent: bool = False  # the workload's: values are the keys' first head_dim_v columns
+    attention_chunk: int | None = None
 
     kind = "decode"
 
@@ -276,11 +383,14 @@ class DecodeCase(_Measured):
         return self.sparse_keys - sparse_invalid(self.sparse_keys)
 
     def window_keys(self, seq_len):
-        """Cached keys the new token sees: ``min(L + 1, S)`` (``S`` with no window)."""
-        return seq_len if self.window_left is None else min(self.window_left + 1, seq_len)
+        """Cached keys the new token sees: ``min(L + 1, S)`` (``S`` with no window), and
+        under a chunk only those of its chunk (:func:`swattn.window.decode_bounds`)."""
+        lo, hi = decode_bounds(seq_len, self.window_left, self.attention_chunk)
+        return hi - lo
 
     def lowest_key(self, seq_len):
-        """Position of the first visible cached key: ``max(0, S - 1 - L)``."""
+        """Position of the first visible cached key: ``max(0, S - 1 - L)``, under a chunk no
+        lower than the chunk's first position."""
         return seq_len - self.window_keys(seq_len)
 
     def keys(self):
@@ -321,8 +431,8 @@ def parse_contexts(text):
 
 
 def decode_cases(workload, *, batch=None, contexts=None, page_size=16):
-    """The :class:`DecodeCase` list of a decode workload (C-A, C-B, C-F, S): one case per
-    context (default the workload's), every sequence of a case at the same context."""
+    """The :class:`DecodeCase` list of a decode workload (C-A, C-B, C-F, C-L4, S): one case
+    per context (default the workload's), every sequence of a case at the same context."""
     if isinstance(workload, str):
         workload = get(workload)
     if workload.kind not in DECODE_KINDS:
@@ -330,9 +440,10 @@ def decode_cases(workload, *, batch=None, contexts=None, page_size=16):
     batch = workload.batch if batch is None else batch
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    contexts = (workload.context,) if contexts is None else tuple(contexts)
+    if contexts is None:
+        contexts = workload.contexts or (workload.context,)
     return [DecodeCase(workload.name, workload.num_q_heads, workload.num_kv_heads,
                        workload.head_dim, workload.head_dim_v, workload.window_left,
                        workload.sinks, (context,) * batch, workload.sparse_keys, page_size,
-                       workload.latent)
-            for context in contexts]
+                       workload.latent, workload.attention_chunk)
+            for context in tuple(contexts)]

@@ -1,0 +1,139 @@
+"""The peers of a tree verify over a window layer (T), each called as its engine calls it
+(``docs/peers.md``):
+
+* SGLang's verify path: ``extend_attention_fwd`` with the draft tree's custom mask and
+  ``sliding_window_size``, over its token pool, as its Triton backend hands a target-verify
+  batch to a window layer. Its kernel measures the window from the row index (the i-th
+  new token at ``P + i``), not from the tree's positions (``P + depth``): on a tree deeper
+  rows lose keys the model's function keeps, so it computes another function. It is
+  checked against the reference of what it computes and marked so, never called the
+  fastest peer.
+* FlexAttention with a block mask of the tree (ancestors and positions) and the window
+  between positions; no sinks.
+
+Each returns a :class:`~.peers.Prepared` or raises :class:`~.peers.Skip` saying why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..window import to_sglang
+from .decode_inputs import need_device
+from .extend_inputs import reference_first
+from .extend_peers import _SGLANG, _cat, _indptr, _prefix_lists, _token_pool
+from .peers import (Prepared, Skip, compiled_flex, empty_out, import_peer, need_cuda, poisoner,
+                    softmax_scale)
+from .workloads import tree_ancestors, tree_depths
+
+# What SGLang's kernel computes on a tree, beside the case's function.
+ROW_INDEX_WINDOW = "window from the row index, not the tree's positions"
+
+
+def _need_tree(inputs):
+    if inputs.mask is None:
+        raise Skip("the case is not a tree verify (no custom mask)")
+
+
+def sglang_verify(inputs, *, layout="window"):
+    """SGLang ``extend_attention_fwd`` as its Triton backend runs a target verify on a window
+    layer: the tree's custom mask (``custom_mask``, ``mask_indptr``: its layout is the
+    conventions', ``E * (P + E)`` entries a sequence), ``is_causal=True`` (the mask replaces
+    causality among the new tokens), ``sliding_window_size=W-1``, sinks. Window layout: the
+    last ``W-1`` prefix tokens in ``kv_indices`` and ``window_kv_offsets`` the prefix tokens
+    left out (its kernel reads a mask row over the whole prefix from there); full layout:
+    the whole prefix. The new tokens come from ``k``/``v``."""
+    need_device(inputs)
+    _need_tree(inputs)
+    case = inputs.case
+    inside = case.window_left is None or all(p <= case.window_left for p, _ in case.seqs)
+    if layout == "full" and inside:
+        raise Skip("= window layout (every prefix is inside the window)")
+    mod = import_peer(_SGLANG)
+    device = inputs.q.device
+    k_buffer, v_buffer = _token_pool(inputs)
+    lists, starts = _prefix_lists(inputs, layout)
+    kv_indptr, kv_indices = _indptr(lists, device), _cat(lists, device)
+    qo_indptr = inputs.cu_seqlens.to(torch.int64)
+    mask_indptr = inputs.mask_indptr.to(torch.int64)
+    offsets = torch.tensor(starts, dtype=torch.int32, device=device)
+    max_len_extend = max(e for _, e in case.seqs)
+    out = empty_out(inputs)
+
+    def fn():
+        mod.extend_attention_fwd(
+            inputs.q, inputs.k, inputs.v, out, k_buffer, v_buffer, qo_indptr, kv_indptr,
+            kv_indices, inputs.mask, True, mask_indptr, max_len_extend, 1.0, 1.0,
+            sm_scale=softmax_scale(case), logit_cap=0.0,
+            sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
+            window_kv_offsets=offsets)
+
+    note = (f"token pool (page 1), {layout} layout: {sum(len(x) for x in lists)} prefix indices; "
+            f"the tree's custom mask; its {ROW_INDEX_WINDOW}: checked against the reference "
+            "with the window measured so")
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
+                    [kv_indptr, kv_indices, qo_indptr, mask_indptr, offsets],
+                    reference=lambda: reference_first(inputs, positions=False),
+                    computes=ROW_INDEX_WINDOW)
+
+
+def tree_mask_mod(prefix, parents, window_left, chunk, device):
+    """FlexAttention's ``mask_mod`` of a tree verify over dense keys ``[0, P + E)``: a cached
+    key (``kv < P``) is seen under the window and chunk between positions, a new key (the
+    ``kv - P``-th new token) when it is the query's ancestor or itself and within the window
+    and chunk; the query ``q`` (the q-th new token) sits at ``P + depth[q]``."""
+    depth = torch.tensor(tree_depths(parents), dtype=torch.int64, device=device)
+    seen = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    for i, nodes in enumerate(tree_ancestors(parents)):
+        seen[i, list(nodes)] = True
+    seen = seen.to(device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_pos = prefix + depth[q_idx]
+        is_new = kv_idx >= prefix
+        node = (kv_idx - prefix).clamp(min=0)
+        k_pos = torch.where(is_new, prefix + depth[node], kv_idx)
+        keep = torch.where(is_new, seen[q_idx, node], kv_idx < prefix)
+        if window_left is not None:
+            keep = keep & (q_pos - k_pos <= window_left)
+        if chunk is not None:
+            keep = keep & (k_pos // chunk == q_pos // chunk)
+        return keep
+
+    return mask_mod
+
+
+def flex_tree(inputs):
+    """FlexAttention (``torch.compile``d), dense and unpaged: Q ``[B, Hq, E, D]``, K/V
+    ``[B, Hkv, P + E, D]`` gathered from the pool outside the timed region, the block mask
+    of :func:`tree_mask_mod` (one tree for every sequence), ``enable_gqa``. No sinks: a
+    different function where the workload has them."""
+    need_cuda(inputs)
+    _need_tree(inputs)
+    case = inputs.case
+    if not case.uniform:
+        raise Skip("ragged batch: the dense FlexAttention adapter needs one (prefix, new) per case")
+    compiled, create_block_mask = compiled_flex()
+    prefix, new = case.seqs[0]
+    total = prefix + new
+    q = inputs.q.view(case.batch, new, case.num_q_heads, case.head_dim).transpose(1, 2).contiguous()
+    keys = [inputs.slots(b, 0, total).to(inputs.q.device) for b in range(case.batch)]
+    k_flat, v_flat = _token_pool(inputs)
+    k = torch.stack([k_flat[s] for s in keys]).transpose(1, 2).contiguous()
+    v = torch.stack([v_flat[s] for s in keys]).transpose(1, 2).contiguous()
+    mask_mod = tree_mask_mod(prefix, case.tree[:new], case.window_left, case.attention_chunk,
+                             inputs.q.device)
+    block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=new, KV_LEN=total,
+                                   device=inputs.q.device)
+    state = {}
+
+    def fn():
+        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=softmax_scale(case),
+                                enable_gqa=True)
+
+    def result():
+        return state["out"].transpose(1, 2).reshape(-1, case.num_q_heads, case.head_dim_v)
+
+    note = ("dense [B,H,S,D], block mask of the tree, window between positions; output "
+            "allocated by flex (not poisoned)")
+    return Prepared(fn, result, note, False, None, [q, k, v, block_mask])
