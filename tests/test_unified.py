@@ -99,6 +99,21 @@ def test_bits_do_not_depend_on_chunking(window_left, seed):
     assert not torch.isnan(results[0]).any()
 
 
+@pytest.mark.parametrize("window_left", [None, 9], ids=lambda w: f"L{w}")
+def test_bits_do_not_depend_on_chunking_under_chunked_attention(window_left, seed):
+    """The determinism promise across chunk boundaries (attention_chunk): prefill cuts on,
+    before and after a chunk's start give the bits of one prefill."""
+    length, page_size, chunk = 57, 4, 16
+    q, k, v = _sequence(length, seed=2000 * seed + (window_left or 1))
+    pages = random.Random(6 + seed).sample(range(30), -(-length // page_size))
+    plans = [[0, length], [0, 16, length], [0, 15, 17, 33, length], [0, 1, 40, 48, length]]
+    results = [_prefill_in_chunks(q, k, v, plan, window_left, page_size, pages,
+                                  attention_chunk=chunk) for plan in plans]
+    for plan, other in zip(plans[1:], results[1:]):
+        assert torch.equal(results[0], other), f"chunk plan {plan} differs from one chunk"
+    assert not torch.isnan(results[0]).any()
+
+
 def test_bits_do_not_depend_on_page_size(seed):
     length = 45
     q, k, v = _sequence(length, seed=9 + 1000 * seed)
