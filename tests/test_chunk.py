@@ -2,8 +2,6 @@
 (speculative trees): against the float64 reference, the bounds variants bit for bit, pages
 outside every query's chunk and window never read (their entries -1)."""
 
-import random
-
 import pytest
 import torch
 
@@ -11,7 +9,7 @@ import swattn
 from swattn import reference
 from swattn.ops import extend as ops_extend
 from swattn.plan import run_decode, run_extend
-from swattn.verify.cases import ExtendCase, build_extend
+from swattn.verify.cases import ExtendCase, build_extend, random_tree
 
 from checks import assert_bounds_identical, assert_matches_reference
 from conftest import DEVICE
@@ -121,38 +119,6 @@ def test_linear_positions_are_the_default(deterministic):
         assert torch.equal(plain, given)
 
 
-def random_tree(num_nodes, rng):
-    """A draft tree in the order an engine verifies it (every node after its parent):
-    ``(parents, depths)``, the root's parent -1."""
-    parents, depths = [-1], [0]
-    for _ in range(num_nodes - 1):
-        parent = rng.randrange(len(parents))
-        parents.append(parent)
-        depths.append(depths[parent] + 1)
-    return parents, depths
-
-
-def tree_batch(prefix_lens, sizes, seed):
-    """Positions (prefix + depth) and the custom mask (cached keys all, a node sees its
-    ancestors and itself) of a batch of random trees."""
-    rng = random.Random(seed)
-    positions, bits, indptr = [], [], [0]
-    for p, n in zip(prefix_lens, sizes):
-        parents, depths = random_tree(n, rng)
-        positions += [p + d for d in depths]
-        rows = torch.zeros(n, p + n, dtype=torch.bool)
-        rows[:, :p] = True
-        for i in range(n):
-            j = i
-            while j >= 0:
-                rows[i, p + j] = True
-                j = parents[j]
-        bits.append(rows.flatten())
-        indptr.append(indptr[-1] + n * (p + n))
-    return (torch.tensor(positions, dtype=torch.int32), torch.cat(bits),
-            torch.tensor(indptr, dtype=torch.int32))
-
-
 @pytest.mark.parametrize("deterministic", [False, True], ids=["two-stage", "single-pass"])
 @pytest.mark.parametrize("window,chunk", [(3, None), (7, None), (None, 8), (5, 16)],
                          ids=["w3", "w7", "c8", "w5-c16"])
@@ -164,7 +130,7 @@ def test_tree_verify(window, chunk, deterministic):
     prefix_lens, sizes = [20, 5, 0], [24, 9, 13]
     case = ExtendCase(prefix_lens, sizes, window_left=window, page_size=4, seed=19)
     tensors = build_extend(case, DEVICE)
-    positions, mask, indptr = tree_batch(prefix_lens, sizes, seed=20)
+    positions, mask, indptr = random_tree(prefix_lens, sizes, seed=20)
     tensors = _drop_unread_pages(tensors, case, chunk, positions)
     kw = dict(window_left=window, attention_chunk=chunk, mask=mask.to(DEVICE),
               mask_indptr=indptr.to(DEVICE))
@@ -182,7 +148,7 @@ def test_plan_with_positions_replans_in_place():
     prefix_lens, sizes = [20, 5], [12, 9]
     case = ExtendCase(prefix_lens, sizes, window_left=4, page_size=4, seed=21)
     tensors = build_extend(case, DEVICE)
-    positions, mask, indptr = tree_batch(prefix_lens, sizes, seed=22)
+    positions, mask, indptr = random_tree(prefix_lens, sizes, seed=22)
     cu = [0, sizes[0], sum(sizes)]
     plan = swattn.plan_extend(cu, prefix_lens, num_q_heads=case.num_q_heads,
                               num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
@@ -194,7 +160,7 @@ def test_plan_with_positions_replans_in_place():
     want = reference.extend_attention(*tensors, window_left=4, positions=positions,
                                       mask=mask, mask_indptr=indptr)
     assert_matches_reference(out, want)
-    positions2, mask2, indptr2 = tree_batch(prefix_lens, sizes, seed=23)
+    positions2, mask2, indptr2 = random_tree(prefix_lens, sizes, seed=23)
     plan.replan(cu, prefix_lens, mask_indptr=indptr2.tolist(), positions=positions2.tolist())
     assert plan.positions is buffer
     out = plan.run(*tensors[:6], mask=mask2.to(DEVICE))
