@@ -446,6 +446,8 @@ from swattn.ops.decode import _decode_kernel
 from swattn.ops.merge import _merge_kernel
 
 def compile_sm90(fn, pointers, consts, warps, stages=2):
+    # The feature flags these compiles leave off (chunked attention, ring block tables).
+    consts = {**{k: False for k in ("USE_CHUNK", "RING") if k in fn.arg_names}, **consts}
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         sig[name] = ("constexpr" if name in consts else pointers.get(name)

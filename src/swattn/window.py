@@ -425,6 +425,19 @@ def extend_seq_ok(seq_start, seq_end, earlier, prefix_len, num_tokens, prefix_ke
             & (prefix_len <= MAX_POSITION - (seq_end - seq_start)))
 
 
+def ring_width(window_left, max_new, page_size):
+    """Columns of a ring block table (logical page ``i`` at column ``i % width``, fixed in
+    size for CUDA graphs) that no step reads twice: a step adding up to ``max_new`` tokens
+    under a window of ``L = window_left`` reads at most ``L + max_new`` keys, over at most
+    ``ceil((L + 1 + max_new) / page_size) + 1`` pages (the window's first page partial)."""
+    return -(-(window_left + 1 + max_new) // page_size) + 1
+
+
+def ring_column(logical_page, width):
+    """The column of a ring block table of ``width`` columns holding ``logical_page``."""
+    return logical_page % width
+
+
 def decode_seq_ok(seq_len, cached_keys):
     """Whether a decode sequence is well formed: ``0 <= seq_len <= cached_keys`` (the keys
     its block-table row maps, at most :data:`MAX_POSITION`). Any other output row is NaN."""

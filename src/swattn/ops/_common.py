@@ -20,9 +20,11 @@ FP8_BY_HAND = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 # The paged cache as the kernels' tile loops take it, one bundle (a namedtuple compiles to
 # its fields): K and V (at page, slot, head strides), the block table and its row stride,
-# the page size and count, and the TMA descriptors of the Hopper paths (None elsewhere).
+# the page size and count, the TMA descriptors of the Hopper paths (None elsewhere), and a
+# ring block table's width (its columns; unused for a linear table).
 PagedCache = namedtuple("PagedCache", "k v stride_kp stride_ks stride_kh stride_vp stride_vs "
-                        "stride_vh block_table stride_bt page_size num_pages desc_k desc_v")
+                        "stride_vh block_table stride_bt page_size num_pages desc_k desc_v "
+                        "ring")
 
 
 def compile_bound(fn, jit=triton.jit, namespace=None):
@@ -54,6 +56,18 @@ MAX_POSITION = tl.constexpr(window.MAX_POSITION)
 extend_seq_ok = compile_bound(window.extend_seq_ok)
 mask_ok = compile_bound(window.mask_ok)
 decode_seq_ok = compile_bound(window.decode_seq_ok)
+ring_column = compile_bound(window.ring_column)
+
+
+def table_column_source(logical_page, ring, RING: tl.constexpr):
+    """The block-table column of a logical page: the page itself, or in a ring block table
+    (RING) of ``ring`` columns window.ring_column's. Both dialects, as :func:`tanh_source`."""
+    if RING:
+        logical_page = ring_column(logical_page, ring)
+    return logical_page
+
+
+table_column = compile_bound(table_column_source)
 
 
 def larger_source(a, b):
@@ -200,19 +214,22 @@ def position_keep_source(q_rows, k_idx, k_pos, key_end, window_left, window_righ
 position_keep = compile_bound(position_keep_source)
 
 
-def launch_extents(num_tokens, block_table, page_size, mask=None):
+def launch_extents(num_tokens, block_table, page_size, mask=None, ring=False):
     """``(num_tokens, prefix_keys, mask_entries)``, the extents an extend launch checks its
     lengths against (window.extend_seq_ok, window.mask_ok), from the tensors' shapes: the
     rows of q, the keys a block-table row maps (``page_size`` None: a launch that reads no
     prefix) and the entries of the custom mask."""
     prefix_keys = window.MAX_POSITION if page_size is None else table_keys(block_table,
-                                                                            page_size)
+                                                                            page_size, ring)
     return num_tokens, prefix_keys, 0 if mask is None else mask.shape[0]
 
 
-def table_keys(block_table, page_size):
+def table_keys(block_table, page_size, ring=False):
     """The keys a row of ``block_table`` maps, at most window.MAX_POSITION: no sequence a
-    launch attends is longer (window.extend_seq_ok, window.decode_seq_ok)."""
+    launch attends is longer (window.extend_seq_ok, window.decode_seq_ok). A ring table's
+    row maps any position (its columns are reused as the window slides)."""
+    if ring:
+        return window.MAX_POSITION
     return window.clamp_extent(block_table.shape[1] * page_size)
 
 

@@ -165,10 +165,11 @@ def check_lengths(name, lengths):
                          f"{max(lengths)}")
 
 
-def check_pages_read(block_table, num_pages, reads):
+def check_pages_read(block_table, num_pages, reads, ring=False):
     """Every block-table entry a query will read names a page of the cache. ``reads``:
     per sequence b, the logical pages ``[first, end)`` its queries read; ``block_table``
-    on the host ([B, max_pages] integers)."""
+    on the host ([B, max_pages] integers); ``ring``: a ring table (logical page ``i`` at
+    column ``i % max_pages``), whose row must hold the pages a step reads at once."""
     if isinstance(block_table, torch.Tensor):
         if block_table.dim() != 2:
             raise ValueError(f"block_table must be 2-D, got shape {tuple(block_table.shape)}")
@@ -177,6 +178,19 @@ def check_pages_read(block_table, num_pages, reads):
         table = torch.tensor(block_table, dtype=torch.int64)
     if table.shape[0] < len(reads):
         raise ValueError(f"block_table has {table.shape[0]} rows, the batch has {len(reads)} sequences")
+    if ring:
+        width = table.shape[1]
+        for b, (first, end) in enumerate(reads):
+            if end - first > width:
+                raise ValueError(f"block_table is a ring of {width} columns; sequence {b} reads "
+                                 f"{end - first} pages at once")
+            for i in range(first, end):
+                entry = int(table[b, i % width])
+                if not 0 <= entry < num_pages:
+                    raise ValueError(f"block_table[{b}, {i % width}] = {entry} (logical page {i} "
+                                     f"of a ring) is read but is not a page of the cache "
+                                     f"[0, {num_pages})")
+        return
     for b, (first, end) in enumerate(reads):
         if end > table.shape[1]:
             raise ValueError(f"block_table has {table.shape[1]} pages per sequence; sequence {b} "

@@ -46,8 +46,8 @@ from triton.language.extra import cuda as tl_cuda
 from ..window import clamp_extent
 from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
                       decode_seq_ok, finish,
-                      load_keys, load_rows, scores_log2, softmax_step, split_tiles, table_keys,
-                      valid_page)
+                      load_keys, load_rows, scores_log2, softmax_step, split_tiles,
+                      table_column, table_keys, valid_page)
 from ._launch import Launch
 from .config import (BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking,  # noqa: F401
                      split_width)
@@ -57,7 +57,7 @@ from .merge import split_scratch
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.
 DecodeFlags = namedtuple("DecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV SPLIT_D "
-                         "CARRY FLAG_UNREAD V_IN_K")  # constexprs
+                         "CARRY FLAG_UNREAD V_IN_K RING")  # constexprs
 # A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
 # SPLIT_D), the value columns [BDV].
 DecodeLanes = namedtuple("DecodeLanes", "o_n o_d o_d2 o_dv m_d m_d2 m_dv")
@@ -123,10 +123,12 @@ def _load_key(p, rows, lanes, flags):
 
 
 @triton.jit
-def _pages(p_table, k_pos, lo, seq_len, page_size):
+def _pages(p_table, k_pos, lo, seq_len, page_size, ring, RING: tl.constexpr):
     """The block-table entries of the keys at ``k_pos``; only those of visible keys
-    ``[lo, seq_len)`` are loaded (-1 for the others)."""
-    return tl.load(p_table + k_pos // page_size, mask=(k_pos >= lo) & (k_pos < seq_len), other=-1)
+    ``[lo, seq_len)`` are loaded (-1 for the others); a ring table's columns
+    (_common.table_column)."""
+    return tl.load(p_table + table_column(k_pos // page_size, ring, RING),
+                   mask=(k_pos >= lo) & (k_pos < seq_len), other=-1)
 
 
 @triton.jit
@@ -146,20 +148,26 @@ def _window_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, i_seq, i_kvh, lo, seq_l
     o_n = lanes.o_n
     page_size = cache.page_size
     p_table = cache.block_table + i_seq * cache.stride_bt
+    # (a linear table's calls take no run-time width: an argument the call leaves unread,
+    # defined outside the loop, fails to compile inside its branch)
+    ring = 1
+    if flags.RING:
+        ring = cache.ring
     if flags.CARRY:
-        page = _pages(p_table, start + o_n, lo, seq_len, page_size)
+        page = _pages(p_table, start + o_n, lo, seq_len, page_size, ring, flags.RING)
     for start_n in range(start, stop, flags.BLOCK_N):
         k_pos = start_n + o_n
         m_key = (k_pos >= lo) & (k_pos < seq_len)
         if flags.CARRY:
-            page_next = _pages(p_table, k_pos + flags.BLOCK_N, lo, seq_len, page_size)
+            page_next = _pages(p_table, k_pos + flags.BLOCK_N, lo, seq_len, page_size, ring,
+                               flags.RING)
         if flags.SKIP:
             needed = tl.max(m_key.to(tl.int32), 0) > 0
         else:
             needed = True
         if needed:
             if not flags.CARRY:
-                page = _pages(p_table, k_pos, lo, seq_len, page_size)
+                page = _pages(p_table, k_pos, lo, seq_len, page_size, ring, flags.RING)
             # Only keys on a page of the cache are read; a visible key on a bad entry
             # gives a NaN logit (load_keys), or with FLAG_UNREAD a NaN l (_attend).
             m_read = valid_page(page, cache.num_pages)
@@ -211,7 +219,8 @@ def _decode_kernel(
     stride_qb, stride_qh, stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_kpn, stride_kph, stride_vpn, stride_vph, stride_ib,
     stride_ob, stride_oh, stride_lb, stride_pb, stride_ph, stride_ps, stride_plb, stride_plh,
-    page_size, num_pages, pool_rows, num_sparse, cached_keys, num_splits, head_programs, qk_scale,
+    page_size, num_pages, pool_rows, num_sparse, cached_keys, ring, num_splits, head_programs,
+    qk_scale,
     softcap,
     window_left, attention_chunk, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -220,7 +229,7 @@ def _decode_kernel(
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, FLAG_UNREAD: tl.constexpr,
     V_IN_K: tl.constexpr, HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr, K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr,
-    USE_CHUNK: tl.constexpr,
+    USE_CHUNK: tl.constexpr, RING: tl.constexpr,
 ):
     if PDL:
         # The merge, launched as this kernel's programmatic dependent, may start once every
@@ -297,7 +306,7 @@ def _decode_kernel(
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
     flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
-                                      SPLIT_D, CARRY, FLAG_UNREAD, V_IN_K)
+                                      SPLIT_D, CARRY, FLAG_UNREAD, V_IN_K, RING)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     scores = Scores(qk_scale, softcap)
     if FP8:
@@ -306,7 +315,7 @@ def _decode_kernel(
         scores = Scores(qk_scale * tl.load(k_scale + i_kvh * K_SCALE_STRIDE), softcap)
     cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                        stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
-                       None, None)
+                       None, None, ring)
     start = lo + tl.minimum(t_start, window_tiles) * BLOCK_N
     stop = lo + tl.minimum(t_stop, window_tiles) * BLOCK_N
     if not TIGHT:
@@ -381,6 +390,8 @@ class DecodeSpec:
     latent_config: object = None
     # Chunked local attention: the query sees only its own chunk of this many positions.
     attention_chunk: int | None = None
+    # A ring block table: logical page i at column i % the table's width (window.ring_column).
+    ring: bool = False
 
     @property
     def head_blocking(self):
@@ -421,7 +432,7 @@ _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "st
          "stride_vcs", "stride_vch", "stride_bt", "stride_kpn", "stride_kph", "stride_vpn",
          "stride_vph", "stride_ib", "stride_ob", "stride_oh", "stride_lb", "stride_pb", "stride_ph",
          "stride_ps", "stride_plb", "stride_plh", "num_pages", "pool_rows", "num_sparse",
-         "cached_keys")
+         "cached_keys", "ring")
 
 
 @functools.lru_cache(maxsize=256)
@@ -444,7 +455,7 @@ def _launcher(spec: DecodeSpec, dtypes):
         HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
         V_SCALE_STRIDE=spec.scale_strides[1],
         attention_chunk=clamp_extent(spec.attention_chunk or 1),
-        USE_CHUNK=spec.attention_chunk is not None)
+        USE_CHUNK=spec.attention_chunk is not None, RING=spec.ring)
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -464,6 +475,7 @@ class DecodeLaunch:
         self.heads_first = spec.config.heads_first
         self.num_splits = spec.num_splits
         self.has_sparse = spec.has_sparse
+        self.ring = spec.ring
 
     def __call__(self, batch, q, k_cache, v_cache, block_table, seq_lens, sinks, sparse, out, lse,
                  parts, scales):
@@ -484,4 +496,5 @@ class DecodeLaunch:
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1], vcs[2], block_table.stride(0),
             pool[0], pool[1], pool[2], pool[3], pool[4], os_[0], os_[1],
             0 if lse is None else lse.stride(0), ps[0], ps[1], ps[2], ps[3], ps[4],
-            k_cache.shape[0], pool[5], pool[6], table_keys(block_table, k_cache.shape[1])))
+            k_cache.shape[0], pool[5], pool[6],
+            table_keys(block_table, k_cache.shape[1], self.ring), block_table.shape[1]))

@@ -32,7 +32,8 @@ from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, RowPos, causal_key_en
                       first_key_tile, fp8_cached, full_tiles_end, full_tiles_start,
                       launch_extents, load_keys, load_rows, load_whole, mask_ok, new_lengths,
                       position_keep, range_bounds, range_keep, right_key_end, row_key_range,
-                      scores_log2, softmax_step, valid_page, visible, visible_key_end)
+                      scores_log2, softmax_step, table_column, valid_page, visible,
+                      visible_key_end)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
@@ -47,7 +48,7 @@ from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # n
 # new keys' masks by position (_common.position_keep); UNIFIED: the single-pass kernel.
 ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT USE_MASK "
                          "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV "
-                         "RANGES USE_CHUNK POSITIONS UNIFIED")  # constexprs
+                         "RANGES USE_CHUNK POSITIONS UNIFIED RING")  # constexprs
 # What a row sees; ``positions``: the new tokens' positions (given positions only).
 Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask chunk positions")
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
@@ -61,7 +62,7 @@ NewKeys = namedtuple("NewKeys", "k v stride_kt stride_kh stride_vt stride_vh des
 # One stage's source of mask-free tiles (_whole_tiles): the head's K and V rows, a row's
 # stride and a slot's (cache) or 0 (new tokens), the first row, the block-table row.
 Source = namedtuple("Source", "desc_k desc_v k v stride_k stride_ks stride_v stride_vs row0 "
-                    "bt_row page_size num_pages k_scale v_scale")
+                    "bt_row page_size num_pages k_scale v_scale ring")
 
 
 @triton.jit
@@ -183,13 +184,14 @@ def _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE: tl.constexpr,
 
 
 @triton.jit
-def _tile_pages(bt_row, start_n, o_n, page_size, TMA: tl.constexpr):
+def _tile_pages(bt_row, start_n, o_n, page_size, ring, TMA: tl.constexpr, RING: tl.constexpr):
     """The block-table entries of the mask-free cache tile at ``start_n``: one a key, or
-    with TMA the one entry of the page that holds the whole tile."""
+    with TMA the one entry of the page that holds the whole tile (a ring table's columns:
+    _common.table_column)."""
     if TMA:
-        pages = tl.load(bt_row + start_n // page_size)
+        pages = tl.load(bt_row + table_column(start_n // page_size, ring, RING))
     else:
-        pages = tl.load(bt_row + (start_n + o_n) // page_size)
+        pages = tl.load(bt_row + table_column((start_n + o_n) // page_size, ring, RING))
     return pages
 
 
@@ -203,7 +205,8 @@ def _whole_tiles(start, stop, b_q, m_i, l_i, acc, src, rule, lanes, flags,
     for start_n in range(start, stop, flags.BLOCK_N):
         pages = lanes.o_n
         if FROM_CACHE:
-            pages = _tile_pages(src.bt_row, start_n, lanes.o_n, src.page_size, TMA)
+            pages = _tile_pages(src.bt_row, start_n, lanes.o_n, src.page_size, src.ring, TMA,
+                                flags.RING)
         b_k = _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE, True, TMA)  # [BN, BD]
         b_v = _whole_tile(src, start_n, pages, lanes, flags, FROM_CACHE, False, TMA)  # [BN, BDV]
         m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, True, m_i, l_i, acc, rule, flags, False)
@@ -248,14 +251,15 @@ def _prefix_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, lowest_key, seq, cache
                    cache.v + seq.i_kvh * cache.stride_vh, cache.stride_kp, cache.stride_ks,
                    cache.stride_vp, cache.stride_vs, 0,
                    cache.block_table + seq.i_seq * cache.stride_bt, cache.page_size,
-                   cache.num_pages, 1.0, 1.0),
+                   cache.num_pages, 1.0, 1.0, cache.ring),
             rule, lanes, flags, True, flags.TMA_CACHE)
     else:
         for start_n in range(start, stop, flags.BLOCK_N):
             k_pos = start_n + o_n
             m_load = (k_pos < seq.prefix_len) & (k_pos >= lowest_key)
             page = tl.load(cache.block_table + seq.i_seq * cache.stride_bt
-                           + k_pos // cache.page_size, mask=m_load, other=-1)
+                           + table_column(k_pos // cache.page_size, cache.ring, flags.RING),
+                           mask=m_load, other=-1)
             # Only keys on a page of the cache are read (a visible key on a bad entry: NaN).
             m_load = valid_page(page, cache.num_pages)
             page = page.to(tl.int64)
@@ -293,7 +297,7 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, r
             start, stop, b_q, m_i, l_i, acc,
             Source(new.desc_k, new.desc_v, new.k + seq.i_kvh * new.stride_kh,
                    new.v + seq.i_kvh * new.stride_vh, new.stride_kt, 0, new.stride_vt, 0,
-                   seq.seq_start, new.k, 1, 1, new.k_scale, new.v_scale),
+                   seq.seq_start, new.k, 1, 1, new.k_scale, new.v_scale, 1),
             rule, lanes, flags, False, flags.TMA_NEW)
     else:
         for start_n in range(start, stop, flags.BLOCK_N):
@@ -342,7 +346,8 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
         in_prefix = k_pos < prefix_len
         m_cached = m_load & in_prefix
         m_new = m_load & (k_pos >= prefix_len)
-        page = tl.load(cache.block_table + seq.i_seq * cache.stride_bt + k_pos // cache.page_size,
+        page = tl.load(cache.block_table + seq.i_seq * cache.stride_bt
+                       + table_column(k_pos // cache.page_size, cache.ring, flags.RING),
                        mask=m_cached, other=-1)
         # Only cached keys on a page of the cache are read (a visible one on a bad entry: NaN).
         m_cached = valid_page(page, cache.num_pages)
@@ -466,7 +471,7 @@ def _extend_kernel(
     key_lo, key_hi, positions, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_kcp, stride_kcs, stride_kch, stride_vcp, stride_vcs, stride_vch,
     stride_bt, stride_ot, stride_oh, stride_lt,
-    num_seqs, page_size, num_pages, num_tokens, prefix_keys, mask_entries, qk_scale, softcap,
+    num_seqs, page_size, num_pages, num_tokens, prefix_keys, mask_entries, ring, qk_scale, softcap,
     window_left, window_right, attention_chunk,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     GROUP: tl.constexpr, PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -476,7 +481,7 @@ def _extend_kernel(
     RETURN_LSE: tl.constexpr, TIGHT: tl.constexpr, SKIP: tl.constexpr, SPLIT_FULL: tl.constexpr,
     UNIFIED: tl.constexpr, TMA_NEW: tl.constexpr, TMA_CACHE: tl.constexpr,
     K_SCALE_STRIDE: tl.constexpr, V_SCALE_STRIDE: tl.constexpr, RANGES: tl.constexpr,
-    USE_CHUNK: tl.constexpr, HAS_POSITIONS: tl.constexpr,
+    USE_CHUNK: tl.constexpr, HAS_POSITIONS: tl.constexpr, RING: tl.constexpr,
 ):
     # SPLIT_FULL walks each stage as masked edge tiles, mask-free tiles every row sees
     # whole, masked edge tiles; without it one masked loop (small windows have no such tiles,
@@ -553,7 +558,7 @@ def _extend_kernel(
     flags: tl.constexpr = ExtendFlags(BLOCK_N, USE_WINDOW, IS_CAUSAL, USE_RIGHT, USE_MASK,
                                       USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
                                       TMA_CACHE, K_cache.dtype.element_ty, ROW_RANGES, USE_CHUNK,
-                                      HAS_POSITIONS, UNIFIED)
+                                      HAS_POSITIONS, UNIFIED, RING)
     rule = Rule(qk_scale, softcap, window_left, window_right, mask, attention_chunk, positions)
     new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, 1.0, 1.0)
     if flags.KV.is_fp8():
@@ -570,7 +575,7 @@ def _extend_kernel(
     seq = Seq(i_seq, i_kvh, seq_start, prefix_len, extend_len, mask_row)
     cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                        stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
-                       desc_kc, desc_vc)
+                       desc_kc, desc_vc, ring)
     # The rows' absolute positions: given (speculative trees), or after the prefix.
     if HAS_POSITIONS:
         q_abs = tl.load(positions + tok_q, mask=m_rows, other=-1)
@@ -765,6 +770,8 @@ class ExtendSpec:
     # the new tokens' positions given (speculative trees; the run's positions tensor).
     attention_chunk: int | None = None
     has_positions: bool = False
+    # A ring block table: logical page i at column i % the table's width (window.ring_column).
+    ring: bool = False
 
     @property
     def group(self):
@@ -777,7 +784,7 @@ _TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "p
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
          "stride_ot", "stride_oh", "stride_lt", "num_pages", "num_tokens", "prefix_keys",
-         "mask_entries")
+         "mask_entries", "ring")
 
 
 @functools.lru_cache(maxsize=256)
@@ -801,7 +808,8 @@ def _launcher(spec: ExtendSpec, dtypes):
         TMA_CACHE=spec.tma_cache, K_SCALE_STRIDE=spec.scale_strides[0],
         V_SCALE_STRIDE=spec.scale_strides[1], RANGES=spec.ranges,
         attention_chunk=clamp_extent(spec.attention_chunk or 1),
-        USE_CHUNK=spec.attention_chunk is not None, HAS_POSITIONS=spec.has_positions)
+        USE_CHUNK=spec.attention_chunk is not None, HAS_POSITIONS=spec.has_positions,
+        RING=spec.ring)
     return Launch(_extend_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -853,6 +861,7 @@ class ExtendLaunch:
         self.heads = spec.num_kv_heads if pack else spec.num_q_heads
         self.num_seqs = spec.num_seqs
         self.page_size = spec.page_size if spec.keys != "new" else None
+        self.ring = spec.ring
 
     def __call__(self, q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, sinks,
                  mask, mask_indptr, out, lse, descs, scales=(None, None), ranges=None,
@@ -871,7 +880,8 @@ class ExtendLaunch:
             cu_seqlens if positions is None else positions), (
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
             vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0],
-            *launch_extents(num_tokens, block_table, self.page_size, mask)))
+            *launch_extents(num_tokens, block_table, self.page_size, mask, self.ring),
+            block_table.shape[1]))
 
 
 class UncoveredRowsLaunch:

@@ -10,6 +10,7 @@ import torch
 from ..ops import config as _config
 from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars
 from ..ops.cache import unit_scale
+from ..window import decode_bounds
 
 
 class Plan:
@@ -139,6 +140,19 @@ def scale_args(k_scale, v_scale, unit):
     k = unit if k_scale is None else k_scale
     v = unit if v_scale is None else v_scale
     return (k, v), (int(k.numel() > 1), int(v.numel() > 1))
+
+
+def pages_needed(reads, page_size, ring=False):
+    """The block-table columns a launch needs, the widest row it reads: ``reads`` a
+    ``(seq_len, query position)`` a sequence (keys ``[0, seq_len)``, the lowest query); every
+    page up to ``seq_len``, or in a ring table (``ring``: ``(window_left, chunk)``) the
+    pages from the one holding the first key that query sees (window.decode_bounds) on."""
+    def span(seq_len, query):
+        last = -(-seq_len // page_size)
+        if not ring:
+            return last
+        return last - decode_bounds(query + 1, *ring)[0] // page_size
+    return max((span(*read) for read in reads), default=0)
 
 
 def to_device(values, device):

@@ -13,7 +13,7 @@ from ..ops.merge import MergeLaunch
 from ..window import check_chunk, decode_bounds
 from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
                       check_rank, check_scales, expect_first, remember, replace_spec,
-                      resolve_device, scale_args, to_device)
+                      pages_needed, resolve_device, scale_args, to_device)
 
 
 class DecodePlan(Plan):
@@ -39,7 +39,7 @@ class DecodePlan(Plan):
         self._out_shape = (batch, self._hq, spec.head_dim_v)
         self._sinks_shape = (self._hq,)
         self._readable = host is not None
-        self._pages_needed = max((-(-x // spec.page_size) for x in host), default=0) if host else 0
+        self._pages_needed = self._needed(host) if host else 0
         parts = None
         if spec.num_splits > 1:
             # [B, Hq, S, Dv] seen as S parts of [B, Hq, Dv]: the merge reads them in place.
@@ -216,14 +216,20 @@ class DecodePlan(Plan):
             raise ValueError(f"replan with {len(lens)} sequences: the plan holds {self.batch}")
         lens = lens + [0] * (self.batch - len(lens))
         self.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32), non_blocking=True)
-        self._pages_needed = max((-(-x // self.spec.page_size) for x in lens), default=0)
+        self._pages_needed = self._needed(lens)
         self._ready.clear()  # the runs' checks depend on the lengths
+
+    def _needed(self, lens):
+        """The block-table columns these lengths need (plan._common.pages_needed)."""
+        s = self.spec
+        return pages_needed([(x, x - 1) for x in lens], s.page_size,
+                            (s.window_left, s.attention_chunk) if s.ring else False)
 
 
 def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim, head_dim_v,
                  page_size, window_left, softcap, scale, num_splits, return_lse, kv_dtype,
                  sparse_keys, max_keys, dtype, device, hopper, bounds, config,
-                 attention_chunk=None):
+                 attention_chunk=None, ring_table=False):
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -249,7 +255,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     path = "triton"
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     latent = None
-    if hopper is not False and config is None:
+    if hopper is not False and config is None and not ring_table:
         # A latent cache's many query heads a KV head: the Gluon latent path (its runs over
         # a cache whose values are not the keys' first columns take the Triton kernel).
         from ..ops import decode_latent
@@ -263,6 +269,8 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                                            kv_dtype)
         if reason is None and sparse_keys:
             reason = "it takes no sparse keys"
+        if reason is None and ring_table:
+            reason = "ring block tables run on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:
@@ -291,7 +299,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
         page_size=page_size, config=cfg, window_left=window_left, softcap=float(softcap),
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         num_splits=num_splits, return_lse=return_lse, pdl=pdl, bounds=bounds, kv_dtype=kv_dtype,
-        latent_config=latent, attention_chunk=attention_chunk)
+        latent_config=latent, attention_chunk=attention_chunk, ring=bool(ring_table))
     return DecodePlan(spec, path, device, dtype, batch, seq_lens_t, sparse_keys, lens)
 
 
@@ -299,7 +307,7 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
                 window_left=None, softcap=0.0, scale=None, num_splits=None, return_lse=False,
                 kv_dtype=None, sparse_keys=0, block_table=None, num_pages=None,
                 dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
-                attention_chunk=None):
+                attention_chunk=None, ring_table=False):
     """Plan the decode attention of one batch (see :class:`DecodePlan`).
 
     Args:
@@ -316,6 +324,7 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
             or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once.
+        ring_table: ring block tables, as :func:`plan_extend`'s.
         dtype, device: the queries' dtype and device (``device`` as
             :func:`plan_extend`'s: None picks CUDA, or the CPU under the interpreter).
         hopper, bounds, config: as :func:`plan_extend`'s.
@@ -330,7 +339,7 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
         check_chunk(attention_chunk)
         reads = [(decode_bounds(x, window_left, attention_chunk)[0] // page_size,
                   -(-x // page_size)) for x in lens]
-        check_pages_read(block_table, num_pages, reads)
+        check_pages_read(block_table, num_pages, reads, ring=ring_table)
     longest = max(lens, default=0)
     max_keys = longest if window_left is None else min(window_left + 1, longest)
     return _decode_plan(
@@ -339,7 +348,7 @@ def plan_decode(seq_lens, *, num_q_heads, num_kv_heads, head_dim, head_dim_v=Non
         window_left=window_left, softcap=softcap, scale=scale, num_splits=num_splits,
         return_lse=return_lse, kv_dtype=kv_dtype, sparse_keys=sparse_keys, max_keys=max_keys,
         dtype=dtype, device=device, hopper=hopper, bounds=bounds, config=config,
-        attention_chunk=attention_chunk)
+        attention_chunk=attention_chunk, ring_table=ring_table)
 
 
 def check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse):
@@ -365,14 +374,14 @@ def check_one_shot(q, k_cache, v_cache, block_table, seq_lens, sparse):
 
 def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, softcap=0.0,
                     scale=None, sparse=None, num_splits=None, return_lse=False, hopper=None,
-                    bounds="tight", config=None, attention_chunk=None):
+                    bounds="tight", config=None, attention_chunk=None, ring_table=False):
     """The plan of a one-shot call: sizes from the tensors, ``seq_lens`` the device tensor
     given, neither read nor copied (no host sync); the split count from the window, or the
     block table's capacity without one. Lengths are the caller's to keep consistent with
     the block table; :func:`plan_decode` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
     options = (window_left, softcap, scale, num_splits, return_lse, hopper, bounds,
-               attention_chunk)
+               attention_chunk, ring_table)
     key = hit = None
     if not isinstance(config, dict) and (sparse is None or type(sparse) is tuple):
         # As extend_plan_for's; the block table's width sets the keys of a full window.
@@ -417,7 +426,8 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                   head_dim_v=v_cache.shape[3], page_size=k_cache.shape[1], window_left=window_left,
                   softcap=softcap, scale=scale, num_splits=num_splits, return_lse=return_lse,
                   kv_dtype=k_cache.dtype, sparse_keys=sparse_keys, max_keys=max_keys, dtype=q.dtype,
-                  device=q.device, bounds=bounds, config=config, attention_chunk=attention_chunk)
+                  device=q.device, bounds=bounds, config=config, attention_chunk=attention_chunk,
+                  ring_table=ring_table)
     if num_kv_heads < 1:
         raise ValueError(f"k_cache must have at least one head, got shape {tuple(k_cache.shape)}")
     plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, **kwargs)

@@ -12,7 +12,7 @@ from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, 
 from ..window import check_chunk, row_key_range
 from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
                       check_new_dtype, check_rank, check_scales, expect_first, remember,
-                      replace_spec, resolve_device, scale_args, to_device)
+                      pages_needed, replace_spec, resolve_device, scale_args, to_device)
 
 
 class ExtendPlan(Plan):
@@ -53,8 +53,9 @@ class ExtendPlan(Plan):
         s = self.spec
         self.num_tokens = cu[-1]
         reads_prefix = s.keys != "new"
-        self._pages_needed = max((-(-p // s.page_size) for p, a, b in zip(prefix, cu, cu[1:])
-                                  if b > a and reads_prefix), default=0)
+        self._pages_needed = pages_needed(
+            [(p, p) for p, a, b in zip(prefix, cu, cu[1:]) if b > a and reads_prefix],
+            s.page_size, (s.window_left, s.attention_chunk) if s.ring else False)
         self._mask_entries = indptr[-1] if indptr is not None else 0
 
     def run(self, q, k, v, k_cache, v_cache, block_table, *, sinks=None, mask=None, k_scale=None,
@@ -408,7 +409,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic, kv_dtype)
         if reason is None and local:
-            reason = "positions run on the Triton kernels"
+            reason = "positions and ring block tables run on the Triton kernels"
         if reason is not None and hopper:
             raise ValueError(f"{'fp8_products' if fp8_products else 'hopper'}=True: the Hopper "
                              f"path cannot take this plan: {reason}")
@@ -467,7 +468,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
                  bounds, config, max_tokens, fp8_products=False, key_ranges=None,
-                 attention_chunk=None, positions=None):
+                 attention_chunk=None, positions=None, ring_table=False):
     """The plan of :func:`plan_extend` and of a one-shot call. ``positions``: the new
     tokens' positions, an int32 device tensor of at least ``max_tokens`` entries (or None:
     after the prefix). ``key_ranges``: ``(key_lo,
@@ -497,7 +498,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products,
-                             local=positions is not None)
+                             local=positions is not None or ring_table)
     if path == "hopper":
         cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
                                 max_tokens, attention_chunk)
@@ -508,7 +509,8 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
         qk_scale=kernel_scale(head_dim ** -0.5 if scale is None else float(scale), softcap),
         keys=keys, return_lse=return_lse, masked=masked, deterministic=deterministic,
         bounds=bounds, kv_dtype=kv_dtype, ranges=key_ranges is not None,
-        attention_chunk=attention_chunk, has_positions=positions is not None)
+        attention_chunk=attention_chunk, has_positions=positions is not None,
+        ring=bool(ring_table))
     host = (cu, prefix, indptr) if cu is not None else None
     return ExtendPlan(spec, path, device, dtype, cu_t, prefix_t, indptr_t, host, max_tokens,
                       key_ranges=key_ranges, positions=positions)
@@ -519,7 +521,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                 scale=None, mask_indptr=None, keys="all", return_lse=False, deterministic=False,
                 kv_dtype=None, block_table=None, num_pages=None, max_tokens=None,
                 dtype=torch.bfloat16, device=None, hopper=None, bounds="tight", config=None,
-                fp8_products=False, attention_chunk=None, positions=None):
+                fp8_products=False, attention_chunk=None, positions=None, ring_table=False):
     """Plan the extend attention of one batch (see :class:`ExtendPlan`).
 
     Args:
@@ -543,6 +545,9 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
             (docs/api.md, "fp8 KV caches"); a ValueError says why a plan cannot take it.
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
+        ring_table: the block tables ``run`` takes are rings: logical page ``i`` at column
+            ``i % width`` (``width`` the table's columns, fixed; swattn.window.ring_width says
+            how many a window and a step's new tokens need). The Triton kernels.
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
         dtype, device: the queries' dtype and device (None: CUDA's current device, or
             without CUDA the CPU under TRITON_INTERPRET=1; a ValueError says what to
@@ -570,7 +575,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
                                         window_left, attention_chunk) // page_size,
                       -(-p // page_size)) if b > a else (0, 0)
                      for p, a, b in zip(prefix, cu, cu[1:])]
-            check_pages_read(block_table, num_pages, reads)
+            check_pages_read(block_table, num_pages, reads, ring=ring_table)
     positions_t = None
     if pos is not None:
         positions_t = torch.zeros(max_tokens, dtype=torch.int32)
@@ -588,7 +593,8 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         window_right=window_right, causal=causal, softcap=softcap, scale=scale, keys=keys,
         return_lse=return_lse, deterministic=deterministic, kv_dtype=kv_dtype, dtype=dtype,
         device=device, hopper=hopper, bounds=bounds, config=config, max_tokens=max_tokens,
-        fp8_products=fp8_products, attention_chunk=attention_chunk, positions=positions_t)
+        fp8_products=fp8_products, attention_chunk=attention_chunk, positions=positions_t,
+        ring_table=ring_table)
 
 
 def _first_cached_key(prefix_len, positions, window_left, attention_chunk):
@@ -663,15 +669,15 @@ def check_one_shot(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_le
 def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens, *,
                     window_left=None, window_right=None, causal=True, softcap=0.0, scale=None,
                     mask_indptr=None, keys="all", return_lse=False, deterministic=False,
-                    attention_chunk=None, positions=None, hopper=None, bounds="tight",
-                    config=None):
+                    attention_chunk=None, positions=None, ring_table=False, hopper=None,
+                    bounds="tight", config=None):
     """The plan of a one-shot call: sizes from the tensors, and the lengths as the device
     tensors given, which it neither reads nor copies (no host sync: the kernels read them
     at launch). Their values are the caller's to keep consistent (as FlashAttention's
     ``cu_seqlens``); :func:`plan_extend` checks them. A Hopper plan falls back to the
     Triton kernel when the copy engine cannot take these tensors' strides."""
     options = (window_left, window_right, causal, softcap, scale, keys, return_lse,
-               deterministic, hopper, bounds, attention_chunk, positions is None)
+               deterministic, hopper, bounds, attention_chunk, positions is None, ring_table)
     key = None
     if not isinstance(config, dict):
         # What the plan's choices depend on: sizes, dtype, device, the options (their types
@@ -721,7 +727,7 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
                   keys=keys, return_lse=return_lse, deterministic=deterministic,
                   kv_dtype=k_cache.dtype, dtype=q.dtype, device=device, bounds=bounds,
                   config=config, max_tokens=None, attention_chunk=attention_chunk,
-                  positions=positions)
+                  positions=positions, ring_table=ring_table)
     if k.shape[1] < 1:
         raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")
     plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,

@@ -80,7 +80,7 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         SKIP=bounds == "skip", SPLIT_FULL=cfg.split_full, UNIFIED=deterministic,
         TMA_NEW=cfg.tma and cfg.split_full, TMA_CACHE=False, desc_kc=None, desc_vc=None,
         k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, RANGES=False,
-        USE_CHUNK=False, HAS_POSITIONS=False)
+        USE_CHUNK=False, HAS_POSITIONS=False, RING=False)
     constexprs.update(flags)
     pointers = dict(_POINTERS)
     if constexprs["HAS_POSITIONS"]:
@@ -147,7 +147,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
                       HAS_SPARSE=False, WRITE_PARTIAL=split, RETURN_LSE=False,
                       TIGHT=bounds == "tight", SKIP=bounds == "skip", CARRY=False,
                       FLAG_UNREAD=False, V_IN_K=False, HEADS_FIRST=False, PDL=False, k_scale=None,
-                      v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False)
+                      v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False,
+                      RING=False)
     pointers = {n: f"*{dtype}" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
     pointers.update({"block_table": "*i32", "seq_lens": "*i32", "Idx": "*i32",
                      "sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
