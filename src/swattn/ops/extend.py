@@ -582,53 +582,67 @@ def _extend_kernel(
     else:
         q_abs = tl.where(m_rows, prefix_len + rows, -1)
 
-    if UNIFIED:
+    if UNIFIED and ROW_RANGES:
+        # (Its own loop, the same as the windowed one below: sharing one loop reorders the
+        # windowed kernel's instructions, whose SASS must stay as it is.)
+        # The single pass under chunked attention or given positions: in tiles aligned to
+        # absolute position 0 as below. Chunked: the rows' ranges over [0, key_end). Given
+        # positions: the cached keys' floor from the rows' ranges over the prefix (a cached
+        # key's position is its index), the new keys walked whole up to the causal end by
+        # index (their positions need not follow their order), every tile masked.
+        key_start = 0 if DO_PREFIX else prefix_len
+        key_end = prefix_len + extend_len if DO_NEW else prefix_len
+        if HAS_POSITIONS:
+            a, b = row_key_range(q_abs, 0, prefix_len, window_left, window_right,
+                                 attention_chunk, USE_WINDOW, USE_CHUNK, False, USE_RIGHT)
+            lo, _, _, _, lowest_key = range_bounds(KeyRange(a, b), m_rows, prefix_len, BLOCK_N,
+                                                   TIGHT, SKIP, True)
+            hi = key_end
+            if IS_CAUSAL and (TIGHT or SKIP):
+                hi = causal_key_end(prefix_len + last_row, key_end)
+            mid_lo = hi
+            mid_hi = hi
+            q_pos = RowPos(tl.where(m_rows, prefix_len + rows, -1), q_abs)
+            q_new = RowPos(q_local, q_abs)
+        else:
+            a, b = row_key_range(q_abs, 0, key_end, window_left, window_right, attention_chunk,
+                                 USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT)
+            q_pos = KeyRange(a, b)
+            lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(
+                q_pos, m_rows, key_end, BLOCK_N, TIGHT, SKIP,
+                USE_MASK or not SPLIT_FULL or not DO_PREFIX)
+            q_new = KeyRange(a - prefix_len, b - prefix_len)
+        if not DO_PREFIX:
+            lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
+        lowest_key = tl.maximum(lowest_key, key_start)
+        for part in tl.static_range(UNIFIED_PARTS):
+            start = lo if part == 0 else (mid_lo if part == 1 else mid_hi)
+            stop = mid_lo if part == 0 else (mid_hi if part == 1 else hi)
+            cached_end = tl.minimum(tl.maximum(prefix_len // BLOCK_N * BLOCK_N, start), stop)
+            new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
+                                              start), stop)
+            m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos,
+                                          lowest_key, seq, cache, rule, lanes, flags, part != 1)
+            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos,
+                                           key_start, key_end, lowest_key, seq, cache, new, rule,
+                                           lanes, flags, part != 1)
+            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i,
+                                       acc, q_new, tl.minimum(lowest_key - prefix_len, 0), seq,
+                                       new, rule, lanes, flags, part != 1)
+    elif UNIFIED:
         # deterministic=True: one pass over the prefix and the new keys together, in tiles
         # aligned to absolute position 0 (window.key_bounds "unified"); keys="prefix"/"new"
         # keep the alignment and mask the other part out.
+        q_pos = tl.where(m_rows, prefix_len + rows, -1)
+        first_q = prefix_len + block_start
         key_start = 0 if DO_PREFIX else prefix_len
         key_end = prefix_len + extend_len if DO_NEW else prefix_len
-        if ROW_RANGES:
-            # Chunked attention: the rows' ranges over [0, key_end). Given positions: the
-            # cached keys' floor from the rows' ranges over the prefix (a cached key's
-            # position is its index), the new keys walked whole up to the causal end by index
-            # (their positions need not follow their order), every tile masked.
-            if HAS_POSITIONS:
-                a, b = row_key_range(q_abs, 0, prefix_len, window_left, window_right,
-                                     attention_chunk, USE_WINDOW, USE_CHUNK, False, USE_RIGHT)
-                lo, _, _, _, lowest_key = range_bounds(KeyRange(a, b), m_rows, prefix_len,
-                                                       BLOCK_N, TIGHT, SKIP, True)
-                hi = key_end
-                if IS_CAUSAL and (TIGHT or SKIP):
-                    hi = causal_key_end(prefix_len + last_row, key_end)
-                mid_lo = hi
-                mid_hi = hi
-                q_pos = RowPos(tl.where(m_rows, prefix_len + rows, -1), q_abs)
-                q_new = RowPos(q_local, q_abs)
-            else:
-                a, b = row_key_range(q_abs, 0, key_end, window_left, window_right,
-                                     attention_chunk, USE_WINDOW, USE_CHUNK, IS_CAUSAL, USE_RIGHT)
-                q_pos = KeyRange(a, b)
-                lo, hi, mid_lo, mid_hi, lowest_key = range_bounds(
-                    q_pos, m_rows, key_end, BLOCK_N, TIGHT, SKIP,
-                    USE_MASK or not SPLIT_FULL or not DO_PREFIX)
-                q_new = KeyRange(a - prefix_len, b - prefix_len)
-            if not DO_PREFIX:
-                lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
-            lowest_key = tl.maximum(lowest_key, key_start)
-            # (the new keys' floor: none under given positions, their order not theirs)
-            new_floor = tl.minimum(lowest_key - prefix_len, 0)
-        else:
-            q_pos = tl.where(m_rows, prefix_len + rows, -1)
-            q_new = q_local
-            first_q = prefix_len + block_start
-            lo, hi = _stage_bounds(first_q, prefix_len + last_row, key_end, rule, flags)
-            if not DO_PREFIX:
-                lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
-            mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, key_end, lo, hi, rule,
-                                         flags, USE_MASK or not SPLIT_FULL or not DO_PREFIX)
-            lowest_key = tl.maximum(first_q - window_left, key_start) if USE_WINDOW else key_start
-            new_floor = lowest_key - prefix_len
+        lo, hi = _stage_bounds(first_q, prefix_len + last_row, key_end, rule, flags)
+        if not DO_PREFIX:
+            lo = tl.maximum(lo, key_start // BLOCK_N * BLOCK_N)
+        mid_lo, mid_hi = _full_range(first_q, prefix_len + last_row, key_end, lo, hi, rule, flags,
+                                     USE_MASK or not SPLIT_FULL or not DO_PREFIX)
+        lowest_key = tl.maximum(first_q - window_left, key_start) if USE_WINDOW else key_start
         # Without mask-free tiles (a custom mask, keys="new") one part: the code of the two
         # empty ones is left out (nine loops with a mask crashed ptxas 12.x for sm_90a).
         for part in tl.static_range(UNIFIED_PARTS):
@@ -642,14 +656,14 @@ def _extend_kernel(
             cached_end = tl.minimum(tl.maximum(prefix_len // BLOCK_N * BLOCK_N, start), stop)
             new_start = tl.minimum(tl.maximum((prefix_len + BLOCK_N - 1) // BLOCK_N * BLOCK_N,
                                               start), stop)
-            m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos,
-                                          lowest_key, seq, cache, rule, lanes, flags, part != 1)
-            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos,
-                                           key_start, key_end, lowest_key, seq, cache, new, rule,
-                                           lanes, flags, part != 1)
-            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i,
-                                       acc, q_new, new_floor, seq, new, rule, lanes, flags,
-                                       part != 1)
+            m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos, lowest_key,
+                                          seq, cache, rule, lanes, flags, part != 1)
+            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos, key_start,
+                                           key_end, lowest_key, seq, cache, new, rule, lanes,
+                                           flags, part != 1)
+            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc,
+                                       q_local, lowest_key - prefix_len, seq, new, rule, lanes,
+                                       flags, part != 1)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
