@@ -497,4 +497,6 @@ class DecodeLaunch:
             pool[0], pool[1], pool[2], pool[3], pool[4], os_[0], os_[1],
             0 if lse is None else lse.stride(0), ps[0], ps[1], ps[2], ps[3], ps[4],
             k_cache.shape[0], pool[5], pool[6],
-            table_keys(block_table, k_cache.shape[1], self.ring), block_table.shape[1]))
+            table_keys(block_table, k_cache.shape[1], self.ring),
+            # (1 for a linear table: Triton takes a 1 as a constant, no argument at all)
+            block_table.shape[1] if self.ring else 1))

@@ -895,7 +895,8 @@ class ExtendLaunch:
             qs[0], qs[1], ks[0], ks[1], vs[0], vs[1], kcs[0], kcs[1], kcs[2], vcs[0], vcs[1],
             vcs[2], block_table.stride(0), os_[0], os_[1], lse_t.stride(0), k_cache.shape[0],
             *launch_extents(num_tokens, block_table, self.page_size, mask, self.ring),
-            block_table.shape[1]))
+            # (1 for a linear table: Triton takes a 1 as a constant, no argument at all)
+            block_table.shape[1] if self.ring else 1))
 
 
 class UncoveredRowsLaunch:

@@ -82,6 +82,8 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
         k_scale=None, v_scale=None, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, RANGES=False,
         USE_CHUNK=False, HAS_POSITIONS=False, RING=False)
     constexprs.update(flags)
+    if not constexprs["RING"]:
+        constexprs["ring"] = 1  # as the launch passes it for a linear table
     pointers = dict(_POINTERS)
     if constexprs["HAS_POSITIONS"]:
         pointers["positions"] = "*i32"
@@ -159,6 +161,8 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
             del constexprs[name]
         constexprs.update(K_SCALE_STRIDE=1, V_SCALE_STRIDE=1)
     constexprs.update(flags)
+    if not constexprs["RING"]:
+        constexprs["ring"] = 1  # as the launch passes it for a linear table
     options = {"num_warps": 4, "num_stages": 2}
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
