@@ -178,27 +178,19 @@ def check_pages_read(block_table, num_pages, reads, ring=False):
         table = torch.tensor(block_table, dtype=torch.int64)
     if table.shape[0] < len(reads):
         raise ValueError(f"block_table has {table.shape[0]} rows, the batch has {len(reads)} sequences")
-    if ring:
-        width = table.shape[1]
-        for b, (first, end) in enumerate(reads):
-            if end - first > width:
-                raise ValueError(f"block_table is a ring of {width} columns; sequence {b} reads "
-                                 f"{end - first} pages at once")
-            for i in range(first, end):
-                entry = int(table[b, i % width])
-                if not 0 <= entry < num_pages:
-                    raise ValueError(f"block_table[{b}, {i % width}] = {entry} (logical page {i} "
-                                     f"of a ring) is read but is not a page of the cache "
-                                     f"[0, {num_pages})")
-        return
+    width = table.shape[1]
     for b, (first, end) in enumerate(reads):
-        if end > table.shape[1]:
-            raise ValueError(f"block_table has {table.shape[1]} pages per sequence; sequence {b} "
+        if ring and end - first > width:
+            raise ValueError(f"block_table is a ring of {width} columns; sequence {b} reads "
+                             f"{end - first} pages at once")
+        if not ring and end > width:
+            raise ValueError(f"block_table has {width} pages per sequence; sequence {b} "
                              f"reads logical page {end - 1}")
-        row = table[b, first:end]
-        bad = ((row < 0) | (row >= num_pages)).nonzero()
+        columns = [i % width for i in range(first, end)] if ring else list(range(first, end))
+        bad = ((table[b, columns] < 0) | (table[b, columns] >= num_pages)).nonzero()
         if len(bad):
-            i = first + int(bad[0])
+            i = columns[int(bad[0])]
+            where = f", logical page {first + int(bad[0])} of a ring" if ring else ""
             raise ValueError(f"block_table[{b}, {i}] = {int(table[b, i])} is read (it holds keys "
-                             f"a query of sequence {b} sees) but is not a page of the cache "
-                             f"[0, {num_pages})")
+                             f"a query of sequence {b} sees{where}) but is not a page of the "
+                             f"cache [0, {num_pages})")
