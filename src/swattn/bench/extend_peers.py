@@ -51,7 +51,7 @@ def _cat(lists, device):
     return torch.cat(lists).to(device=device, dtype=torch.int64)
 
 
-def sglang_extend(inputs, *, layout="window"):
+def sglang_extend(inputs, *, layout="window", verify=None):
     """SGLang ``extend_attention_fwd`` (two-stage, SKIP_TILE) as its Triton backend calls it.
 
     Window layout: ``kv_indices`` lists the last ``W-1`` prefix tokens (``window_kv_indptr``
@@ -59,8 +59,10 @@ def sglang_extend(inputs, *, layout="window"):
     window predicate since queries shift by the same amount). Full layout: the whole prefix
     (what the same kernel gets on a cache hit without the trimming); skipped where it is the
     same list. New tokens come from ``k``/``v``, the prefix from the token pool.
-    """
-    need_cuda(inputs)
+    ``verify``: a target verify's ``(custom mask, mask_indptr, note, reference, computes)``
+    (tree_peers.sglang_verify), the mask replacing causality among the new tokens."""
+    if verify is None:
+        need_cuda(inputs)
     case = inputs.case
     inside = case.window_left is None or all(p <= case.window_left for p, _ in case.seqs)
     if layout == "full" and inside:
@@ -74,17 +76,23 @@ def sglang_extend(inputs, *, layout="window"):
     offsets = torch.tensor(starts, dtype=torch.int32, device=device)
     max_len_extend = max(e for _, e in case.seqs)
     out = empty_out(inputs)
+    mask, mask_indptr, extra_note, reference, computes = verify or (None, None, "", None, None)
 
     def fn():
         mod.extend_attention_fwd(
             inputs.q, inputs.k, inputs.v, out, k_buffer, v_buffer, qo_indptr, kv_indptr,
-            kv_indices, None, True, None, max_len_extend, 1.0, 1.0, sm_scale=softmax_scale(case),
-            logit_cap=0.0, sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
+            kv_indices, mask, True, mask_indptr, max_len_extend, 1.0, 1.0,
+            sm_scale=softmax_scale(case), logit_cap=0.0,
+            sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
             window_kv_offsets=offsets)
 
-    note = f"token pool (page 1), {layout} layout: {sum(len(x) for x in lists)} prefix indices"
-    return Prepared(fn, lambda: out, note, True, poisoner(out),
-                    [kv_indptr, kv_indices, qo_indptr, offsets])
+    note = (f"token pool (page 1), {layout} layout: {sum(len(x) for x in lists)} prefix indices"
+            + extra_note)
+    keep = [kv_indptr, kv_indices, qo_indptr, offsets] + ([] if verify is None else [mask_indptr])
+    if verify is None:
+        return Prepared(fn, lambda: out, note, True, poisoner(out), keep)
+    return Prepared(fn, lambda: out, note, True, poisoner(out), keep, reference=reference,
+                    computes=computes)
 
 
 def sglang_unified(inputs):

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from ..window import to_sglang
 from .decode_inputs import need_device
 from .extend_inputs import reference_first
-from .extend_peers import _SGLANG, _cat, _indptr, _prefix_lists, _token_pool
-from .peers import (Prepared, Skip, compiled_flex, empty_out, import_peer, need_cuda, poisoner,
-                    softmax_scale)
+from .extend_peers import _token_pool, sglang_extend
+from .peers import (Prepared, Skip, compiled_flex, need_cuda, softmax_scale)
 from .workloads import tree_ancestors, tree_depths
 
 # What SGLang's kernel computes on a tree, beside the case's function.
@@ -45,36 +43,11 @@ def sglang_verify(inputs, *, layout="window"):
     the whole prefix. The new tokens come from ``k``/``v``."""
     need_device(inputs)
     _need_tree(inputs)
-    case = inputs.case
-    inside = case.window_left is None or all(p <= case.window_left for p, _ in case.seqs)
-    if layout == "full" and inside:
-        raise Skip("= window layout (every prefix is inside the window)")
-    mod = import_peer(_SGLANG)
-    device = inputs.q.device
-    k_buffer, v_buffer = _token_pool(inputs)
-    lists, starts = _prefix_lists(inputs, layout)
-    kv_indptr, kv_indices = _indptr(lists, device), _cat(lists, device)
-    qo_indptr = inputs.cu_seqlens.to(torch.int64)
-    mask_indptr = inputs.mask_indptr.to(torch.int64)
-    offsets = torch.tensor(starts, dtype=torch.int32, device=device)
-    max_len_extend = max(e for _, e in case.seqs)
-    out = empty_out(inputs)
-
-    def fn():
-        mod.extend_attention_fwd(
-            inputs.q, inputs.k, inputs.v, out, k_buffer, v_buffer, qo_indptr, kv_indptr,
-            kv_indices, inputs.mask, True, mask_indptr, max_len_extend, 1.0, 1.0,
-            sm_scale=softmax_scale(case), logit_cap=0.0,
-            sliding_window_size=to_sglang(case.window_left), sinks=inputs.sinks,
-            window_kv_offsets=offsets)
-
-    note = (f"token pool (page 1), {layout} layout: {sum(len(x) for x in lists)} prefix indices; "
-            f"the tree's custom mask; its {ROW_INDEX_WINDOW}: checked against the reference "
+    note = (f"; the tree's custom mask; its {ROW_INDEX_WINDOW}: checked against the reference "
             "with the window measured so")
-    return Prepared(fn, lambda: out, note, True, poisoner(out),
-                    [kv_indptr, kv_indices, qo_indptr, mask_indptr, offsets],
-                    reference=lambda: reference_first(inputs, positions=False),
-                    computes=ROW_INDEX_WINDOW)
+    return sglang_extend(inputs, layout=layout, verify=(
+        inputs.mask, inputs.mask_indptr.to(torch.int64), note,
+        lambda: reference_first(inputs, positions=False), ROW_INDEX_WINDOW))
 
 
 def tree_mask_mod(prefix, parents, window_left, chunk, device):
