@@ -134,7 +134,7 @@ def _prefill(memory, seq, prompt, step=8):
 
 
 def test_hit_takes_only_the_pages_the_window_reads():
-    memory = _memory()
+    memory = _memory(keep_prompt_ends=True)
     prompt = list(range(30))
     _prefill(memory, "a", prompt)
     memory.release("a")
@@ -146,6 +146,18 @@ def test_hit_takes_only_the_pages_the_window_reads():
     assert held["chunk"] == [6]  # the chunk of position 28 starts at 24
     # The cache kept only the window's tail in the sliding groups.
     assert len(memory.cache.entries["window"]) == 2 and len(memory.cache.entries["full"]) == 7
+
+
+def test_prompt_ends_are_kept_only_when_asked():
+    """Without keep_prompt_ends a repeated prompt is cut short once, then hits."""
+    memory = _memory()
+    prompt = list(range(30))
+    _prefill(memory, "a", prompt)
+    assert len(memory.cache.entries["window"]) == 0 and len(memory.cache.entries["full"]) == 7
+    hit = memory.add("b", prompt)
+    assert (hit.tokens, hit.matched) == (0, 28)
+    _compute(memory, "b", 30)
+    assert memory.add("c", prompt).tokens == 28
 
 
 def test_hit_cut_short_by_the_window_is_counted_and_healed():
@@ -165,7 +177,7 @@ def test_hit_cut_short_by_the_window_is_counted_and_healed():
 
 
 def test_shared_pages_go_back_when_their_last_holder_lets_go():
-    memory = _memory(prefix_cache=True)
+    memory = _memory(keep_prompt_ends=True)
     prompt = list(range(30))
     _prefill(memory, "a", prompt)
     memory.add("b", prompt)

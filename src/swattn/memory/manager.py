@@ -80,11 +80,14 @@ class KVMemory:
         groups: the :class:`LayerGroup` of each pool (names unique).
         schedule: the engine's :class:`Schedule` (step size, drafts, lag).
         prefix_cache: share prompt pages between sequences (:mod:`.prefix`).
+        keep_prompt_ends: the cache also keeps each prompt's window tail at its end, where a
+            chat's next turn hits (else only at boundaries lookups have matched).
         keep_from: ``keep_from(group, committed)``, the first logical page a sequence keeps
             (default :func:`first_page_kept`; the prover plants wrong ones here).
     """
 
-    def __init__(self, groups, schedule, *, prefix_cache=True, keep_from=first_page_kept):
+    def __init__(self, groups, schedule, *, prefix_cache=True, keep_prompt_ends=False,
+                 keep_from=first_page_kept):
         groups = list(groups)
         names = [g.name for g in groups]
         if not groups or len(set(names)) != len(names):
@@ -93,7 +96,8 @@ class KVMemory:
         self.schedule = schedule
         self.keep_from = keep_from
         self.pools = {g.name: PagePool(g.num_pages) for g in groups}
-        self.cache = PrefixCache(groups, self.pools, keep_from) if prefix_cache else None
+        self.cache = (PrefixCache(groups, self.pools, keep_from, keep_prompt_ends)
+                      if prefix_cache else None)
         self.sequences = {}
 
     # -- the sequence's life --------------------------------------------------------------

@@ -9,12 +9,14 @@ what the steps from ``h`` on read: a full group, all its pages below ``h``; a sl
 sliding group's prefix may be gone.
 
 What a sliding group keeps: a sequence offers its committed prompt pages as they fill; a
-full group keeps every one, a sliding group only the tail that a hit at a *boundary*
-needs: the end of the prompt (multi-turn requests and repeats hit there) and every
-boundary a lookup has matched before (the point where requests sharing a system prompt
-part; such a boundary is "hot"). A lookup whose full groups match further than its sliding
-groups' pages reach is cut short to the last boundary they cover; it marks the boundary it
-matched hot, so the sequence, computing those pages again, leaves them for the next one.
+full group keeps every one, a sliding group only the tails that hits at a *boundary* need:
+every boundary a lookup has matched before (where requests sharing a system prompt part;
+such a boundary is "hot") and, with ``keep_prompt_ends``, the end of every prompt (where a
+chat's next turn, or a repeat, hits). A lookup whose full groups match further than its
+sliding groups' pages reach is cut short to the last boundary they cover; it marks the
+boundary it matched hot, so the sequence, computing those pages again, leaves them for the
+next one. Prompt ends cost a window's pages a cached prompt, held whether or not a later
+request comes: worth it for chats, not for independent requests (the demo's).
 
 Pages only the cache holds are evicted least recently used first when a pool runs short;
 a hit touches its full pages deepest first, so a chain loses its tail before its head.
@@ -70,8 +72,9 @@ class CacheStats:
 class PrefixCache:
     """Cached prompt pages of every group (each entry holds one reference to its page)."""
 
-    def __init__(self, groups, pools, keep_from=first_page_kept):
+    def __init__(self, groups, pools, keep_from=first_page_kept, keep_prompt_ends=False):
         self.groups = {g.name: g for g in groups}
+        self.keep_prompt_ends = keep_prompt_ends
         self.pools = pools
         self.keep_from = keep_from
         self.grain = math.lcm(*(g.page_size for g in groups))
@@ -138,12 +141,14 @@ class PrefixCache:
     # -- insert ---------------------------------------------------------------------------
     def kept_tails(self, group, keys):
         """The logical pages of ``group`` a prompt's offer leaves in the cache: every page
-        (full attention), or the union of the tails of its boundaries (the prompt's end and
-        every hot boundary within it)."""
+        (full attention), or the union of the tails of its boundaries (every hot boundary
+        within it, and with ``keep_prompt_ends`` its end)."""
         if not group.slides:
             return None
-        ends = {keys.length // self.grain * self.grain,
-                max(keys.length - 1, 0) // self.grain * self.grain}
+        ends = set()
+        if self.keep_prompt_ends:
+            ends = {keys.length // self.grain * self.grain,
+                    max(keys.length - 1, 0) // self.grain * self.grain}
         ends.update((i + 1) * self.grain for i, name in enumerate(keys.boundaries)
                     if name in self.hot)
         kept = set()

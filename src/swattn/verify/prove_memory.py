@@ -173,7 +173,7 @@ def prove_config(window, page_size, prefill_step, drafts, lag, start, tilings,
     pages = 4 * (total // page_size + 2)
     group = LayerGroup("sliding", page_size, pages, window_left, chunk)
     memory = KVMemory([group, LayerGroup("full", page_size, pages)], schedule,
-                      keep_from=keep_from)
+                      keep_prompt_ends=True, keep_from=keep_from)
     width = ring_width(group, schedule)
     prompt = list(range(1, prompt_len + 1))
     if start == "hit":  # another sequence computes the prompt first and leaves its pages
