@@ -213,6 +213,9 @@ register(from_module("verify", "bit-identity matrix of the bounds variants, agai
                      "swattn.verify.cli"))
 register(Command("bench", "time the kernels and the peers on the named workloads (GPU)",
                  forward="swattn.bench.cli:main"))
+register(from_module("memory-sim", "KV pages of a trace at real model shapes: swattn.memory "
+                     "against vLLM's, SGLang's and a window-unaware cache's policies",
+                     "swattn.memory.sim"))
 
 
 # --------------------------------------------------------------------------------------

@@ -126,9 +126,10 @@ class KVMemory:
         speculative). Raises :class:`OutOfPages` (nothing allocated) when a pool is short."""
         return self.reserve_batch([(seq_id, num_tokens, drafts)])[0]
 
-    def reserve_batch(self, steps):
+    def reserve_batch(self, steps, slots=True):
         """:meth:`reserve` for ``(seq_id, num_tokens, drafts)`` triples, all or none: when
-        any group is short for the batch, :class:`OutOfPages` and nothing changes."""
+        any group is short for the batch, :class:`OutOfPages` and nothing changes.
+        ``slots=False`` leaves the reservations' slots empty (a simulation counts pages)."""
         plans = []
         need = dict.fromkeys(self.groups, 0)
         ends, opened = {}, {}
@@ -163,9 +164,9 @@ class KVMemory:
         out = []
         for seq_id, seq, start, num_tokens, drafts in plans:
             seq.steps.append((num_tokens, drafts))
-            slots = {name: self._slots(seq, group, range(start, start + num_tokens))
-                     for name, group in self.groups.items()}
-            out.append(Reservation(seq_id, start, num_tokens, drafts, slots))
+            where = {name: self._slots(seq, group, range(start, start + num_tokens))
+                     for name, group in self.groups.items()} if slots else {}
+            out.append(Reservation(seq_id, start, num_tokens, drafts, where))
         return out
 
     def commit(self, seq_id, accepted=None):
@@ -268,7 +269,9 @@ class KVMemory:
         """Pages held in a group: by the pool's every holder, or by one sequence."""
         if seq_id is None:
             return self.pools[group_name].held
-        return sum(1 for page in self._get(seq_id).pages[group_name] if page >= 0)
+        seq = self._get(seq_id)
+        pages = seq.pages[group_name]
+        return sum(1 for j in range(seq.first_held[group_name], len(pages)) if pages[j] >= 0)
 
     def take_freed(self):
         """``{group: [pages]}`` given back since the last call (the tests poison them)."""
