@@ -239,3 +239,24 @@ def test_copy_is_independent():
     other.reserve("a", 8)
     assert memory.committed("a") == 0 and memory.pools["full"].held == 2
     assert other.committed("a") == 8 and other.pools["full"].held == 4
+
+
+@pytest.mark.gpu
+def test_device_tables_on_cuda_follow_every_update():
+    """Two updates queued back to back (a step planned while one runs): each staged copy
+    lands, in stream order, and the device table ends with the last rows."""
+    memory = _memory()
+    for seq in ("a", "b"):
+        memory.add(seq)
+        memory.reserve(seq, 8)
+        memory.commit(seq)
+    tables = BlockTables(memory, "window", max_batch=2, max_pages=16, device="cuda")
+    pointer = tables.table.data_ptr()
+    seen = []
+    for order in (["a", "b"], ["b"], ["b", "a"]):
+        tables.update(order)
+        seen.append(tables.table.clone())
+    torch.cuda.synchronize()
+    want = [[memory.linear_row("window", s, 16) for s in order] + [[-1] * 16] * (2 - len(order))
+            for order in (["a", "b"], ["b"], ["b", "a"])]
+    assert [t.tolist() for t in seen] == want and tables.table.data_ptr() == pointer

@@ -29,10 +29,17 @@ class BlockTables:
         width = memory.ring_width(group) if layout == "ring" else max_pages
         self.width = width
         device = torch.device(device)
-        # The host rows are staged in pinned memory on CUDA so the copy is asynchronous.
-        self.host = torch.full((max_batch, width), -1, dtype=torch.int32,
-                               pin_memory=device.type == "cuda")
-        self.table = self.host if device.type == "cpu" else self.host.to(device)
+        cuda = device.type == "cuda"
+        # On CUDA the rows are staged in pinned host memory and copied asynchronously, in
+        # stream order (a step still running reads the old rows). Two staging buffers, each
+        # rewritten only once its last copy has run: with a step planned while another runs,
+        # the next update must not overwrite rows a queued copy has yet to read.
+        self._staging = [torch.full((max_batch, width), -1, dtype=torch.int32, pin_memory=cuda)
+                         for _ in range(2 if cuda else 1)]
+        self._copied = [None] * len(self._staging)
+        self._next = 0
+        self.host = self._staging[0]
+        self.table = self.host if not cuda else self.host.to(device)
 
     def rows(self, seq_ids):
         """The rows of ``seq_ids`` as lists, in the table's layout."""
@@ -44,14 +51,21 @@ class BlockTables:
         """Write the rows of ``seq_ids`` (row ``b`` is ``seq_ids[b]``) into :attr:`table` in
         place, -1 below them; returns the host copy of the batch's rows (a plan checks the
         entries its queries read there)."""
-        if len(seq_ids) > self.host.shape[0]:
+        if len(seq_ids) > self.table.shape[0]:
             raise ValueError(f"a batch of {len(seq_ids)} sequences: the table holds "
-                             f"{self.host.shape[0]}")
+                             f"{self.table.shape[0]}")
+        i = self._next
+        self._next = (i + 1) % len(self._staging)
+        if self._copied[i] is not None:
+            self._copied[i].synchronize()
+        self.host = self._staging[i]
         self.host.fill_(-1)
         if seq_ids:
             self.host[:len(seq_ids)] = torch.tensor(self.rows(seq_ids), dtype=torch.int32)
         if self.table is not self.host:
             self.table.copy_(self.host, non_blocking=True)
+            self._copied[i] = torch.cuda.Event()
+            self._copied[i].record()
         return self.host[:len(seq_ids)]
 
 
