@@ -177,7 +177,9 @@ def test_python_dash_m_swattn_tiles_json():
 
 
 MODULES = ["tiles.py", "cli.py", "__main__.py", "verify/__init__.py", "verify/prove.py",
-           "verify/blocks.py"]
+           "verify/blocks.py", "verify/prove_memory.py", "memory/__init__.py",
+           "memory/groups.py", "memory/pool.py", "memory/prefix.py", "memory/manager.py",
+           "memory/models.py", "memory/policies.py", "memory/sim.py"]
 
 
 @pytest.mark.parametrize("module", MODULES)

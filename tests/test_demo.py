@@ -50,15 +50,55 @@ def test_engine_pages_and_prefix_cache():
     engine, _requests, done = _engine_run(2, 8)
     assert sorted(done) == [0, 1] and all(len(t) == 8 for t in done.values())
     s = engine.stats
-    assert s["cached_tokens"] > 0  # request 1 shares request 0's system prompt
+    # Request 1 shares request 0's system prompt: its full pages are cached, but request 0's
+    # window passed the boundary before anyone asked, so the window cut the hit short.
+    cache = engine.memory.cache.stats
+    assert cache.lookups == 2 and cache.cut_short == 1
     assert s["window_pages_dropped"] > 0
-    assert engine.pools["window"].peak <= engine.pools["full"].peak
+    pools = engine.memory.pools
+    assert pools["window"].peak < pools["full"].peak
+    assert max(engine.pages_over_time["window"]) == pools["window"].peak
     assert s["tiles"] < s["tiles_unbounded"]
     # Every page is back: the sequences released theirs; the prefix cache holds the rest.
-    held = {kind: sum(1 for r in pool.refs if r) for kind, pool in engine.pools.items()}
-    cached = {kind: sum(1 for e in engine.prefix.entries.values() if e[kind] is not None)
-              for kind in engine.pools}
+    held = {kind: pool.held for kind, pool in pools.items()}
+    cached = {kind: len(entries) for kind, entries in engine.memory.cache.entries.items()}
     assert held == cached
+
+
+def test_demo_schedule_holds_under_half_the_window_unaware_pages():
+    """The demo's requests and schedule at its cpu size, pages only (no model): the window
+    layers' peak stays under half of a window-unaware cache's (the full layers' peak), and
+    the system prompt is served from the cache once a lookup has marked its boundary."""
+    from swattn.demo import SIZES
+    from swattn.demo.engine import KINDS, Engine, Sequence
+    from swattn.demo.main import make_requests
+    from swattn.memory import KVMemory, LayerGroup, Schedule
+    size = SIZES["cpu"]
+    memory = KVMemory([LayerGroup(kind, size["page"], 256, size["window"] - 1 if kind ==
+                                  "window" else None) for kind in KINDS],
+                      Schedule(size["budget"]))
+    scheduler = type("Scheduler", (), {"token_budget": size["budget"]})()
+    pending = sorted(make_requests(size, size["requests"], 1), key=lambda r: r.arrival)
+    running, peaks, step = [], {kind: 0 for kind in KINDS}, 0
+    while pending or running:
+        while pending and pending[0].arrival <= step:
+            seq = Sequence(pending.pop(0), [])
+            seq.computed = memory.add(seq.req.rid, seq.req.prompt).tokens
+            running.append(seq)
+        batch = Engine._schedule(scheduler, running)
+        memory.reserve_batch([(seq.req.rid, n, 0) for seq, n in batch])
+        peaks = {kind: max(peaks[kind], memory.held(kind)) for kind in KINDS}
+        for seq, n in batch:
+            memory.commit(seq.req.rid)
+            seq.computed += n
+            if not seq.prefilling:
+                seq.generated.append(0)
+            if len(seq.generated) >= seq.req.max_new:
+                memory.release(seq.req.rid)
+                running.remove(seq)
+        step += 1
+    assert peaks["window"] < peaks["full"] / 2
+    assert memory.cache.stats.hits >= 2 and memory.cache.stats.cut_short >= 1
 
 
 def test_engine_keeps_the_full_layers_cache_in_fp8():

@@ -77,6 +77,8 @@ def from_module(name, help, module):
 def _add_prove_arguments(parser):
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     parser.add_argument("--quick", action="store_true", help="a small grid (a couple of seconds)")
+    parser.add_argument("--no-schedule", action="store_true",
+                        help="prove the kernels' bounds only, not swattn.memory's free schedule")
 
 
 register(from_module(
@@ -84,7 +86,8 @@ register(from_module(
     "transformers (the main job)", "swattn.demo"))
 
 register(Command(
-    "prove", "prove the key-tile bounds exhaustively against the mask (exit 1 on a violation)",
+    "prove", "prove the key-tile bounds exhaustively against the mask, and the memory "
+    "schedule against the bounds (exit 1 on a violation)",
     _add_prove_arguments, lazy("swattn.verify.prove:run")))
 
 
@@ -210,6 +213,9 @@ register(from_module("verify", "bit-identity matrix of the bounds variants, agai
                      "swattn.verify.cli"))
 register(Command("bench", "time the kernels and the peers on the named workloads (GPU)",
                  forward="swattn.bench.cli:main"))
+register(from_module("memory-sim", "KV pages of a trace at real model shapes: swattn.memory "
+                     "against vLLM's, SGLang's and a window-unaware cache's policies",
+                     "swattn.memory.sim"))
 
 
 # --------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ def add_arguments(parser):
                         help="skip the comparison with transformers' eager generation")
     parser.add_argument("--no-baselines", action="store_true",
                         help="on a GPU, skip timing transformers' eager and SDPA generation")
+    parser.add_argument("--plot", metavar="FILE", default=None,
+                        help="write a plot of the pages held per step to FILE (matplotlib)")
     parser.add_argument("--full-kv", choices=sorted(FULL_KV), default=None,
                         help="keep the full layers' KV cache in fp8 (scale 1), the window layers "
                              "in the model's dtype; the check then shows what fp8 changes and "

@@ -198,6 +198,10 @@ def main(args):
                 continue
             rows[f"{impl}, one padded batch"] = {"seconds": seconds}
     print(summary(engine, requests, rows, checks, longest))
+    if getattr(args, "plot", None):
+        from .report import plot_pages
+        plot_pages(engine, args.plot)
+        print(f"pages over time: {args.plot}")
     if full_kv_dtype is not None:
         return 0  # fp8 moves the attention: the check reports how far, it decides nothing
     exact = [c for label, c in checks if label.startswith("float32")]

@@ -62,11 +62,7 @@ def _rows(engine, requests, rows, checks, longest):
         else:
             sec = row["seconds"]
             out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} tokens/s"))
-    full, window = engine.pools["full"].peak, engine.pools["window"].peak
-    saved = 1 - window / full if full else 0.0
-    out.append(("pages held (peak)", f"full layers {full}, window layers {window}; a window-"
-                                     f"unaware cache holds {full} in the window layers "
-                                     f"({saved:.0%} saved there)"))
+    out += page_rows(engine)
     if engine.kv_dtypes["full"] != engine.dtype:
         held = sum(c.numel() * c.element_size() for pair in engine.caches for c in pair)
         size = torch.empty((), dtype=engine.dtype).element_size()
@@ -85,6 +81,50 @@ def _rows(engine, requests, rows, checks, longest):
                     f"{same} of {total} requests identical; {prefix} of {tokens} generated "
                     f"tokens before a request's first difference{note}"))
     return out
+
+
+def page_rows(engine):
+    """The pages rows: each group's peak and mean over the steps, against a window-unaware
+    cache (which holds in the window layers what the full layers hold), and the prefix
+    cache's hits, those the window cut short included."""
+    over_time = engine.pages_over_time
+    full, window = max(over_time["full"], default=0), max(over_time["window"], default=0)
+    mean = {kind: sum(v) / max(len(v), 1) for kind, v in over_time.items()}
+    share = window / full if full else 0.0
+    cache = engine.memory.cache.stats
+    return [
+        ("pages held (peak)", (f"full layers {full}, window layers {window}; a window-unaware "
+                               f"cache holds {full} in the window layers ({share:.0%} of it)")),
+        ("pages held (mean a step)", (f"full layers {mean['full']:.1f}, window layers "
+                                      f"{mean['window']:.1f} (a window-unaware cache "
+                                      f"{mean['full']:.1f})")),
+        ("window pages freed", (f"{engine.memory.pools['window'].frees} as the window slid "
+                                f"past them")),
+        ("prefix-cache hits", (f"{cache.hits} of {cache.lookups} lookups, {cache.hit_tokens} "
+                               f"tokens; {cache.cut_short} cut short by the window "
+                               f"({cache.tokens_cut} tokens)")),
+    ]
+
+
+def plot_pages(engine, path):
+    """Pages held per step, each layer kind against a window-unaware cache, to ``path``
+    (matplotlib, the ``bench`` extra)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    over_time = engine.pages_over_time
+    steps = range(len(over_time["full"]))
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    axes.plot(steps, over_time["full"], label="full layers (= a window-unaware cache's "
+                                              "window layers)")
+    axes.plot(steps, over_time["window"], label="window layers (swattn.memory)")
+    axes.set_xlabel("step")
+    axes.set_ylabel("pages held")
+    axes.set_title("swattn demo: KV pages held per layer kind")
+    axes.legend(loc="upper left", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def summary(engine, requests, rows, checks, longest):

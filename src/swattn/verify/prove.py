@@ -452,11 +452,32 @@ def format_report(result):
     return "\n".join(lines)
 
 
-def run(args, *, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds):
-    """The ``swattn prove`` command (arguments ``json``, ``quick``; see :mod:`swattn.cli`):
-    print the report, return the exit status (0 proved; 1 on any violation, loose floor
-    or bad bound)."""
+def run(args, *, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds, keep_from=None):
+    """The ``swattn prove`` command (arguments ``json``, ``quick``, ``no_schedule``; see
+    :mod:`swattn.cli`): print the report, return the exit status (0 proved; 1 on any
+    violation, loose floor or bad bound, or a page the memory schedule frees early or holds
+    late). ``keep_from``: the memory manager's free rule under test (default its own)."""
     grid = QUICK_GRID if args.quick else DEFAULT_GRID
     result = prove(grid, bounds_fn, decode_bounds_fn)
-    print(json.dumps(result) if args.json else format_report(result))
+    report = None
+    if not getattr(args, "no_schedule", False):
+        from ..memory import first_page_kept
+        from .prove_memory import (
+            DEFAULT_MEMORY_GRID,
+            QUICK_MEMORY_GRID,
+            format_memory_report,
+            prove_memory,
+        )
+        schedule = prove_memory(QUICK_MEMORY_GRID if args.quick else DEFAULT_MEMORY_GRID,
+                                keep_from or first_page_kept)
+        result["schedule"] = schedule
+        result["ok"] = result["ok"] and schedule["ok"]
+        verdict = "PROVED" if schedule["ok"] else "FAILED"
+        report = (format_memory_report(schedule)
+                  + f"\n{verdict}: {schedule['violations']:,} pages freed before a step that "
+                  f"reads them, {schedule['late']:,} held with no step to read them")
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(format_report(result) + ("" if report is None else "\n" + report))
     return 0 if result["ok"] else 1
