@@ -108,7 +108,8 @@ def run_trace(seed, lag, requests=7, pages=14, max_drafts=2, step_tokens=6,
     widths = {g.name: -(-LONGEST // g.page_size) for g in groups}
     pending = _requests(rng, requests)
     running, finished = [], []
-    stats = {"steps": 0, "launches": 0, "mismatches": 0, "ring_misses": 0, "refused": 0,
+    stats = {"steps": 0, "launches": 0, "mismatches": 0, "ring_misses": 0, "ring_mismatches": 0,
+             "refused": 0,
              "preempted": 0, "hit_tokens": 0, "drafts_rejected": 0}
 
     def poison():
@@ -231,6 +232,20 @@ def _run_step(batch, memory, model, caches, widths, groups, pages, rng, stats):
             decoded = swattn.plan_decode(lens, **{**sizes, "block_table": table[singles]}).run(
                 q.float()[[cu[b] for b in singles]], k_cache, v_cache, table[singles])
         stats["launches"] += 2 + bool(singles)
+        if group.slides:
+            # The same step through the ring block table (ring_table=True): the same bits.
+            ring = torch.tensor([memory.ring_row(name, req.rid) for req in batch],
+                                dtype=torch.int32)
+            ring_sizes = {**sizes, "block_table": ring, "ring_table": True}
+            same = torch.equal(swattn.plan_extend(cu, starts, **ring_sizes).run(
+                q.float(), k, v, k_cache, v_cache, ring), out)
+            if singles:
+                same &= torch.equal(swattn.plan_decode(
+                    lens, **{**ring_sizes, "block_table": ring[singles]}).run(
+                    q.float()[[cu[b] for b in singles]], k_cache, v_cache, ring[singles]),
+                    decoded)
+            stats["ring_mismatches"] += int(not same)
+            stats["launches"] += 1 + bool(singles)
         for b, (req, start) in enumerate(zip(batch, starts)):
             history_k, history_v = model.kv(name, req.tokens[:start], list(range(start)))
             want, want_decode = _reference(group, q[cu[b]:cu[b + 1]], ks[b], vs[b],
@@ -251,6 +266,7 @@ def test_random_trace_matches_the_reference(lag, seed):
     stats = run_trace(seed + 11 * lag, lag)
     print(f"\nlag {lag}: {stats}")
     assert stats["mismatches"] == 0 and stats["ring_misses"] == 0
+    assert stats["ring_mismatches"] == 0  # the kernels over ring tables: the linear bits
     assert stats["finished"] == 7 and stats["steps"] > 10
     # The trace exercised what it is for: pages freed, poisoned and handed on; prompts
     # served from the cache; drafts rolled back; a reservation refused on a full pool.

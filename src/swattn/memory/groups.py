@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import window
 from ..window import check_chunk, check_window, decode_bounds
 
 
@@ -124,8 +125,7 @@ def ring_width(group, schedule):
     ``None`` for full attention (it has no ring)."""
     if group.reach is None:
         return None
-    size = group.page_size
-    return (group.reach + 1 + schedule.open_tokens + size - 1) // size + 1
+    return window.ring_width(group.reach, schedule.open_tokens, group.page_size)
 
 
 def pages_for(tokens, page_size):
