@@ -67,3 +67,37 @@ def test_plans_check_a_ring_table():
         swattn.plan_decode([40], block_table=[[0, 1, -1, 3, 4]], **kw)
     plan = swattn.plan_extend([0, 5], [40], **kw, block_table=[[0, 1, 2, 3, 4]])
     assert plan.path == "triton"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["hopper-extend", "hopper-decode", "latent-decode"])
+def test_gpu_gluon_paths_take_a_ring(path):
+    """The Gluon paths (sm_90) over a ring table: the linear table's bits."""
+    if path == "hopper-extend":
+        case = ExtendCase([3000, 70], [700, 300], num_q_heads=16, num_kv_heads=2, head_dim=128,
+                          head_dim_v=128, page_size=16, window_left=1000, dtype=torch.bfloat16,
+                          seed=53)
+        tensors = build_extend(case, "cuda")
+        width = window.ring_width(1000, 700, 16)
+        firsts = [window.decode_bounds(p + 1, 1000)[0] // 16 for p in case.prefix_lens]
+        ends = [-(-p // 16) for p in case.prefix_lens]
+        ring = _ring(tensors[5].cpu(), width, firsts, ends)
+        linear = run_extend(*tensors, window_left=1000, hopper=True)
+        got = run_extend(*tensors[:5], ring, *tensors[6:], window_left=1000, hopper=True,
+                         ring_table=True)
+    else:
+        latent = path == "latent-decode"
+        case = DecodeCase([5000, 1, 2100], num_q_heads=64 if latent else 16,
+                          num_kv_heads=1 if latent else 4, head_dim=576 if latent else 128,
+                          head_dim_v=512 if latent else 128, page_size=16, window_left=2047,
+                          dtype=torch.bfloat16, seed=54)
+        q, k_cache, v_cache, table, seq_lens = build_decode(case, "cuda")
+        if latent:
+            v_cache = k_cache[..., :512]
+        width = window.ring_width(2047, 1, 16)
+        firsts = [window.decode_bounds(s, 2047)[0] // 16 for s in case.seq_lens]
+        ends = [-(-s // 16) for s in case.seq_lens]
+        ring = _ring(table.cpu(), width, firsts, ends)
+        linear = run_decode(q, k_cache, v_cache, table, seq_lens, window_left=2047)
+        got = run_decode(q, k_cache, v_cache, ring, seq_lens, window_left=2047, ring_table=True)
+    assert torch.equal(got, linear)

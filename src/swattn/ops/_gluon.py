@@ -17,7 +17,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .. import window
 from ._common import (MAX_POSITION, compile_bound, larger_source, maximum_source,
                       minimum_source, new_lengths_source, range_bounds_source, range_keep_source,
-                      tanh_source, visible_source)
+                      table_column_source, tanh_source, visible_source)
 from ._tma import row_descriptor
 from ._validate import FP8_DTYPES
 
@@ -61,6 +61,8 @@ for _name in ("extend_seq_ok", "decode_seq_ok"):
     _GLUON_NAMES[_name] = compile_bound(getattr(window, _name), gluon.jit, _GLUON_NAMES)
 _GLUON_NAMES["larger"] = compile_bound(larger_source, gluon.jit, _GLUON_NAMES)
 new_lengths = compile_bound(new_lengths_source, gluon.jit, _GLUON_NAMES)
+_GLUON_NAMES["ring_column"] = compile_bound(window.ring_column, gluon.jit, _GLUON_NAMES)
+table_column = compile_bound(table_column_source, gluon.jit, _GLUON_NAMES)
 # window.row_key_range for a vector of rows (as _common's): max and min elementwise.
 _ROW_NAMES = {**_GLUON_NAMES, "max": compile_bound(maximum_source, gluon.jit, _GLUON_NAMES),
               "min": compile_bound(minimum_source, gluon.jit, _GLUON_NAMES)}
@@ -115,33 +117,42 @@ def weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags, MASKED: gl.constexp
 
 @gluon.jit
 def _page_entry(bt_row, start, key_end, lowest, ok, num_pages, K: gl.constexpr,
-                PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr):
+                PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, ring, RING: gl.constexpr):
     """Copy ``K`` of a cache tile (:func:`tile_pages`): its block-table entry (-1 where not
     loaded) and whether it is issued."""
     v = ok & (start + K * PR < key_end) & (start + (K + 1) * PR > lowest) & (NP > K)
-    page = gl.load(bt_row + (start + K * PR) // PAGE, mask=v, other=-1)
+    page = gl.load(bt_row + table_column((start + K * PR) // PAGE, ring, RING), mask=v, other=-1)
     return page, (page >= 0) & (page < num_pages)
 
 
 @gluon.jit
 def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-                NP: gl.constexpr):
+                NP: gl.constexpr, ring=1, RING: gl.constexpr = False):
     """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
     of a page larger than the tile; NP at most 8) and which copies are issued: those
     holding a key in [lowest, key_end) whose entry is a page of the cache (``[0, oob_row /
     PAGE)``; a bad entry's copy is left out, so its keys read as the K descriptor's NaN
     padding). ``ok``: the tile is a cache tile that will be loaded. Entries past NP are
-    never loaded (their masks fold to false)."""
+    never loaded (their masks fold to false). ``RING``: a ring block table of ``ring``
+    columns (_common.table_column)."""
     gl.static_assert(NP <= 8, "a tile takes at most 8 page copies")
     n = oob_row // PAGE
-    p0, g0 = _page_entry(bt_row, start, key_end, lowest, ok, n, 0, PAGE, PR, NP)
-    p1, g1 = _page_entry(bt_row, start, key_end, lowest, ok, n, 1, PAGE, PR, NP)
-    p2, g2 = _page_entry(bt_row, start, key_end, lowest, ok, n, 2, PAGE, PR, NP)
-    p3, g3 = _page_entry(bt_row, start, key_end, lowest, ok, n, 3, PAGE, PR, NP)
-    p4, g4 = _page_entry(bt_row, start, key_end, lowest, ok, n, 4, PAGE, PR, NP)
-    p5, g5 = _page_entry(bt_row, start, key_end, lowest, ok, n, 5, PAGE, PR, NP)
-    p6, g6 = _page_entry(bt_row, start, key_end, lowest, ok, n, 6, PAGE, PR, NP)
-    p7, g7 = _page_entry(bt_row, start, key_end, lowest, ok, n, 7, PAGE, PR, NP)
+    p0, g0 = _page_entry(bt_row, start, key_end, lowest, ok, n, 0, PAGE, PR, NP, ring,
+                          RING)
+    p1, g1 = _page_entry(bt_row, start, key_end, lowest, ok, n, 1, PAGE, PR, NP, ring,
+                          RING)
+    p2, g2 = _page_entry(bt_row, start, key_end, lowest, ok, n, 2, PAGE, PR, NP, ring,
+                          RING)
+    p3, g3 = _page_entry(bt_row, start, key_end, lowest, ok, n, 3, PAGE, PR, NP, ring,
+                          RING)
+    p4, g4 = _page_entry(bt_row, start, key_end, lowest, ok, n, 4, PAGE, PR, NP, ring,
+                          RING)
+    p5, g5 = _page_entry(bt_row, start, key_end, lowest, ok, n, 5, PAGE, PR, NP, ring,
+                          RING)
+    p6, g6 = _page_entry(bt_row, start, key_end, lowest, ok, n, 6, PAGE, PR, NP, ring,
+                          RING)
+    p7, g7 = _page_entry(bt_row, start, key_end, lowest, ok, n, 7, PAGE, PR, NP, ring,
+                          RING)
     return (p0, p1, p2, p3, p4, p5, p6, p7), (g0, g1, g2, g3, g4, g5, g6, g7)
 
 

@@ -97,7 +97,7 @@ split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
                          "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
                          "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT "
-                         "USE_CHUNK")  # constexprs
+                         "USE_CHUNK RING")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
 # barriers on which a stage is released to the producer.
 DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
@@ -118,7 +118,7 @@ Split = namedtuple("Split", "i_seq i_kvh i_hb i_split seq_len lo t_start t_stop 
 # scales (each item loads its own query rows).
 Work = namedtuple("Work", "first stride num_items num_kv_heads i_split num_splits window_left "
                   "seq_lens block_table stride_bt Q stride_qb stride_qh k_scale cached_keys "
-                  "chunk")
+                  "chunk ring_width")
 
 
 @gluon.jit
@@ -551,7 +551,7 @@ def finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
 def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                    seq_len, lo, t_start, t_stop, col, oob_row, i, PAGE: gl.constexpr,
                    PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr, SKIP: gl.constexpr):
+                   STAGES: gl.constexpr, SKIP: gl.constexpr, ring_width, RING: gl.constexpr):
     """The producer warp over one work item's tiles, the ring's ``i``-th first: for the
     i-th tile with work (:func:`_has_work`), its block-table entries, then its K and V page
     copies into stage i % STAGES once the warpgroup has released that stage's previous tile
@@ -563,7 +563,8 @@ def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
-            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP)
+            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP,
+                                      ring_width, RING)
             mbarrier.wait(empty.index(st), free)
             issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
                    col, pages, valid, oob_row, PAGE, PR, NP, BN, D, poison)
@@ -577,12 +578,12 @@ def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
 def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len,
              lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
              NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
-             SKIP: gl.constexpr):
+             SKIP: gl.constexpr, ring_width, RING: gl.constexpr):
     """The producer warp over a 16-bit cache: the program's one work item
     (:func:`_produce_tiles`)."""
     _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                    uniform(seq_len), uniform(lo), uniform(t_start), uniform(t_stop), col,
-                   oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP)
+                   oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP, ring_width, RING)
 
 
 @gluon.jit
@@ -600,7 +601,7 @@ def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
             i = _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
                                bt_row, split.seq_len, split.lo, split.t_start, split.t_stop,
                                split.i_kvh * flags.D, oob_row, i, PAGE, PR, NP, flags.BN,
-                               flags.D, flags.STAGES, flags.SKIP)
+                               flags.D, flags.STAGES, flags.SKIP, work.ring_width, flags.RING)
 
 
 @gluon.jit
@@ -608,14 +609,14 @@ def _hopper_decode_kernel(
     kc_desc, vc_desc, poison, Q, block_table, seq_lens, sinks, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_bt, stride_ob, stride_oh, stride_lb,
     stride_pb, stride_ph, stride_ps, stride_plb, stride_plh, num_kv_heads, num_splits, oob_row,
-    qk_scale, softcap, window_left, num_items, cached_keys, attention_chunk,
+    qk_scale, softcap, window_left, num_items, cached_keys, attention_chunk, ring_width,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, Q_LAYOUT: gl.constexpr, USE_WINDOW: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, PDL: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
     K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, ITEMS: gl.constexpr,
-    USE_CHUNK: gl.constexpr,
+    USE_CHUNK: gl.constexpr, RING: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -638,12 +639,12 @@ def _hopper_decode_kernel(
     flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
                                       HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
                                       FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
-                                      TIGHT, USE_CHUNK)
+                                      TIGHT, USE_CHUNK, RING)
     # What each work item is found from (over an fp8 cache each partition finds each of its
     # items' sequence, bounds and query rows).
     work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
                 num_splits, window_left, seq_lens, block_table, stride_bt, Q, stride_qb,
-                stride_qh, k_scale, cached_keys, attention_chunk)
+                stride_qh, k_scale, cached_keys, attention_chunk, ring_width)
     if not FP8:
         # The program's one work item, and its query rows (zero past the group) in shared
         # memory for the products.
@@ -683,7 +684,7 @@ def _hopper_decode_kernel(
                         flags)),
             (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                         split.seq_len, split.lo, split.t_start, split.t_stop, split.i_kvh * D,
-                        oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP)),
+                        oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP, ring_width, RING)),
         ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
@@ -783,7 +784,7 @@ _TENSORS = ("kc_desc", "vc_desc", "poison", "Q", "block_table", "seq_lens", "sin
             "Part_o", "Part_lse", "k_scale", "v_scale")
 _INTS = ("stride_qb", "stride_qh", "stride_bt", "stride_ob", "stride_oh", "stride_lb", "stride_pb",
          "stride_ph", "stride_ps", "stride_plb", "stride_plh", "oob_row", "num_items",
-         "cached_keys")
+         "cached_keys", "ring_width")
 
 
 @functools.lru_cache(maxsize=64)
@@ -804,7 +805,7 @@ def _launcher(spec, dtype):
         PRODUCER_REGS=cfg.producer_regs, PDL=spec.pdl, HEAD_BLOCKS=head_blocks,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         ITEMS=cfg.items, attention_chunk=clamp_extent(spec.attention_chunk or 1),
-        USE_CHUNK=spec.attention_chunk is not None)
+        USE_CHUNK=spec.attention_chunk is not None, RING=spec.ring)
     return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 
@@ -821,6 +822,7 @@ class HopperDecodeLaunch:
         self.head_programs = spec.num_kv_heads * spec.head_blocking[1]
         self.num_splits = spec.num_splits
         self.items = spec.config.items
+        self.ring = spec.ring
 
     def __call__(self, batch, q, k_cache, block_table, seq_lens, sinks, out, lse, parts, descs,
                  scales=(None, None)):
@@ -834,4 +836,5 @@ class HopperDecodeLaunch:
              lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
             (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
              *ps, k_cache.shape[0] * k_cache.shape[1], num_items,
-             table_keys(block_table, k_cache.shape[1])))
+             table_keys(block_table, k_cache.shape[1], self.ring),
+             block_table.shape[1] if self.ring else 1))

@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..window import clamp_extent
 from ._common import table_keys
-from ._gluon import Rule, decode_seq_ok, device_problem, uniform, weights
+from ._gluon import Rule, decode_seq_ok, device_problem, table_column, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
 from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_chunk_first_key,
@@ -55,7 +55,7 @@ from .merge import split_scratch
 # The paged cache as the tile rows are found in it (the sequence's block-table row, the
 # keys' strides: page, slot, KV head), and the sparse pool (the sequence's index row, its
 # entries, the pool's rows, its strides: row, KV head).
-Cache = namedtuple("Cache", "k bt_row page_size num_pages stride_p stride_s stride_h")
+Cache = namedtuple("Cache", "k bt_row page_size num_pages stride_p stride_s stride_h ring_width")
 Pool = namedtuple("Pool", "k idx num_sparse rows stride_n stride_h")
 
 # The one layout the kernel is written for: keys of DV + DT columns, the values their first
@@ -89,7 +89,7 @@ def _opaque_zero():
 
 @gluon.jit
 def _tile_rows(t, tiles, cache, pool, i_kvh, lo, seq_len, BN: gl.constexpr,
-               layout: gl.constexpr, HAS_SPARSE: gl.constexpr):
+               layout: gl.constexpr, HAS_SPARSE: gl.constexpr, RING: gl.constexpr = False):
     """Tile ``t``'s rows (``tiles``: (window tiles, the split's end)): pointers to each
     key's first column in KV head ``i_kvh``, which keys are visible and which of those can
     be read. Window tile t holds keys ``lo + t * BN + [0, BN)``, the sparse tiles follow;
@@ -100,7 +100,8 @@ def _tile_rows(t, tiles, cache, pool, i_kvh, lo, seq_len, BN: gl.constexpr,
     live = t < t_stop
     k_pos = lo + t * BN + o_n
     m_key = live & (k_pos >= lo) & (k_pos < seq_len) & (t < window_tiles)
-    page = gl.load(cache.bt_row + k_pos // cache.page_size, mask=m_key, other=-1)
+    page = gl.load(cache.bt_row + table_column(k_pos // cache.page_size, cache.ring_width, RING),
+                   mask=m_key, other=-1)
     m_read = (page >= 0) & (page < cache.num_pages)
     ptrs = cache.k + (page.to(gl.int64) * cache.stride_p + (k_pos % cache.page_size)
                       * cache.stride_s + i_kvh * cache.stride_h)
@@ -130,13 +131,14 @@ def _latent_decode_kernel(
     Q, K_cache, block_table, seq_lens, sinks, K_pool, Idx, Out, Lse, Part_o, Part_lse,
     k_scale, v_scale, stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_bt,
     stride_pn, stride_ph, stride_ib, stride_ob, stride_oh, stride_lb, stride_pb, stride_psh,
-    stride_ps, stride_plb, stride_plh, num_pages, pool_rows, num_sparse, cached_keys,
+    stride_ps, stride_plb, stride_plh, num_pages, pool_rows, num_sparse, cached_keys, ring_width,
     num_kv_heads, num_splits, qk_scale, softcap, window_left, attention_chunk, PAGE: gl.constexpr,
     DV: gl.constexpr, DT: gl.constexpr, GROUP: gl.constexpr, HEAD_BLOCKS: gl.constexpr,
     BN: gl.constexpr, USE_WINDOW: gl.constexpr, HAS_SINKS: gl.constexpr,
     USE_SOFTCAP: gl.constexpr, HAS_SPARSE: gl.constexpr, WRITE_PARTIAL: gl.constexpr,
     RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr, PDL: gl.constexpr,
     K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr, USE_CHUNK: gl.constexpr,
+    RING: gl.constexpr,
 ):
     if PDL:
         # The split merge, launched as this kernel's programmatic dependent, may start once
@@ -151,7 +153,7 @@ def _latent_decode_kernel(
     flags: gl.constexpr = DecodeFlags(DV, GROUP, BM, BN, 2, USE_WINDOW, False, False, HAS_SINKS,
                                       USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP, FP8,
                                       K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, 1, TIGHT,
-                                      USE_CHUNK)
+                                      USE_CHUNK, RING)
 
     # Axis 0: (sequence, KV head, head block), the heads fastest.
     item = gl.program_id(0)
@@ -218,7 +220,7 @@ def _latent_decode_kernel(
     # (the page size a constexpr: a key's page and slot are a shift and a mask where it is a
     # power of two, not an integer division; a tenth of the loop's instructions at BN 32)
     cache = Cache(K_cache, block_table + i_seq * stride_bt, PAGE, num_pages, stride_kp,
-                  stride_ks, stride_kh)
+                  stride_ks, stride_kh, ring_width)
     pool = None
     if HAS_SPARSE:
         pool = Pool(K_pool, Idx + i_seq * stride_ib, num_sparse, pool_rows, stride_pn, stride_ph)
@@ -236,11 +238,11 @@ def _latent_decode_kernel(
 
     # The pipeline: tile t's rows in registers, tile t + 1's entries.
     ptrs, _key, m_read = _tile_rows(t_start, tiles, cache, pool, i_kvh, lo, seq_len, BN,
-                                    entry, HAS_SPARSE)
+                                    entry, HAS_SPARSE, RING)
     r_main = _load_rows(ptrs, m_read, DV, 0, main_read)
     r_tail = _load_rows(ptrs, m_read, DT, DV, tail_read)
     n_ptrs, _key, n_read = _tile_rows(t_start + 1, tiles, cache, pool, i_kvh, lo, seq_len, BN,
-                                      entry, HAS_SPARSE)
+                                      entry, HAS_SPARSE, RING)
     for t in range(t_start, t_stop):
         buf = (t - t_start) % 2
         k_m = k_main.index(buf)
@@ -254,7 +256,7 @@ def _latent_decode_kernel(
         r_main = _load_rows(n_ptrs, n_read, DV, 0, main_read)
         r_tail = _load_rows(n_ptrs, n_read, DT, DV, tail_read)
         n_ptrs, _key, n_read = _tile_rows(t + 2, tiles, cache, pool, i_kvh, lo, seq_len, BN,
-                                          entry, HAS_SPARSE)
+                                          entry, HAS_SPARSE, RING)
         # Under SKIP the tiles below the window (t < 0) take no product.
         if (not SKIP) or (t >= 0):
             # (the query's buffers indexed by a zero the compiler cannot see through: else
@@ -266,7 +268,7 @@ def _latent_decode_kernel(
             s_tok = warpgroup_mma(q_tail.index(z), k_t.permute((1, 0)), s_tok, is_async=True)
             # The tile's keys again, as the scores hold them (their entries are in L1).
             _ptrs, key, read = _tile_rows(t, tiles, cache, pool, i_kvh, lo, seq_len, BN,
-                                          keys_s, HAS_SPARSE)
+                                          keys_s, HAS_SPARSE, RING)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             # A visible key not read (its row zeros) gets logit NaN: its query rows' l and
             # output come out NaN.
@@ -310,7 +312,7 @@ _TENSORS = ("Q", "K_cache", "block_table", "seq_lens", "sinks", "K_pool", "Idx",
 _INTS = ("stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh", "stride_bt",
          "stride_pn", "stride_ph", "stride_ib", "stride_ob", "stride_oh", "stride_lb",
          "stride_pb", "stride_psh", "stride_ps", "stride_plb", "stride_plh", "num_pages",
-         "pool_rows", "num_sparse", "cached_keys")
+         "pool_rows", "num_sparse", "cached_keys", "ring_width")
 
 
 @functools.lru_cache(maxsize=64)
@@ -331,7 +333,7 @@ def _launcher(spec, dtypes):
         TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", PDL=spec.pdl,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         attention_chunk=clamp_extent(spec.attention_chunk or 1),
-        USE_CHUNK=spec.attention_chunk is not None)
+        USE_CHUNK=spec.attention_chunk is not None, RING=spec.ring)
     return Launch(_latent_decode_kernel, fixed, {"num_warps": cfg.num_warps}, _TENSORS, _INTS,
                   dtypes)
 
@@ -347,6 +349,7 @@ class LatentDecodeLaunch:
         self.programs = spec.num_kv_heads * -(-spec.group // BLOCK_H)
         self.num_splits = spec.num_splits
         self.has_sparse = spec.has_sparse
+        self.ring = spec.ring
 
     def __call__(self, batch, q, k_cache, v_cache, block_table, seq_lens, sinks, sparse, out, lse,
                  parts, scales):
@@ -364,4 +367,6 @@ class LatentDecodeLaunch:
             out if lse is None else lse, part_o, part_lse, *scales), (
             qs[0], qs[1], kcs[0], kcs[1], kcs[2], block_table.stride(0), pool[0], pool[1],
             pool[2], os_[0], os_[1], 0 if lse is None else lse.stride(0), *ps,
-            k_cache.shape[0], pool[3], pool[4], table_keys(block_table, k_cache.shape[1])))
+            k_cache.shape[0], pool[3], pool[4],
+            table_keys(block_table, k_cache.shape[1], self.ring),
+            block_table.shape[1] if self.ring else 1))

@@ -121,7 +121,7 @@ full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 # namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
 HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
                          "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P "
-                         "PREFIX_ROWS RANGES CHUNK")  # constexprs
+                         "PREFIX_ROWS RANGES CHUNK RING")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
 # the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
@@ -134,8 +134,8 @@ Descs = namedtuple("Descs", "k v kc vc poison")
 # Where copies read: the sequence's block-table row, its first token's row of k/v, the
 # head's column, the row past the cache's last (a copy left out reads it), and with the
 # prefix's rows widened before the kernel (PREFIX_ROWS) the row holding position 0 of the
-# sequence's prefix (else 0).
-CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row prefix_row0")
+# sequence's prefix (else 0), and a ring block table's width (RING).
+CopyAt = namedtuple("CopyAt", "bt_row row0 col oob_row prefix_row0 ring_width")
 # The program's tile list: n tiles, n1 of them the cache's, each stage's first key, the
 # lengths, the lowest visible key.
 Walk = namedtuple("Walk", "n n1 lo1 lo2 prefix_len extend_len lowest")
@@ -359,7 +359,8 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     if FROM_CACHE and not flags.WS:
         # The block-table entries now; the copies that use them after the scores' wait.
         pages_k, valid_k = tile_pages(at.bt_row, k_start, k_end, walk.lowest, k_ok & ~k_new,
-                                      at.oob_row, flags.PAGE, flags.PR, flags.NP)
+                                      at.oob_row, flags.PAGE, flags.PR, flags.NP, at.ring_width,
+                                      flags.RING)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
         k_new = True
@@ -512,7 +513,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                                          extend_len, BN)
                 nxt_ok = STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                          oob_row, PAGE, PR, NP)
+                                          oob_row, PAGE, PR, NP, at.ring_width, flags.RING)
                 _issue_own(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
                            nxt_start, pages, valid, at, flags)
             if not flags.F8P:  # with fp8 products the converter zeroes them
@@ -547,7 +548,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                                          extend_len, BN)
                 nxt_ok = j + STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                          oob_row, PAGE, PR, NP)
+                                          oob_row, PAGE, PR, NP, at.ring_width, flags.RING)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
@@ -644,7 +645,7 @@ def _produce(descs, ring, walk, at, flags, wide):
         free = ((j // STAGES) & 1) ^ 1
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
-                                  flags.PAGE, flags.PR, flags.NP)
+                                  flags.PAGE, flags.PR, flags.NP, at.ring_width, flags.RING)
         # Over an fp8 cache K's pages not copied read the poison rows (else None).
         mbarrier.wait(ring.empty_k.index(st), free)
         _copy_tile(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem, wide.k_smem, st, is_new,
@@ -681,7 +682,7 @@ def _issue_first(descs, ring, walk, at, flags):
         is_new, start, _key0, key_end = _tile(i, walk.n1, walk.lo1, walk.lo2, walk.prefix_len,
                                               walk.extend_len, flags.BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, walk.lowest, ok & ~is_new,
-                                  at.oob_row, flags.PAGE, flags.PR, flags.NP)
+                                  at.oob_row, flags.PAGE, flags.PR, flags.NP, at.ring_width, flags.RING)
         _issue_own(descs.k, descs.kc, ring.bar_k.index(i), ring.k_smem.index(i), ok, is_new,
                    start, pages, valid, at, flags)
         _issue_own(descs.v, descs.vc, ring.bar_v.index(i), ring.v_smem.index(i), ok, is_new,
@@ -789,7 +790,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
 def _hopper_extend_kernel(
     q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
     Out, Lse, k_scale, v_scale, key_lo, key_hi, stride_bt, stride_ot, stride_oh, stride_lt,
-    num_seqs, oob_row, num_tokens, prefix_keys,
+    num_seqs, oob_row, num_tokens, prefix_keys, ring_width,
     qk_scale, softcap, window_left, window_right,
     D: gl.constexpr, GROUP: gl.constexpr, PAGE: gl.constexpr, BM: gl.constexpr,
     BN: gl.constexpr, STAGES: gl.constexpr, SEQS_POW2: gl.constexpr,
@@ -799,7 +800,7 @@ def _hopper_extend_kernel(
     HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
     CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
-    PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr, CHUNK: gl.constexpr,
+    PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr, CHUNK: gl.constexpr, RING: gl.constexpr,
 ):
     PR: gl.constexpr = PAGE if PAGE < BN else BN
     NP: gl.constexpr = BN // PR
@@ -928,7 +929,7 @@ def _hopper_extend_kernel(
     # its values into run-time ones).
     flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
                                       IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES, CHUNK)
+                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES, CHUNK, RING)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     prefix_row0 = 0
@@ -940,7 +941,7 @@ def _hopper_extend_kernel(
         base = gl.maximum(p_all - window_left, 0) // BN * BN
         prefix_row0 = uniform(gl.sum(gl.where(o_seq < i_seq, p_all - base, 0), 0)
                               - gl.sum(gl.where(o_seq == i_seq, base, 0), 0))
-    at = CopyAt(bt_row, row0, col, oob_row, prefix_row0)
+    at = CopyAt(bt_row, row0, col, oob_row, prefix_row0, ring_width)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
     rule = Rule(qk_scale, softcap, window_left, window_right)
@@ -1105,7 +1106,7 @@ _TENSORS = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison", "block
             "cu_seqlens", "prefix_lens", "sinks", "Out", "Lse", "k_scale", "v_scale", "key_lo",
             "key_hi")
 _INTS = ("stride_bt", "stride_ot", "stride_oh", "stride_lt", "oob_row", "num_tokens",
-         "prefix_keys")
+         "prefix_keys", "ring_width")
 
 
 @functools.lru_cache(maxsize=64)
@@ -1129,7 +1130,7 @@ def _launcher(spec, dtypes):
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
         FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges,
-        CHUNK=spec.attention_chunk or 0)
+        CHUNK=spec.attention_chunk or 0, RING=spec.ring)
     return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
@@ -1145,6 +1146,7 @@ class HopperExtendLaunch:
         self.num_seqs, self.num_q_heads = spec.num_seqs, spec.num_q_heads
         self.block_m, self.heads_first = spec.config.block_m, spec.config.heads_first
         self.page_size = spec.page_size if spec.keys != "new" else None
+        self.ring = spec.ring
 
     def __call__(self, q, block_table, cu_seqlens, prefix_lens, sinks, out, lse, descs, k_cache,
                  scales=(None, None), ranges=None):
@@ -1160,4 +1162,6 @@ class HopperExtendLaunch:
                            *((cu_seqlens, cu_seqlens) if ranges is None else ranges)),
                     (block_table.stride(0), os_[0], os_[1], lse_t.stride(0),
                      k_cache.shape[0] * k_cache.shape[1],
-                     *launch_extents(num_tokens, block_table, self.page_size)[:2]))
+                     *launch_extents(num_tokens, block_table, self.page_size,
+                                     ring=self.ring)[:2],
+                     block_table.shape[1] if self.ring else 1))

@@ -255,7 +255,7 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     path = "triton"
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     latent = None
-    if hopper is not False and config is None and not ring_table:
+    if hopper is not False and config is None:
         # A latent cache's many query heads a KV head: the Gluon latent path (its runs over
         # a cache whose values are not the keys' first columns take the Triton kernel).
         from ..ops import decode_latent
@@ -269,8 +269,6 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
                                            kv_dtype)
         if reason is None and sparse_keys:
             reason = "it takes no sparse keys"
-        if reason is None and ring_table:
-            reason = "ring block tables run on the Triton kernel"
         if reason is not None and hopper:
             raise ValueError(f"hopper=True: the Hopper path cannot take this plan: {reason}")
         if reason is None:

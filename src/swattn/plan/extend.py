@@ -409,7 +409,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
         reason = extend_hopper.unsupported(device, dtype, head_dim, head_dim_v, page_size, masked,
                                            deterministic, kv_dtype)
         if reason is None and local:
-            reason = "positions and ring block tables run on the Triton kernels"
+            reason = "positions run on the Triton kernels"
         if reason is not None and hopper:
             raise ValueError(f"{'fp8_products' if fp8_products else 'hopper'}=True: the Hopper "
                              f"path cannot take this plan: {reason}")
@@ -422,21 +422,25 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
 
 
 def _chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens,
-                         attention_chunk=None):
+                         attention_chunk=None, ring_table=False):
     """Whether a Hopper plan over an fp8 cache widens its window's visible prefix before the
     kernel (ops.cache.PrefixRowsLaunch; config ``prefix_rows``): under a window, with the
     default products, when the rows it keeps (``window_left + block_n`` a sequence) are at
     most twice the batch's new rows (a plan knowing its ``max_tokens``); otherwise the
     kernel widens the prefix's tiles in shared memory."""
-    return (_prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk) is None
+    return (_prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk,
+                               ring_table) is None
             and max_tokens is not None
             and num_seqs * (window_left + cfg.block_n) <= 2 * max_tokens)
 
 
-def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk=None):
+def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk=None,
+                       ring_table=False):
     """Why a Hopper plan cannot widen its prefix before the kernel (a sentence), or None."""
     if attention_chunk is not None:
         return "it widens a window's visible prefix, not a chunk's"
+    if ring_table:
+        return "it reads a linear block table"
     if kv_dtype not in FP8_DTYPES or cfg.fp8_products:
         return "it widens an fp8 cache's prefix for the default products"
     if window_left is None:
@@ -447,21 +451,22 @@ def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk=None):
 
 
 def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens,
-                      attention_chunk=None):
+                      attention_chunk=None, ring_table=False):
     """The Hopper config with ``prefix_rows`` as a config dict asks (a ValueError where the
     plan cannot take it) or as the plan's rule chooses (:func:`_chooses_prefix_rows`, the tight
     bounds only: skip and none walk tiles below the window, which would read other
     sequences' rows)."""
     if isinstance(config, dict) and "prefix_rows" in config:
         if cfg.prefix_rows:
-            reason = _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk)
+            reason = _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk,
+                                        ring_table)
             if reason is not None:
                 raise ValueError(f"config prefix_rows=True: {reason}")
             if bounds != "tight":
                 raise ValueError("config prefix_rows=True takes the tight bounds only")
         return cfg
     return replace_spec(cfg, prefix_rows=bounds == "tight" and _chooses_prefix_rows(
-        cfg, kv_dtype, window_left, keys, num_seqs, max_tokens, attention_chunk))
+        cfg, kv_dtype, window_left, keys, num_seqs, max_tokens, attention_chunk, ring_table))
 
 
 def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
@@ -498,10 +503,10 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
     path, cfg = _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size,
                              num_q_heads // num_kv_heads, window_left, masked, deterministic,
                              hopper, config, fp8_products,
-                             local=positions is not None or ring_table)
+                             local=positions is not None)
     if path == "hopper":
         cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
-                                max_tokens, attention_chunk)
+                                max_tokens, attention_chunk, ring_table)
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, config=cfg, window_left=window_left,
@@ -547,7 +552,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
             every entry a query will read is checked here, once (a ValueError names it).
         ring_table: the block tables ``run`` takes are rings: logical page ``i`` at column
             ``i % width`` (``width`` the table's columns, fixed; swattn.window.ring_width says
-            how many a window and a step's new tokens need). The Triton kernels.
+            how many a window and a step's new tokens need).
         max_tokens: the token capacity ``replan`` keeps (default the batch's tokens).
         dtype, device: the queries' dtype and device (None: CUDA's current device, or
             without CUDA the CPU under TRITON_INTERPRET=1; a ValueError says what to

@@ -265,7 +265,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
                       CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
                       FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=False,
-                      CHUNK=0)
+                      CHUNK=0, RING=False, ring_width=1)
     pointers = {"block_table": "*i32", "cu_seqlens": "*i32", "prefix_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32"}
     desc_names = ("q_desc", "k_desc", "v_desc", "kc_desc", "vc_desc", "poison")
@@ -274,6 +274,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
     else:
         constexprs.update(poison=None, k_scale=None, v_scale=None)
     constexprs.update(flags)
+    if constexprs["RING"]:
+        del constexprs["ring_width"]  # a ring's width: a run-time int
     _ranges_arguments(constexprs, pointers)
     compiled, kernel = _compile(
         GluonASTSource, hopper._hopper_extend_kernel, constexprs,
@@ -308,7 +310,8 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
                       USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
                       PRODUCER_REGS=cfg.producer_regs, PDL=False, K_SCALE_STRIDE=0,
-                      V_SCALE_STRIDE=0, ITEMS=cfg.items, USE_CHUNK=False)
+                      V_SCALE_STRIDE=0, ITEMS=cfg.items, USE_CHUNK=False, RING=False,
+                      ring_width=1)
     pointers = {"Q": f"*{dtype}", "block_table": "*i32", "seq_lens": "*i32", "sinks": "*fp32",
                 "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"}
     descs = {"kc_desc": kc, "vc_desc": vc}
@@ -318,6 +321,8 @@ def compile_hopper_decode(head_dim=128, dtype="bf16", page_size=16, group=4, bou
         descs["poison"] = poison
         pointers.update(k_scale="*fp32", v_scale="*fp32")
     constexprs.update(flags)
+    if constexprs["RING"]:
+        del constexprs["ring_width"]  # a ring's width: a run-time int
     compiled, kernel = _compile(
         GluonASTSource, hopper._hopper_decode_kernel, constexprs,
         lambda name: mangle_type(descs[name]) if name in descs else
@@ -345,7 +350,8 @@ def compile_latent_decode(dtype="bf16", kv_dtype=None, sparse=True, bounds="tigh
                       HEAD_BLOCKS=-(-group // latent.BLOCK_H), BN=cfg.block_n, USE_WINDOW=True,
                       HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=sparse, WRITE_PARTIAL=False,
                       RETURN_LSE=False, TIGHT=bounds == "tight", SKIP=bounds == "skip",
-                      PDL=False, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False)
+                      PDL=False, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False,
+                      RING=False, ring_width=1)
     pointers = {"Q": f"*{dtype}", "K_cache": f"*{kv}", "block_table": "*i32", "seq_lens": "*i32",
                 "sinks": "*fp32", "Out": f"*{dtype}", "Lse": "*fp32", "Part_o": "*fp32",
                 "Part_lse": "*fp32"}
@@ -358,6 +364,8 @@ def compile_latent_decode(dtype="bf16", kv_dtype=None, sparse=True, bounds="tigh
     else:
         pointers.update(k_scale="*fp32", v_scale="*fp32")
     constexprs.update(flags)
+    if constexprs["RING"]:
+        del constexprs["ring_width"]  # a ring's width: a run-time int
     compiled, kernel = _compile(
         GluonASTSource, latent._latent_decode_kernel, constexprs,
         lambda name: pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
