@@ -231,39 +231,50 @@ def flex(inputs):
     computes a different function."""
     need_cuda(inputs)
     case = inputs.case
+    window_left, chunk = case.window_left, case.attention_chunk
+
+    def mask_mod_of(prefix):
+        def mask_mod(b, h, q_idx, kv_idx):
+            pos = q_idx + prefix
+            keep = kv_idx <= pos
+            if window_left is not None:
+                keep = keep & (pos - kv_idx <= window_left)
+            if chunk is not None:
+                keep = keep & (kv_idx // chunk == pos // chunk)
+            return keep
+        return mask_mod
+
+    return flex_dense(inputs, mask_mod_of, "block mask" + (
+        " with the chunk" if chunk is not None else ""))
+
+
+def flex_dense(inputs, mask_mod_of, what):
+    """FlexAttention over the dense, unpaged batch (one (prefix, new) a case): Q ``[B, Hq, E,
+    D]``, K/V ``[B, Hkv, P+E, D]`` gathered from the pool outside the timed region, the block
+    mask of ``mask_mod_of(prefix)``, ``enable_gqa``; ``what`` the mask, for the note."""
+    case = inputs.case
     if not case.uniform:
         raise Skip("ragged batch: the dense FlexAttention adapter needs one (prefix, new) per case")
     compiled, create_block_mask = compiled_flex()
     prefix, new = case.seqs[0]
     total = prefix + new
-    window_left, chunk = case.window_left, case.attention_chunk
     q = inputs.q.view(case.batch, new, case.num_q_heads, case.head_dim).transpose(1, 2).contiguous()
     keys = [inputs.slots(b, 0, total).to(inputs.q.device) for b in range(case.batch)]
     k_flat, v_flat = _token_pool(inputs)
     k = torch.stack([k_flat[s] for s in keys]).transpose(1, 2).contiguous()
     v = torch.stack([v_flat[s] for s in keys]).transpose(1, 2).contiguous()
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        pos = q_idx + prefix
-        keep = kv_idx <= pos
-        if window_left is not None:
-            keep = keep & (pos - kv_idx <= window_left)
-        if chunk is not None:
-            keep = keep & (kv_idx // chunk == pos // chunk)
-        return keep
-
-    block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=new, KV_LEN=total,
+    block_mask = create_block_mask(mask_mod_of(prefix), B=None, H=None, Q_LEN=new, KV_LEN=total,
                                    device=inputs.q.device)
     state = {}
 
     def fn():
-        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=softmax_scale(case), enable_gqa=True)
+        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=softmax_scale(case),
+                                enable_gqa=True)
 
     def result():
         return state["out"].transpose(1, 2).reshape(-1, case.num_q_heads, case.head_dim_v)
 
-    note = ("dense [B,H,S,D], block mask" + (" with the chunk" if chunk is not None else "")
-            + "; output allocated by flex (not poisoned)")
+    note = f"dense [B,H,S,D], {what}; output allocated by flex (not poisoned)"
     return Prepared(fn, result, note, False, None, [q, k, v, block_mask])
 
 

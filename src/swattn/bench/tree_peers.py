@@ -20,8 +20,8 @@ import torch
 
 from .decode_inputs import need_device
 from .extend_inputs import reference_first
-from .extend_peers import _token_pool, sglang_extend
-from .peers import (Prepared, Skip, compiled_flex, need_cuda, softmax_scale)
+from .extend_peers import flex_dense, sglang_extend
+from .peers import (Skip, need_cuda)
 from .workloads import tree_ancestors, tree_depths
 
 # What SGLang's kernel computes on a tree, beside the case's function.
@@ -84,29 +84,7 @@ def flex_tree(inputs):
     need_cuda(inputs)
     _need_tree(inputs)
     case = inputs.case
-    if not case.uniform:
-        raise Skip("ragged batch: the dense FlexAttention adapter needs one (prefix, new) per case")
-    compiled, create_block_mask = compiled_flex()
-    prefix, new = case.seqs[0]
-    total = prefix + new
-    q = inputs.q.view(case.batch, new, case.num_q_heads, case.head_dim).transpose(1, 2).contiguous()
-    keys = [inputs.slots(b, 0, total).to(inputs.q.device) for b in range(case.batch)]
-    k_flat, v_flat = _token_pool(inputs)
-    k = torch.stack([k_flat[s] for s in keys]).transpose(1, 2).contiguous()
-    v = torch.stack([v_flat[s] for s in keys]).transpose(1, 2).contiguous()
-    mask_mod = tree_mask_mod(prefix, case.tree[:new], case.window_left, case.attention_chunk,
-                             inputs.q.device)
-    block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=new, KV_LEN=total,
-                                   device=inputs.q.device)
-    state = {}
-
-    def fn():
-        state["out"] = compiled(q, k, v, block_mask=block_mask, scale=softmax_scale(case),
-                                enable_gqa=True)
-
-    def result():
-        return state["out"].transpose(1, 2).reshape(-1, case.num_q_heads, case.head_dim_v)
-
-    note = ("dense [B,H,S,D], block mask of the tree, window between positions; output "
-            "allocated by flex (not poisoned)")
-    return Prepared(fn, result, note, False, None, [q, k, v, block_mask])
+    new = case.seqs[0][1]
+    return flex_dense(inputs, lambda prefix: tree_mask_mod(
+        prefix, case.tree[:new], case.window_left, case.attention_chunk, inputs.q.device),
+        "block mask of the tree, window between positions")
