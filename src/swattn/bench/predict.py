@@ -147,11 +147,17 @@ def expected_decode_tiling(case):
             "path": "triton"}
 
 
+def floor_us(flops, nbytes, ceilings):
+    """``max(FLOPs / matmul ceiling, bytes / copy ceiling)`` in microseconds."""
+    compute = flops / (ceilings["matmul_tflops"] * 1e12)
+    memory = nbytes / (ceilings["copy_gbps"] * 1e9)
+    return 1e6 * max(compute, memory)
+
+
 def predictions_markdown(cases, ceilings=ANCHOR_CEILINGS):
     """Per case, before it runs: its work (visible pairs over the query heads, GFLOP, MB),
     the floor at ``ceilings`` and the tiles predicted at the tiling the plan takes on an H200
     (:func:`expected_tiling`, :func:`expected_decode_tiling`)."""
-    from .report import floor_us
     out = io.StringIO()
     w = out.write
     w(f"# Predictions (tile model; floor at {ceilings['matmul_tflops']:.0f} TFLOP/s and "

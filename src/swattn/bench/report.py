@@ -19,7 +19,7 @@ import shlex
 import subprocess
 
 from .harness import same_function, summarize
-from .predict import (decode_tile_prediction, expected_decode_tiling, expected_tiling,
+from .predict import (decode_tile_prediction, expected_decode_tiling, expected_tiling, floor_us,
                       tile_prediction)
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
@@ -33,13 +33,6 @@ KINDS = ("extend", "decode")
 # --------------------------------------------------------------------------------------
 # Arithmetic.
 # --------------------------------------------------------------------------------------
-
-def floor_us(flops, nbytes, ceilings):
-    """``max(FLOPs / matmul ceiling, bytes / copy ceiling)`` in microseconds."""
-    compute = flops / (ceilings["matmul_tflops"] * 1e12)
-    memory = nbytes / (ceilings["copy_gbps"] * 1e9)
-    return 1e6 * max(compute, memory)
-
 
 def roofline(floor, time_us):
     """Fraction of the roofline reached: floor / time (1.0 = at the floor)."""
