@@ -105,6 +105,25 @@ def _chunk_of(inputs):
     return chunk
 
 
+def _case_batches(inputs, chunk, decode):
+    """The case's :func:`virtual_batches`: extend's new tokens of each sequence, or decode's
+    one a sequence, cut where a chunk starts; a Skip where they cannot be cut."""
+    case = inputs.case
+    if decode:
+        query_lens, seq_lens = [1] * case.batch, list(case.seq_lens)
+    else:
+        query_lens, seq_lens = [e for _, e in case.seqs], [p + e for p, e in case.seqs]
+    try:
+        return virtual_batches(query_lens, seq_lens, chunk, case.page_size, inputs.seq_pages)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+
+
+def _need_vllm_pages(case):
+    if case.page_size != 16:
+        raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
+
+
 def _spare(table):
     """``table`` with two spare -1 columns: vLLM's last 32-key tile reads the entry a page
     past a sequence's end (masked loads after it), which must lie inside the table."""
@@ -129,15 +148,10 @@ def vllm_chunk_extend(inputs):
     need_device(inputs)
     case = inputs.case
     chunk = _chunk_of(inputs)
-    if case.page_size != 16:
-        raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
+    _need_vllm_pages(case)
     mod = import_peer(_VLLM)
     device = inputs.q.device
-    try:
-        vb = virtual_batches([e for _, e in case.seqs], [p + e for p, e in case.seqs], chunk,
-                             case.page_size, inputs.seq_pages)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
+    vb = _case_batches(inputs, chunk, decode=False)
     table = _spare(vb.block_table)
     cu_q = torch.tensor(vb.cu_seqlens_q(), dtype=torch.int32, device=device)
     seqused_k = torch.tensor(vb.key_lens, dtype=torch.int32, device=device)
@@ -165,15 +179,10 @@ def vllm_chunk_decode(inputs):
     need_device(inputs)
     case = inputs.case
     chunk = _chunk_of(inputs)
-    if case.page_size != 16:
-        raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
+    _need_vllm_pages(case)
     mod = import_peer(_VLLM)
     device = inputs.q.device
-    try:
-        vb = virtual_batches([1] * case.batch, list(case.seq_lens), chunk, case.page_size,
-                             inputs.seq_pages)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
+    vb = _case_batches(inputs, chunk, decode=True)
     table = _spare(vb.block_table)
     cu_q = torch.arange(case.batch + 1, dtype=torch.int32, device=device)
     seqused_k = torch.tensor(vb.key_lens, dtype=torch.int32, device=device)
@@ -224,11 +233,7 @@ def flashinfer_chunk_extend(inputs):
     case = inputs.case
     chunk = _chunk_of(inputs)
     fi = import_peer("flashinfer")
-    try:
-        vb = virtual_batches([e for _, e in case.seqs], [p + e for p, e in case.seqs], chunk,
-                             case.page_size, inputs.seq_pages)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
+    vb = _case_batches(inputs, chunk, decode=False)
     indptr, indices, last = _instance_pages(vb, case.page_size)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=inputs.q.device)
     wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
@@ -253,11 +258,7 @@ def flashinfer_chunk_decode(inputs):
     case = inputs.case
     chunk = _chunk_of(inputs)
     fi = import_peer("flashinfer")
-    try:
-        vb = virtual_batches([1] * case.batch, list(case.seq_lens), chunk, case.page_size,
-                             inputs.seq_pages)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
+    vb = _case_batches(inputs, chunk, decode=True)
     indptr, indices, last = _instance_pages(vb, case.page_size)
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device=inputs.q.device)
     wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)

@@ -11,8 +11,9 @@ import torch
 
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import need_device
-from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists, fp8_cache,
-                    import_peer, need_cuda, poisoner, softmax_scale)
+from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
+                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
+                    softmax_scale)
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py
@@ -240,17 +241,8 @@ def flex_decode(inputs):
     k, v = dense
     q = inputs.q.unsqueeze(2)  # [B, Hq, 1, D]
 
-    def mask_mod(b, h, q_idx, kv_idx):
-        pos = q_idx + (seq_len - 1)
-        keep = kv_idx <= pos
-        if window_left is not None:
-            keep = keep & (pos - kv_idx <= window_left)
-        if chunk is not None:
-            keep = keep & (kv_idx // chunk == pos // chunk)
-        return keep
-
-    block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=1, KV_LEN=seq_len,
-                                   device=inputs.q.device)
+    block_mask = create_block_mask(causal_mask_mod(seq_len - 1, window_left, chunk), B=None,
+                                   H=None, Q_LEN=1, KV_LEN=seq_len, device=inputs.q.device)
     chunks = flex_chunks(case.batch, hkv * seq_len * max(case.head_dim, case.head_dim_v), FLEX_MAX_ELEMENTS)
     step = case.batch // chunks
     state = {}

@@ -212,16 +212,22 @@ VARIANTS = (
 
 # Chunked local attention (L4): swattn's rows with the chunk, and the peers as they serve a
 # chunk (the window peers above have none).
-CHUNK_VARIANTS = (
+_TIGHT_ROWS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
     Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
-    Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
-    Variant("swattn tight, Hopper path", "hopper", "ours", lambda i: ours(i, hopper=True)),
+)
+# swattn's rows over the whole prefix, single-pass and fp8 (chunk and tree workloads alike).
+_LOCAL_ROWS = (
     Variant("swattn tight, full layout", "tight-full", "ours", lambda i: ours(i, layout="full")),
     Variant("swattn skip, full layout", "skip", "ours",
             lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+)
+CHUNK_VARIANTS = _TIGHT_ROWS + (
+    Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
+    Variant("swattn tight, Hopper path", "hopper", "ours", lambda i: ours(i, hopper=True)),
+) + _LOCAL_ROWS + (
     Variant("vLLM unified, virtual batches", "vllm", "peer", vllm_chunk_extend),
     Variant("FlashAttention 3, attention_chunk", "flash-attn", "peer", flash_attn_chunk_extend),
     Variant("FlexAttention, chunk mask", "flex", "peer", flex),
@@ -231,14 +237,7 @@ CHUNK_VARIANTS = (
 
 # A tree verify over a window layer (T): swattn's rows with the positions and the mask (the
 # Triton kernels: the Hopper path takes no custom mask), SGLang's verify path and Flex.
-TREE_VARIANTS = (
-    Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
-    Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
-    Variant("swattn tight, full layout", "tight-full", "ours", lambda i: ours(i, layout="full")),
-    Variant("swattn skip, full layout", "skip", "ours",
-            lambda i: ours(i, bounds="skip", layout="full")),
-    Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
-    Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),
+TREE_VARIANTS = _TIGHT_ROWS + _LOCAL_ROWS + (
     Variant("SGLang verify, window layout", "sglang", "peer", lambda i: sglang_verify(i)),
     Variant("SGLang verify, full layout", "sglang-full", "peer",
             lambda i: sglang_verify(i, layout="full")),

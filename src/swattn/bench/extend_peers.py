@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 from ..window import to_flash_attn, to_flashinfer, to_sglang
-from .peers import (Prepared, Skip, compiled_flex, empty_out, flashinfer_page_lists, fp8_cache,
-                    import_peer, need_cuda, poisoner, softmax_scale)
+from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
+                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
+                    softmax_scale)
 
 
 # --------------------------------------------------------------------------------------
@@ -232,20 +233,8 @@ def flex(inputs):
     need_cuda(inputs)
     case = inputs.case
     window_left, chunk = case.window_left, case.attention_chunk
-
-    def mask_mod_of(prefix):
-        def mask_mod(b, h, q_idx, kv_idx):
-            pos = q_idx + prefix
-            keep = kv_idx <= pos
-            if window_left is not None:
-                keep = keep & (pos - kv_idx <= window_left)
-            if chunk is not None:
-                keep = keep & (kv_idx // chunk == pos // chunk)
-            return keep
-        return mask_mod
-
-    return flex_dense(inputs, mask_mod_of, "block mask" + (
-        " with the chunk" if chunk is not None else ""))
+    return flex_dense(inputs, lambda prefix: causal_mask_mod(prefix, window_left, chunk),
+                      "block mask" + (" with the chunk" if chunk is not None else ""))
 
 
 def flex_dense(inputs, mask_mod_of, what):

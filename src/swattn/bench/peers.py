@@ -146,6 +146,21 @@ def softmax_scale(case):
 _FLEX = {}
 
 
+def causal_mask_mod(offset, window_left, chunk):
+    """FlexAttention's ``mask_mod`` of queries at positions ``q_idx + offset`` over keys at
+    ``kv_idx``: causal, ``q - k <= window_left`` (None: no window) and under ``chunk`` the
+    query's chunk (``k // C == q // C``)."""
+    def mask_mod(b, h, q_idx, kv_idx):
+        pos = q_idx + offset
+        keep = kv_idx <= pos
+        if window_left is not None:
+            keep = keep & (pos - kv_idx <= window_left)
+        if chunk is not None:
+            keep = keep & (kv_idx // chunk == pos // chunk)
+        return keep
+    return mask_mod
+
+
 def compiled_flex():
     if "fn" not in _FLEX:
         try:
