@@ -61,3 +61,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# The peers' kernels as files (scripts/peers_path.sh, docs/peers.md), where they are here.
+PEERS = os.path.join(os.path.dirname(__file__), os.pardir, ".peers", "py")
+
+
+@pytest.fixture
+def with_peers(monkeypatch):
+    """The peers on sys.path, or a skip where .peers/py is absent."""
+    import warnings
+
+    if not os.path.isdir(os.path.join(PEERS, "sglang")):
+        pytest.skip("no .peers/py here (docs/peers.md says what it holds)")
+    monkeypatch.syspath_prepend(os.path.abspath(PEERS))
+    warnings.filterwarnings("ignore", category=RuntimeWarning)  # the interpreter's -inf - -inf

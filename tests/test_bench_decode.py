@@ -9,7 +9,6 @@ import io
 import json
 import os
 import sys
-import warnings
 
 import pytest
 import torch
@@ -20,7 +19,6 @@ from swattn.bench import harness, peers, report
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, parse_args, split_cases
 
-PEERS = os.path.join(os.path.dirname(__file__), os.pardir, ".peers", "py")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 ANCHOR_CEILINGS = {"matmul_tflops": 791.0, "copy_gbps": 4266.0}
 
@@ -31,14 +29,6 @@ def _case(lens=(40, 7, 29), window_left=13, sinks=True, heads=(4, 2), dims=(32, 
           page_size=4):
     return wl.DecodeCase("T", heads[0], heads[1], dims[0], dims[1], window_left, sinks, tuple(lens),
                          sparse, page_size)
-
-
-@pytest.fixture
-def with_peers(monkeypatch):
-    if not os.path.isdir(os.path.join(PEERS, "sglang")):
-        pytest.skip("no .peers/py here (docs/peers.md says what it holds)")
-    monkeypatch.syspath_prepend(os.path.abspath(PEERS))
-    warnings.filterwarnings("ignore", category=RuntimeWarning)  # the interpreter's -inf - -inf
 
 
 # --------------------------------------------------------------------------------------

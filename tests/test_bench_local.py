@@ -22,7 +22,6 @@ from swattn.bench import extend_inputs, tree_peers
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, case_variants, main, parse_args
 
-PEERS = os.path.join(os.path.dirname(__file__), os.pardir, ".peers", "py")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 interpreter = pytest.mark.skipif(not INTERPRET, reason="runs the kernels under TRITON_INTERPRET=1")
 
@@ -38,14 +37,6 @@ def _case(seqs, window_left=None, chunk=8, tree=(), sinks=False, heads=(4, 2), d
 def _decode_case(lens, chunk=32, window_left=None, heads=(4, 2), dims=(32, 32), page_size=16):
     return wl.DecodeCase("X", heads[0], heads[1], dims[0], dims[1], window_left, False,
                          tuple(lens), 0, page_size, False, chunk)
-
-
-@pytest.fixture
-def with_peers(monkeypatch):
-    if not os.path.isdir(os.path.join(PEERS, "sglang")):
-        pytest.skip("no .peers/py here (docs/peers.md says what it holds)")
-    monkeypatch.syspath_prepend(os.path.abspath(PEERS))
-    warnings.filterwarnings("ignore", category=RuntimeWarning)  # the interpreter's -inf - -inf
 
 
 @pytest.fixture
