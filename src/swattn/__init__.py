@@ -11,7 +11,8 @@ from . import window
 __version__ = "0.1.0"
 
 _API = ("extend_attention", "decode_attention", "merge_states", "write_kv")
-_PLAN = ("plan_extend", "plan_decode", "ExtendPlan", "DecodePlan")
+_PLAN = ("plan_extend", "plan_decode", "ExtendPlan", "DecodePlan", "plan_second_keys",
+         "SecondKeysPlan", "SecondKeys")
 __all__ = [*_API, *_PLAN, "window", "__version__"]
 
 

@@ -14,6 +14,7 @@ from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
 from .plan._common import check_new_dtype
+from .plan.second import second_keys_plan_for
 from .window import check_chunk, check_window
 
 
@@ -49,7 +50,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
                      scale=None, mask=None, mask_indptr=None, attention_chunk=None,
                      positions=None, keys="all", return_lse=False, deterministic=False,
-                     k_scale=None, v_scale=None, out=None):
+                     k_scale=None, v_scale=None, out=None, second=None):
     """Attention of a chunk of new tokens over their paged, cached prefix and each other.
 
     ``o_i = sum_j softmax_j(s_ij) v_j`` over the keys ``j`` that query ``i`` sees
@@ -98,6 +99,11 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             queries keep fp32 products); over an fp8 cache the plan's path as over a 16-bit
             one (on sm_90 the Hopper path at its head dims, else the Triton kernels).
         out: [T, Hq, Dv] output buffer.
+        second: a :class:`swattn.SecondKeys`: each new token also attends the entries of a
+            second paged cache in the same softmax (DeepSeek-V3.2 and V4; the index list a
+            row a new token). With it the call takes causal attention at the default
+            positions, no custom mask, no ``window_right``, ``keys="all"`` and not
+            ``deterministic``.
 
     Returns:
         out, or (out, lse) with return_lse.
@@ -105,6 +111,17 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     An engine that runs many layers on one batch plans once (:func:`swattn.plan_extend`)
     and runs the plan per layer; this function is that plan and run for one call.
     """
+    if second is not None:
+        for name, value, default in (("mask", mask, None), ("positions", positions, None),
+                                     ("window_right", window_right, None), ("causal", causal, True),
+                                     ("keys", keys, "all"), ("deterministic", deterministic, False)):
+            if value is not default and value != default:
+                raise ValueError(f"{name} is not taken with second= (got {value!r})")
+        return _run_second(q, k_cache, v_cache, block_table, second, k=k, v=v,
+                           cu_seqlens=cu_seqlens, prefix_lens=prefix_lens,
+                           window_left=window_left, attention_chunk=attention_chunk, sinks=sinks,
+                           softcap=softcap, scale=scale, return_lse=return_lse,
+                           k_scale=k_scale, v_scale=v_scale, out=out)
     if not torch.compiler.is_compiling():
         return _run_extend(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_lens,
                              window_left=window_left, window_right=window_right, causal=causal,
@@ -135,6 +152,18 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                -1 if attention_chunk is None else attention_chunk, causal, float(softcap),
                0.0 if scale is None else float(scale), keys, deterministic)
     return (out, lse) if return_lse else out
+
+
+def _run_second(q, k_cache, v_cache, block_table, second, *, k=None, v=None, sinks=None,
+                k_scale=None, v_scale=None, out=None, seq_lens=None, cu_seqlens=None,
+                prefix_lens=None, **options):
+    """A one-shot call with a second key source: its plan (plan.second) and run. Eager
+    only: under torch.compile the call is a graph break (the plan's run is not a custom op
+    yet)."""
+    plan = second_keys_plan_for(q, k_cache, v_cache, block_table, second, seq_lens=seq_lens,
+                                cu_seqlens=cu_seqlens, prefix_lens=prefix_lens, **options)
+    return plan.run(q, k_cache, v_cache, block_table, second, k=k, v=v, sinks=sinks,
+                    k_scale=k_scale, v_scale=v_scale, out=out)
 
 
 @torch.library.custom_op("swattn::write_kv", mutates_args=("k_cache", "v_cache"))
@@ -198,7 +227,7 @@ def _(q, k_cache, v_cache, block_table, seq_lens, sinks, k_pool, v_pool, sparse_
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     k_scale=None, v_scale=None, out=None, attention_chunk=None):
+                     k_scale=None, v_scale=None, out=None, attention_chunk=None, second=None):
     """Attention of one new token per sequence over its window of the paged cache.
 
     ``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` over the keys
@@ -236,6 +265,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             the products run on the stored values converted to fp16 (q too, if bf16; fp32
             queries keep fp32 products). The sparse pool shares the cache's dtype and scales.
         out: [B, Hq, Dv] output buffer.
+        second: a :class:`swattn.SecondKeys`: the query also attends the entries of a second
+            paged cache in the same softmax (DeepSeek-V3.2 and V4: an indexer's top-k, or
+            every entry closed at a compression rate); not with ``sparse``.
 
     Returns:
         out, or (out, lse) with return_lse.
@@ -244,6 +276,14 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     ``replan`` for CUDA graphs) and runs the plan per layer; this function is that plan and
     run for one call.
     """
+    if second is not None:
+        if sparse is not None:
+            raise ValueError("sparse and second cannot be given together: put the sparse keys "
+                             "in the second source")
+        return _run_second(q, k_cache, v_cache, block_table, second, seq_lens=seq_lens,
+                           window_left=window_left, attention_chunk=attention_chunk, sinks=sinks,
+                           softcap=softcap, scale=scale, num_splits=num_splits,
+                           return_lse=return_lse, k_scale=k_scale, v_scale=v_scale, out=out)
     if not torch.compiler.is_compiling():
         return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
                              attention_chunk=attention_chunk, sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,

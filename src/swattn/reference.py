@@ -161,7 +161,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                      window_left=None, window_right=None, causal=True, sinks=None, softcap=0.0,
                      scale=None, mask=None, mask_indptr=None, keys="all", return_lse=False,
                      deterministic=False, k_scale=None, v_scale=None, out=None,
-                     attention_chunk=None, positions=None, dtype=torch.float64):
+                     attention_chunk=None, positions=None, second=None, dtype=torch.float64):
     """``o_i = sum_j e^{s_ij - m} v_j / (sum_j e^{s_ij - m} + e^{sink - m})`` for every new token.
 
     Sequence ``b`` has ``P = prefix_lens[b]`` cached tokens (positions ``0..P-1``, position
@@ -194,6 +194,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
         k_scale, v_scale: an fp8 cache's scales ([] or [1]: per tensor; [Hkv]: per KV head;
             None: 1); new keys and values are taken as the cache stores them.
         out: [T, Hq, Dv] written and returned, else a new tensor of ``q.dtype``.
+        second: a second key source (:func:`second_keys`); row ``i`` is new token ``i``.
         dtype: compute precision, float64 (default) or float32.
 
     Returns:
@@ -264,6 +265,24 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             # Row-major [new token, key] bits of this sequence.
             bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(new, prefix + new)
             visible &= bits.to(device)[:, k_idx]
+        if second is not None:
+            for i in range(new):
+                row_k, row_v, row_visible = seq_k, seq_v, visible[i: i + 1]
+                if not second.window:
+                    row_k, row_v, row_visible = seq_k[:0], seq_v[:0], row_visible[:, :0]
+                extra_k, extra_v = second_keys(second, b, start + i, int(q_pos[i]), v.shape[-1])
+                if k_cache.dtype in FP8:
+                    extra_k, extra_v = dequantize(extra_k, k_scale), dequantize(extra_v, v_scale)
+                row_k = torch.cat([row_k, extra_k.to(dtype)])
+                row_v = torch.cat([row_v, extra_v.to(dtype)])
+                row_visible = torch.cat([row_visible, torch.ones(
+                    1, extra_k.shape[0], dtype=torch.bool, device=device)], 1)
+                part_out, part_lse = attend(q[start + i: start + i + 1], row_k, row_v,
+                                            row_visible, scale=scale, softcap=softcap,
+                                            sinks=sinks, dtype=dtype)
+                result[start + i] = part_out[0]
+                lse[start + i] = part_lse[0]
+            continue
         for lo, hi in _chunks(new, k_pos.numel(), num_q_heads):
             part_out, part_lse = attend(q[start + lo: start + hi], seq_k, seq_v, visible[lo:hi],
                                         scale=scale, softcap=softcap, sinks=sinks, dtype=dtype)
@@ -274,7 +293,7 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
-                     k_scale=None, v_scale=None, out=None, attention_chunk=None,
+                     k_scale=None, v_scale=None, out=None, attention_chunk=None, second=None,
                      dtype=torch.float64):
     """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per sequence.
 
@@ -293,6 +312,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             same scales.
         num_splits: accepted and ignored.
         k_scale, v_scale: as in :func:`extend_attention`.
+        second: a second key source (:func:`second_keys`); row ``b`` is sequence ``b``.
         return_lse, out, dtype: as in :func:`extend_attention`.
 
     Returns:
@@ -324,6 +344,15 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             seq_k = torch.cat([seq_k, k_pool[chosen]])
             seq_v = torch.cat([seq_v, v_pool[chosen]])
             visible = torch.cat([visible, torch.ones(1, chosen.numel(), dtype=torch.bool, device=device)], 1)
+        if second is not None:
+            if not second.window:
+                visible = visible[:, :0]
+                seq_k, seq_v = seq_k[:0], seq_v[:0]
+            extra_k, extra_v = second_keys(second, b, b, query_pos, v_cache.shape[-1])
+            seq_k = torch.cat([seq_k, extra_k])
+            seq_v = torch.cat([seq_v, extra_v])
+            visible = torch.cat([visible, torch.ones(1, extra_k.shape[0], dtype=torch.bool,
+                                                     device=device)], 1)
         if k_cache.dtype in FP8:
             seq_k, seq_v = dequantize(seq_k, k_scale), dequantize(seq_v, v_scale)
         part_out, part_lse = attend(q[b: b + 1], seq_k, seq_v, visible, scale=scale,
@@ -331,6 +360,28 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
         result[b] = part_out[0]
         lse[b] = part_lse[0]
     return _finish(result, lse, q.dtype, out, return_lse)
+
+
+def second_keys(second, seq, row, query_pos, head_dim_v):
+    """The keys and values [n, Hkv, D | Dv] a row attends in a second key source (any object
+    with the fields of ``swattn.SecondKeys``: ``cache``, ``values``, ``block_table``,
+    ``entries``, ``rate``, ``indices``, ``window``): entry ``e`` of sequence ``seq`` at
+    compression rate ``r`` is closed once ``(e + 1) * r - 1 <= query_pos`` and is held when
+    ``e < entries[seq]``; the row's index list (``indices[row]``, -1 = none) picks among
+    those, an index at or past them being none, an index below -1 an error. Values are
+    ``values``' rows, or the keys' first ``head_dim_v`` columns."""
+    held = int(second.entries[seq])
+    closed = [e for e in range(held) if (e + 1) * second.rate - 1 <= query_pos]
+    if second.indices is not None:
+        picks = [int(e) for e in second.indices[row].tolist()]
+        if any(e < -1 for e in picks):
+            raise ValueError(f"second.indices[{row}] holds an index below -1: {picks}")
+        held_closed = set(closed)
+        closed = [e for e in picks if e in held_closed]
+    device = second.cache.device
+    ids = torch.tensor(closed, dtype=torch.int64, device=device)
+    values = second.cache[..., :head_dim_v] if second.values is None else second.values
+    return gather_keys(second.cache, values, second.block_table[seq], ids)
 
 
 def merge_states(outs, lses, sinks=None, *, dtype=torch.float64):

@@ -468,3 +468,51 @@ def uncovered_rows(cu_seqlens, prefix_lens, num_tokens, prefix_keys):
 def num_tiles(lo, hi, block_n):
     """Tiles a ``range(lo, hi, block_n)`` loop visits."""
     return max(hi - lo + block_n - 1, 0) // block_n
+
+
+# --------------------------------------------------------------------------------------
+# A second key source (DeepSeek-V3.2 / V4): entries of a second paged cache that a query
+# attends beside its window, in the same softmax. Entry ``e`` at compression rate ``r``
+# summarises the positions ``[e * r, (e + 1) * r)``; it is closed, and visible, once the
+# query's position has reached its last one: ``e < (p + 1) // r`` (rate 1: an ordinary
+# token, causal ``e <= p``). transformers' DeepSeek-V4 writes the same limit as
+# ``entry < (position + 1) // compress_rate``.
+# --------------------------------------------------------------------------------------
+
+def second_limit(query_pos, rate, entries):
+    """The entries ``[0, limit)`` the query at ``query_pos`` may see: those closed by its
+    position, and at most the ``entries`` the sequence's second cache holds (none past them
+    is ever read). ``query_pos`` is at least 0 where a kernel evaluates it."""
+    return min((query_pos + 1) // rate, max(entries, 0))
+
+
+def second_visible(entry, query_pos, rate):
+    """The convention's own predicate for one entry (the prover's oracle): closed at or
+    before the query's position."""
+    return 0 <= entry and (entry + 1) * rate - 1 <= query_pos
+
+
+def second_tiles(query_pos, rate, entries, block_n, bounds="tight"):
+    """``(start, stop)`` of the entries a rate-mode loop walks in tiles of ``block_n``:
+    from 0 to the limit (``tight``), or to every entry the sequence holds (``skip``,
+    ``none``: the tiles past the limit masked, and skipped or computed). An index-mode loop
+    walks its index list whole, whatever the bounds."""
+    hi = second_limit(query_pos, rate, entries) if bounds == "tight" else max(entries, 0)
+    return 0, num_tiles(0, hi, block_n) * block_n
+
+
+def second_entries_ok(entries, capacity):
+    """Whether a sequence's second-cache entry count is well formed: ``0 <= entries <=
+    capacity`` (the entries its second block-table row maps). Any other row is NaN."""
+    return (entries >= 0) & (entries <= capacity)
+
+
+def rows_ok(row, seq_start, seq_end, prefix_len, num_tokens, prefix_keys):
+    """Whether an extend row the second-source kernel attends is well formed: it lies in its
+    sequence's new tokens ``[seq_start, seq_end)`` within the ``num_tokens`` rows of q, the
+    prefix is within the ``prefix_keys`` its block-table row maps, and its position stays
+    below :data:`MAX_POSITION`. Any other row is NaN; the new keys it reads are rows
+    ``[seq_start, row]`` of k and v, all within q's."""
+    return ((seq_start >= 0) & (seq_start <= row) & (row < seq_end) & (seq_end <= num_tokens)
+            & (prefix_len >= 0) & (prefix_len <= prefix_keys)
+            & (prefix_len < MAX_POSITION - (row - seq_start)))

@@ -57,6 +57,10 @@ extend_seq_ok = compile_bound(window.extend_seq_ok)
 mask_ok = compile_bound(window.mask_ok)
 decode_seq_ok = compile_bound(window.decode_seq_ok)
 ring_column = compile_bound(window.ring_column)
+# The second key source's limit and guards (window.second_limit, second_entries_ok, rows_ok).
+second_limit = compile_bound(window.second_limit)
+second_entries_ok = compile_bound(window.second_entries_ok)
+rows_ok = compile_bound(window.rows_ok)
 
 
 def table_column_source(logical_page, ring, RING: tl.constexpr):

@@ -22,9 +22,11 @@ module, the one-shot calls with the verification options (``run_extend``, ``run_
 from ._common import replace_spec
 from .decode import DecodePlan, decode_plan_for, plan_decode
 from .extend import ExtendPlan, extend_plan_for, plan_extend, plan_key_ranges
+from .second import SecondKeys, SecondKeysPlan, plan_second_keys
 
 __all__ = ["ExtendPlan", "DecodePlan", "plan_extend", "plan_decode", "plan_key_ranges",
-           "extend_plan_for", "decode_plan_for", "run_extend", "run_decode"]
+           "extend_plan_for", "decode_plan_for", "run_extend", "run_decode", "SecondKeys",
+           "SecondKeysPlan", "plan_second_keys"]
 
 
 def _tiling(config, **fields):
