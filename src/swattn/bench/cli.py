@@ -67,8 +67,8 @@ def parse_args(argv=None, prog=None):
     p.add_argument("--flush", choices=tuple(FLUSHES), default="clean",
                    help="how L2 is flushed before each repetition: 'clean' reads a 256 MB buffer "
                         "(default), 'dirty' writes it as triton.testing.do_bench does, leaving "
-                        "L2's dirty lines for the timed kernel to write back (the bench's way "
-                        "before 2026-12-04)")
+                        "L2's dirty lines for the timed kernel to write back (the bench's "
+                        "old way)")
     p.add_argument("--fp8-config", action="append", default=[], metavar="JSON",
                    help="add a variant: swattn over the fp8 e4m3 cache on the Hopper path with this "
                         "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "

@@ -94,11 +94,9 @@ class Flush:
     * ``"clean"`` (the default) reads the buffer: L2 is left holding clean lines, as a decode
       step finds it after the layer's weight GEMMs, and a variant's own dirty lines (its
       outputs) are written back during the flush, not the next variant's time.
-    * ``"dirty"`` writes it (``triton.testing.do_bench``'s flush, and the bench's before
-      2026-12-04): L2 is left full of dirty lines, whose write-back the timed kernel then
-      pays as it evicts them. On the H200 C-B took 258.4 us over bf16 and 144.1 over fp8
-      after a write, 249.6 and 135.1 after a read (write then read: 249.9 and 135.1), in
-      one run; how much a kernel pays depends on how much it evicts and hides
+    * ``"dirty"`` writes it (``triton.testing.do_bench``'s flush, and the bench's own before
+      this class had a choice): L2 is left full of dirty lines, whose write-back the timed
+      kernel then pays as it evicts them; how much depends on how much it evicts and hides
       (benchmarks/results/2026-12-04-h200-flush/)."""
 
     KINDS = ("clean", "dirty")
@@ -176,13 +174,13 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label="", warm_ms
     round, repetition by repetition: a round's i-th turn times each variant once (those
     with an i-th repetition to do, :func:`reps_for`), back to back, the order rotated by
     one every turn and every round (A/B/C, B/C/A, ...) so no variant always follows the
-    same one. Workload B draws enough power to move the clocks by 10% within a second:
-    timed in blocks of a variant's repetitions, the same kernel differed from its own
-    control by 13-15%; turn by turn, by 0.1-1.0%
-    (benchmarks/results/2026-12-01-h200-hopper-loop/README.md). Before the first round the
-    variants run in turn, untimed, for ``warm_ms`` (on a GPU): on a GPU just started, the
-    first round of C-B ran 12% slow in every variant (the 2026-12-03-h200-fp8-decode-items
-    results). A variant that raises is dropped from that round on."""
+    same one. Workload B draws enough power to move the clocks within a second: timed in
+    blocks of a variant's repetitions, the same kernel differed from its own control by far
+    more than turn by turn (benchmarks/results/2026-12-01-h200-hopper-loop/). Before the
+    first round the variants run in turn, untimed, for ``warm_ms`` (on a GPU): on a GPU just
+    started, the first round ran slow in every variant
+    (benchmarks/results/2026-12-03-h200-fp8-decode-items/). A variant that raises is dropped
+    from that round on."""
     names = list(replays)
     counts, errors = {}, {}
     times = {name: [] for name in names}
@@ -287,8 +285,8 @@ def _triton_copy(src, dst, block=8192):
     _copy_kernel[(triton.cdiv(src.numel(), block),)](src, dst, src.numel(), BLOCK=block, num_warps=8)
 
 
-# How the copy ceiling is measured: torch's copy_ (which the first H200 runs found at
-# 2.7 TB/s for 1 and 4 GiB, below what the decode kernel itself read) and a plain Triton
+# How the copy ceiling is measured: torch's copy_ (which the first runs found below what the
+# decode kernel itself read: benchmarks/results/2026-12-01-h200-baseline/) and a plain Triton
 # load/store kernel run by the SMs; the fastest is the ceiling, each is reported.
 COPY_METHODS = (("torch copy_ 1 GiB", _torch_copy, 1 << 29), ("torch copy_ 4 GiB", _torch_copy, 1 << 31),
                 ("Triton copy 4 GiB", _triton_copy, 1 << 31))

@@ -44,7 +44,8 @@ def uniform(x):
     which tells ptxas it is warp-uniform: the loop bounds and branch conditions derived
     from it then live in uniform registers, and the warpgroup products and copies under
     them need no divergence handling (without it, a value from a load or a reduction is
-    per-thread to ptxas, and workload B ran 5% slower: the hopper-extend results)."""
+    per-thread to ptxas, and workload B ran slower:
+    benchmarks/results/2026-12-01-h200-hopper-extend/)."""
     return gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;", "=r,r",
                                      [x], dtype=gl.int32, is_pure=True, pack=1)
 

@@ -1,12 +1,12 @@
 """Kernel launches at the cost of the launch itself.
 
-Triton's ``kernel[grid](**kwargs)`` binds and specializes every argument at every call
-(H200 host, Triton 3.6: about 80 us for the 60-argument extend and decode kernels, against
-about 14 us for the compiled kernel's own launcher). A plan knows at plan time every
-argument but its tensors, so a :class:`Launch` keeps those fixed values in kernel order, and
-at run time fills in the tensors' addresses and strides and calls the compiled kernel's
-launcher directly, the pointers as integers (the launcher then asks the driver nothing
-about them) and host TMA descriptors encoded once per tensor layout (:func:`_tensor_map`).
+Triton's ``kernel[grid](**kwargs)`` binds and specializes every argument at every call (for the
+60-argument extend and decode kernels, several times what the compiled kernel's own launcher
+costs: benchmarks/results/2026-12-01-h200-engine-path/). A plan knows at plan time every
+argument but its tensors, so a :class:`Launch` keeps those fixed values in kernel order, and at
+run time fills in the tensors' addresses and strides and calls the compiled kernel's launcher
+directly, the pointers as integers (the launcher then asks the driver nothing about them) and
+host TMA descriptors encoded once per tensor layout (:func:`_tensor_map`).
 
 The first launch with a given specialization goes through the JIT (which compiles the
 kernel, or finds it in its caches) and keeps the compiled kernel under a key that holds

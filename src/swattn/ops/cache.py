@@ -216,14 +216,14 @@ def _prefix_rows_kernel(K_cache, V_cache, block_table, cu_seqlens, prefix_lens, 
 
 
 class PrefixRowsLaunch:
-    """The visible prefix of every sequence of an extend under a window, widened from an
-    fp8 cache into fp16 rows ``[rows, Hkv, D | Dv]`` (the same values, exactly): sequence
-    i's positions ``[prefix_rows_base(P_i), P_i)`` one after another, sequence after
-    sequence (none for a sequence with no new tokens), for the Hopper extend kernel to copy
-    as 16-bit tiles (its prefix's tiles otherwise widened in shared memory: 1.5x a 16-bit
-    tile's traffic). At most ``window_left + block_n`` rows a sequence (:meth:`capacity`),
-    up to 8 rows a program. Bound once for a plan; a call launches on the plan's device
-    lengths without a host sync and returns what ``ops._launch.relaunch`` takes."""
+    """The visible prefix of every sequence of an extend under a window, widened from an fp8
+    cache into fp16 rows ``[rows, Hkv, D | Dv]`` (the same values, exactly): sequence i's
+    positions ``[prefix_rows_base(P_i), P_i)`` one after another, sequence after sequence (none
+    for a sequence with no new tokens), for the Hopper extend kernel to copy as 16-bit tiles
+    (its prefix's tiles otherwise widened in shared memory, half as much traffic again as a
+    16-bit tile's). At most ``window_left + block_n`` rows a sequence (:meth:`capacity`), up to
+    8 rows a program. Bound once for a plan; a call launches on the plan's device lengths
+    without a host sync and returns what ``ops._launch.relaunch`` takes."""
 
     def __init__(self, num_seqs, page_size, num_kv_heads, head_dim, head_dim_v, window_left,
                  block_n, dtypes):

@@ -45,7 +45,8 @@ def extend_config(head_dim, head_dim_v, group, window_left, dtype, device, page_
     64 (whose whole key tiles the cache then loads by TMA). Both prefer the Hopper path
     where a plan can take it. Windows of fewer than four key tiles have no mask-free tiles
     to split off. Why these tiles: the sweeps and runs of ``benchmarks/results/``
-    (``scripts/tune.py``; the hopper-extend and hopper-loop runs for the Hopper path).
+    (``scripts/tune.py``; for the Hopper path ``2026-12-01-h200-hopper-extend/`` and
+    ``2026-12-01-h200-hopper-loop/``).
     """
     del dtype  # one table for fp16 and bf16 (and fp32)
     split = window_left is None or window_left >= 4 * 64
@@ -79,18 +80,16 @@ class DecodeConfig:
     hopper: bool = False
     # Split-KV: programs an SM the chooser aims for (not tuned), and the fewest keys a split
     # is given: a split costs a partial state written and read back and the merge launch,
-    # which a short chunk does not repay (on the H200 a window of 128 and 128 + 480 sparse
-    # keys both ran slower in two splits than in one).
+    # which a short chunk does not repay (a window of 128, alone or with 480 sparse keys, ran
+    # slower in two splits than in one: benchmarks/results/2026-12-01-h200-baseline/).
     programs_per_sm: int = 2
     min_split_keys: int = 512
     # A visible key whose row cannot be read (a block-table entry off the cache, a pool
     # index off the pool) makes its query rows NaN either way, bit for bit: False reads
     # such a row as NaN (a select over each key tile: ops.decode._load_key), True reads it
     # as zeros and makes the state's l NaN (a [BLOCK_N] test a tile). Only the code differs,
-    # and which is faster depends on the shape: on the H200 True was faster on S (82.9 us
-    # against 85.9 over bf16, 86.5 against 91.9 over fp8) and on C-A over fp8 (9.0 against
-    # 9.2), slower on C-A over bf16 (9.7 against 9.3) and on C-B over fp8 at d128 (296.3
-    # against 284.9; the 2026-12-03-h200-decode-unread-rows results).
+    # and which is faster depends on the shape (True won on S and on C-A over fp8, lost on
+    # C-A over bf16 and C-B over fp8: benchmarks/results/2026-12-03-h200-decode-unread-rows/).
     flag_unread: bool = False
 
     @property
@@ -128,9 +127,10 @@ def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
     32 keys a program. ``hopper``: on sm_90 windows of ``HopperDecodeConfig.min_keys`` keys
     or more and full attention at D = Dv in (64, 128) take the Gluon path instead, with its
     own tiles and split count (:func:`hopper_decode_config`). Why these tiles: the decode
-    sweeps and runs of ``benchmarks/results/`` (decode-double-buffer, decode-split-balance,
-    hopper-decode). An fp8 cache at d128 takes 128-key tiles (a tile is half the bytes):
-    338 us against 430 on C-B (the fp8 results).
+    sweeps and runs of ``benchmarks/results/2026-12-01-h200-decode-double-buffer/``,
+    ``2026-12-01-h200-decode-split-balance/`` and ``2026-12-01-h200-hopper-decode/``. An fp8
+    cache at d128 takes 128-key tiles (a tile is half the bytes; faster on C-B:
+    ``benchmarks/results/2026-12-02-h200-fp8/``).
     """
     fp8 = is_fp8(kv_dtype, dtype)
     block_h = dot_side(group)
@@ -152,8 +152,9 @@ def decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
 class HopperExtendConfig:
     """The Gluon extend path's tiling (ops.extend_hopper). 64 x 64 tiles under one
     warpgroup with two K/V stages keep two programs an SM (82 KB of shared memory at d128).
-    Why these values: the hopper-extend, hopper-loop, hopper-warp-specialized and
-    deterministic-gluon-probe results."""
+    Why these values: ``benchmarks/results/2026-12-01-h200-hopper-extend/``,
+    ``2026-12-01-h200-hopper-loop/``, ``2026-12-01-h200-hopper-warp-specialized/`` and
+    ``2026-12-01-h200-deterministic-gluon-probe/``."""
 
     block_m: int = 64  # new tokens a program, one query head
     block_n: int = 64  # keys a tile
@@ -211,16 +212,16 @@ class HopperExtendConfig:
 
 # The Hopper extend path's 128-row tiling: two warpgroups under one query head share each
 # K/V tile (half the copies, and over an fp8 cache half the widening, a query row), one
-# program an SM (its registers: 168 a thread at launch). Not the default: on B it ran 1.21x
-# bf16's 64-row time (the warpgroups meet at a barrier at each stage release), and over fp8
-# 1.11x faster than 64 rows, still 1.37x bf16's (the fp8-extend-products results).
+# program an SM (its registers: 168 a thread at launch). Not the default: slower than 64 rows
+# on B over bf16 (the warpgroups meet at a barrier at each stage release), and over fp8 faster
+# than 64 rows but still slower than bf16 (benchmarks/results/2026-12-02-h200-fp8-extend-products/).
 HOPPER_EXTEND_128_ROWS = {"block_m": 128, "num_warps": 8, "ws_maxnreg": 168}
 
 
 def hopper_extend_config(head_dim, dtype):
     """The Gluon extend path's tiling for a head dim (fp16 and bf16 share it; so does an fp8
-    cache: a third ring stage, 112 KB at d128, ran no faster on B: the fp8-hopper-extend
-    results)."""
+    cache: a third ring stage, 112 KB at d128, ran no faster on B:
+    ``benchmarks/results/2026-12-02-h200-fp8-hopper-extend/``)."""
     del dtype
     return HopperExtendConfig(q_regs=head_dim == 128)
 
@@ -231,7 +232,8 @@ class HopperDecodeConfig:
     the 64 rows of one warpgroup's product (over an fp8 cache 16 rows, mma.sync's, a larger
     group taking several programs), 64-key tiles (over fp8 128: two 64-key sub-tiles a
     stage) from a ring of ``num_stages`` stages filled by a producer warp. Why these
-    values: the hopper-decode and fp8-decode-registers results."""
+    values: ``benchmarks/results/2026-12-01-h200-hopper-decode/`` and
+    ``benchmarks/results/2026-12-02-h200-fp8-decode-registers/``."""
 
     block_h: int = 64  # query-head rows a program (a group of up to 64; 16 over fp8)
     block_n: int = 64  # keys a tile
@@ -259,16 +261,16 @@ class HopperDecodeConfig:
         one wave (``programs_per_sm`` x ``sm_count``), at least 1, capped as
         DecodeConfig.splits caps them. A grid past one wave is left whole: its programs
         start wherever the first wave's end, which balanced the SMs better than shorter
-        split programs and a merge (the hopper-decode run)."""
+        split programs and a merge (``benchmarks/results/2026-12-01-h200-hopper-decode/``)."""
         return one_wave_splits(self, batch, kv_heads, max_keys, sm_count)
 
     def items_for(self, programs, sm_count):
         """Work items a program over an fp8 cache, for a grid of ``programs`` of one item
         each: 2 where that grid is past one wave (``programs_per_sm`` x ``sm_count`` slots)
         and half of it still fills 95% of the slots, so a slot's second item runs on in the
-        same program without its ring draining; else 1. On C-B (512 items, 264 slots) 2 was
-        1.2% faster than 1, 3 and 4 slower (171 and 128 programs leave SMs with one
-        warpgroup: the fp8-decode-items run)."""
+        same program without its ring draining; else 1. On C-B (512 items, 264 slots) 2 beat
+        1, and 3 and 4 lost (171 and 128 programs leave SMs with one warpgroup:
+        ``benchmarks/results/2026-12-03-h200-fp8-decode-items/``)."""
         slots = self.programs_per_sm * sm_count
         return 2 if -(-programs // 2) >= 0.95 * slots else 1
 
@@ -285,10 +287,9 @@ class LatentDecodeConfig:
     num_warps: int = 8
     programs_per_sm: int = 1
     min_split_keys: int = 128
-    # The plan takes this path for groups of at least min_group query heads a KV head: on
-    # the H200 at S's sizes it ran 51.1 us at 16 heads against the Triton kernel's 65.0
-    # (fp8 46.6 against 71.9); smaller groups were not measured (the s-latent-gluon
-    # results).
+    # The plan takes this path for groups of at least min_group query heads a KV head: at
+    # S's sizes it beat the Triton kernel at 16 heads, over bf16 and fp8; smaller groups were
+    # not measured (benchmarks/results/2026-12-04-h200-s-latent-gluon/).
     min_group: int = 16
 
     def splits(self, batch, kv_heads, max_keys, sm_count):
@@ -314,7 +315,8 @@ def hopper_decode_config(head_dim, dtype, kv_dtype=None):
     stages at d64, 2 at d128, two programs an SM either way (82 KB / 74 KB of shared
     memory with the query tile). Over an fp8 cache (``kv_dtype`` of one byte) 16 query
     rows a program and 2 stages of 128-key tiles (64 KB at d128, with the warps' merge
-    still two programs an SM; 1.2% faster on C-B than 4 stages of 64 keys), the producer
+    still two programs an SM; faster on C-B than 4 stages of 64 keys:
+    ``benchmarks/results/2026-12-02-h200-fp8-decode-pipeline/``), the producer
     holding 40 registers for a tile's 8 page entries at pages of 16 (at 32 its code used
     16 bytes of stack: at d64 always, at d128 once the warpgroup's loop was shortened)."""
     if is_fp8(kv_dtype, dtype):

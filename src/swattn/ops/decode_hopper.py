@@ -2,14 +2,13 @@
 :mod:`.decode` (window, splits, sinks, soft-cap, lse), with the window's pages brought in
 by the copy engine (TMA) into a ring of STAGES shared-memory K/V buffers by a producer
 warp while one warpgroup computes (warp-specialized).
-
-Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate only
-with four programs an SM, and a batch of long windows makes one wave whose end its
-slowest SMs set. Here a program keeps STAGES tiles in flight and one thread issues them,
-so two programs an SM stream as fast: long windows run whole in two waves, the second's
-programs starting wherever the first's end, with no split and no merge (the
-decode-split-balance and hopper-decode results). Short windows keep the Triton kernel
-(config.HopperDecodeConfig.min_keys).
+ Why: the Triton kernel holds one K/V tile in flight a program, so it keeps its rate only with
+four programs an SM, and a batch of long windows makes one wave whose end its slowest SMs set.
+Here a program keeps STAGES tiles in flight and one thread issues them, so two programs an SM
+stream as fast: long windows run whole in two waves, the second's programs starting wherever the
+first's end, with no split and no merge
+(benchmarks/results/2026-12-01-h200-decode-split-balance/, 2026-12-01-h200-hopper-decode/).
+Short windows keep the Triton kernel (config.HopperDecodeConfig.min_keys).
 
 One program owns (sequence, KV head, split); the query heads of the group are the rows
 of a 64-row tile (wgmma's M; rows past the group are zero and not stored). Key tiles are
@@ -30,31 +29,32 @@ product), or computes under the mask, the tiles below the window (their copies a
 zeros); the tiles and their arithmetic are otherwise the same, so the three are
 bit-identical for every split count.
 
-An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the bytes a
-stage), and the four warps read them straight into registers, widen them there to fp16
-(exactly, one packed conversion a pair) and take the products by mma.sync, so no widened
-tile is written to shared memory (writing one cost most of fp8's gain: the fp8-hopper-decode
-results). A stage holds a tile of 128 keys (config.hopper_decode_config): two 64-key
-sub-tiles in key order, whose scores are taken together and folded into the softmax once a
-tile (:func:`_tile_weights`), the stage released after the second's V reads. Each warp owns
-a quarter of every sub-tile, 16 keys, and keeps its own softmax state over its keys (the
-scores batched by warp: :func:`_fp8_layout`); the four states merge once at the end. A
-program's rows are 16 query heads of the group (the scores' mma.sync M), a larger group
-taking several programs a KV head (head blocks, side by side on the grid); a group of up to
-8 runs the softmax over its 8 live rows only (:func:`_live_rows`). The output's product is
-taken transposed, O^T += V^T P^T, with the head dim as M and the live rows as N: for a group
-of up to 8, half the products of P @ V and half its registers, and P^T's operand is the
-scores' own registers. K's fragment reads its head dim in another order than the query's
-natural one (both the same order: the scores' sum is the same), and V's head dim comes out
-of the product permuted and is put back before the store (:func:`_k_operand`,
-:func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a K row, 8 or 16 of
-a V row; V's bytes are paired by key before they widen (:func:`_widen_pairs`). Why: the
-fp8-decode-consumer and fp8-decode-products results. A program may take several work items
-(sequence, KV head, head block) one after another (config ``items``), its producer running
-on into the next item's copies while the warpgroup finishes the current one: two where the
-grid is past a wave (HopperDecodeConfig.items_for; the fp8-decode-items results). K's scale joins
-qk_scale and V's multiplies the output. A page not copied reads rows of fp8 NaN for K (the
-copy engine pads fp8 with zeros only).
+An fp8 cache (e4m3fn or e5m2, value / scale): the ring holds fp8 pages (half the bytes a stage),
+and the four warps read them straight into registers, widen them there to fp16 (exactly, one
+packed conversion a pair) and take the products by mma.sync, so no widened tile is written to
+shared memory (writing one cost most of fp8's gain:
+benchmarks/results/2026-12-02-h200-fp8-hopper-decode/). A stage holds a tile of 128 keys
+(config.hopper_decode_config): two 64-key sub-tiles in key order, whose scores are taken
+together and folded into the softmax once a tile (:func:`_tile_weights`), the stage released
+after the second's V reads. Each warp owns a quarter of every sub-tile, 16 keys, and keeps its
+own softmax state over its keys (the scores batched by warp: :func:`_fp8_layout`); the four
+states merge once at the end. A program's rows are 16 query heads of the group (the scores'
+mma.sync M), a larger group taking several programs a KV head (head blocks, side by side on the
+grid); a group of up to 8 runs the softmax over its 8 live rows only (:func:`_live_rows`). The
+output's product is taken transposed, O^T += V^T P^T, with the head dim as M and the live rows
+as N: for a group of up to 8, half the products of P @ V and half its registers, and P^T's
+operand is the scores' own registers. K's fragment reads its head dim in another order than the
+query's natural one (both the same order: the scores' sum is the same), and V's head dim comes
+out of the product permuted and is put back before the store (:func:`_k_operand`,
+:func:`_v_operand`): each thread then reads 16 or 32 contiguous bytes of a K row, 8 or 16 of a V
+row; V's bytes are paired by key before they widen (:func:`_widen_pairs`). Why:
+benchmarks/results/2026-12-03-h200-fp8-decode-consumer/, 2026-12-03-h200-fp8-decode-products/. A
+program may take several work items (sequence, KV head, head block) one after another (config
+``items``), its producer running on into the next item's copies while the warpgroup finishes the
+current one: two where the grid is past a wave (HopperDecodeConfig.items_for;
+benchmarks/results/2026-12-03-h200-fp8-decode-items/). K's scale joins qk_scale and V's
+multiplies the output. A page not copied reads rows of fp8 NaN for K (the copy engine pads fp8
+with zeros only).
 
 Runs on sm_90 only, for fp16/bf16 queries over a cache of their dtype or fp8, D = Dv in
 (64, 128), groups of at most 64 query heads, page sizes that are multiples of 16 dividing or

@@ -7,7 +7,8 @@ KV head many (16 or more, in head blocks of 64: MQA).
 Why: the Triton kernel takes a group as blocks of 16 head rows, each its own program of
 mma.sync products, so every key tile is read and converted once a block (four times for
 64 heads) and a program's tiles run one after another behind a chain of small products
-(S's results: the key loop's latency, not the bytes, sets its time). Here one program
+(the key loop's latency, not the bytes, sets its time on S:
+benchmarks/results/2026-12-04-h200-s-latent-gluon/). Here one program
 holds 64 head rows, the M of warpgroup products (``wgmma``) read from shared memory: the
 scores ``Q K^T`` over the 512 + 64 columns, the output ``P V`` over the 512 value columns,
 split between two warpgroups (each holds a [64, 256] fp32 output, the scores' keys split

@@ -201,7 +201,7 @@ def _whole_tiles(start, stop, b_q, m_i, l_i, acc, src, rule, lanes, flags,
     """The mask-free tiles [start, stop) of one stage (window.full_tile_range), from the
     cache or the new tokens (:func:`_whole_tile`). A cache tile's block-table entries load
     in the iteration whose copies they address (loading them a tile ahead measured slower:
-    the deterministic-gluon-probe results)."""
+    benchmarks/results/2026-12-01-h200-deterministic-gluon-probe/)."""
     for start_n in range(start, stop, flags.BLOCK_N):
         pages = lanes.o_n
         if FROM_CACHE:

@@ -535,8 +535,9 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
         prefix_lens: [B] cached tokens before each sequence's new ones (likewise).
         num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size: the layer's sizes
             (head_dim_v defaults to head_dim).
-        window_left, window_right, causal, softcap, scale, keys, return_lse, deterministic,
-            attention_chunk: as :func:`swattn.extend_attention`'s.
+        window_left, window_right, causal, softcap, scale, keys: as
+            :func:`swattn.extend_attention`'s.
+        return_lse, deterministic, attention_chunk: as :func:`swattn.extend_attention`'s.
         positions: [T] each new token's absolute position (host list or tensor; default
             ``prefix_lens[b] + i``), written in place by ``replan``; as
             :func:`swattn.extend_attention`'s.
@@ -546,8 +547,9 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
             or ``torch.float8_e5m2`` (the cache holds value / scale; ``run`` takes the scales).
         fp8_products: over an fp8 cache on sm_90, opt-in: the products in fp8 on the Hopper
             path (each query row and the weights quantized to e4m3, K and V as stored):
-            faster than the default (products in the queries' precision), less accurate
-            (docs/api.md, "fp8 KV caches"); a ValueError says why a plan cannot take it.
+            less accurate than the default (products in the queries' precision; docs/api.md,
+            "fp8 KV caches"), faster on some shapes and not on others (benchmarks/README.md);
+            a ValueError says why a plan cannot take it.
         block_table, num_pages: a host copy of the block table and the cache's page count:
             every entry a query will read is checked here, once (a ValueError names it).
         ring_table: the block tables ``run`` takes are rings: logical page ``i`` at column

@@ -484,7 +484,7 @@ FAMILIES = {
         lambda row, device: _run_extend_row(row, device, False)),
 }
 # Against the reference: 1e-2, but with fp8 products (the query rows and the weights
-# quantized to e4m3: a few 1e-2, the results of 2026-12-02-h200-fp8-extend-products).
+# quantized to e4m3: a few 1e-2, benchmarks/results/2026-12-02-h200-fp8-extend-products/).
 TOLERANCES = {"hopper-fp8-products": 8e-2}
 TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path (Gluon)",
           "unified": "deterministic single-pass extend",
