@@ -465,3 +465,46 @@ def test_planted_split_ignoring_the_chunk():
 
     stats = prove.prove_decode_splits(prove.QUICK_GRID, split, chunked=True)
     assert stats["empty_tiles"] + stats["bad_bounds"] > 0
+
+
+def test_second_source_loops_prove(true_result):
+    """The second source's loops: every visible entry walked and kept, nothing past the
+    limit kept, no loose tight walk; every tile of a row's run walked by one split."""
+    second, segments = true_result["loops"]["second"], true_result["loops"]["second-splits"]
+    assert second["configs"] > 0 and second["visible"] > 0
+    for key in ("violations", "read_past", "bad_picks", "loose", "bad_bounds"):
+        assert second[key] == 0, key
+    assert segments["configs"] > 0
+    assert segments["violations"] == segments["overlaps"] == segments["bad_bounds"] == 0
+
+
+@pytest.mark.parametrize("limit, failure", [
+    (lambda p, r, n: min((p + 2) // r, max(n, 0)), "read_past"),   # one position early
+    (lambda p, r, n: (p + 1) // r, "read_past"),                    # past the entries held
+    (lambda p, r, n: min(p // r, max(n, 0)), "violations"),         # one position late
+])
+def test_planted_second_limit_bug_is_caught(limit, failure):
+    stats = prove.prove_second(prove.QUICK_GRID, limit_fn=limit)
+    assert stats[failure] > 0
+
+
+def test_planted_second_walk_bugs_are_caught():
+    """A tight walk one tile short misses entries; one tile long is loose."""
+    def short(p, r, n, bn, bounds="tight"):
+        start, stop = window.second_tiles(p, r, n, bn, bounds)
+        return start, max(stop - bn, start)
+
+    def long(p, r, n, bn, bounds="tight"):
+        start, stop = window.second_tiles(p, r, n, bn, bounds)
+        return start, stop + bn
+
+    assert prove.prove_second(prove.QUICK_GRID, tiles_fn=short)["violations"] > 0
+    assert prove.prove_second(prove.QUICK_GRID, tiles_fn=long)["loose"] > 0
+
+
+def test_planted_segment_bug_is_caught():
+    def segment(t_start, t_stop, first, count):
+        a, b = window.segment_tiles(t_start, t_stop, first, count)
+        return a, min(b + 1, count)
+
+    assert prove.prove_segments(4, segment_fn=segment)["overlaps"] > 0

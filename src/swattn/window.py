@@ -486,12 +486,6 @@ def second_limit(query_pos, rate, entries):
     return min((query_pos + 1) // rate, max(entries, 0))
 
 
-def second_visible(entry, query_pos, rate):
-    """The convention's own predicate for one entry (the prover's oracle): closed at or
-    before the query's position."""
-    return 0 <= entry and (entry + 1) * rate - 1 <= query_pos
-
-
 def second_tiles(query_pos, rate, entries, block_n, bounds="tight"):
     """``(start, stop)`` of the entries a rate-mode loop walks in tiles of ``block_n``:
     from 0 to the limit (``tight``), or to every entry the sequence holds (``skip``,
@@ -499,6 +493,16 @@ def second_tiles(query_pos, rate, entries, block_n, bounds="tight"):
     walks its index list whole, whatever the bounds."""
     hi = second_limit(query_pos, rate, entries) if bounds == "tight" else max(entries, 0)
     return 0, num_tiles(0, hi, block_n) * block_n
+
+
+def segment_tiles(t_start, t_stop, first, count):
+    """``(a, b)``: the tiles of a segment of ``count`` tiles, starting at tile ``first`` of a
+    row's run of tiles (its cached window's, its new keys', its second source's one after
+    another), that the split owning the run's tiles ``[t_start, t_stop)``
+    (:func:`split_tiles`) walks, counted from the segment's first tile."""
+    a = min(max(t_start - first, 0), count)
+    b = min(max(t_stop - first, 0), count)
+    return a, b
 
 
 def second_entries_ok(entries, capacity):

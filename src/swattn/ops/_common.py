@@ -59,6 +59,7 @@ decode_seq_ok = compile_bound(window.decode_seq_ok)
 ring_column = compile_bound(window.ring_column)
 # The second key source's limit and guards (window.second_limit, second_entries_ok, rows_ok).
 second_limit = compile_bound(window.second_limit)
+segment_tiles = compile_bound(window.segment_tiles)
 second_entries_ok = compile_bound(window.second_entries_ok)
 rows_ok = compile_bound(window.rows_ok)
 

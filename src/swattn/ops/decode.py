@@ -46,6 +46,7 @@ from triton.language.extra import cuda as tl_cuda
 from ..window import clamp_extent
 from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
                       decode_seq_ok, finish, rows_ok, second_entries_ok, second_limit,
+                      segment_tiles,
                       load_keys, load_rows, scores_log2, softmax_step, split_tiles,
                       table_column, table_keys, valid_page)
 from ._launch import Launch
@@ -462,16 +463,6 @@ def _second_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, row_keys, i_row, i_kvh,
 
 
 @triton.jit
-def _segment(t_start, t_stop, first, count):
-    """The tiles ``[a, b)`` of a segment of ``count`` tiles that starts at tile ``first``
-    of a row's run, that the split owning the run's tiles ``[t_start, t_stop)`` walks,
-    counted from the segment's first tile."""
-    a = tl.minimum(tl.maximum(t_start - first, 0), count)
-    b = tl.minimum(tl.maximum(t_stop - first, 0), count)
-    return a, b
-
-
-@triton.jit
 def _row_keys(i_row, row_seq, seq_lens, cu_seqlens, prefix_lens, entries, num_tokens,
               cached_keys, second_keys, window_left, attention_chunk, rate, ROWS: tl.constexpr,
               USE_WINDOW: tl.constexpr, USE_CHUNK: tl.constexpr):
@@ -588,7 +579,7 @@ def _second_keys_kernel(
         cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
                            stride_vcs, stride_vch, block_table, stride_bt, page_size, num_pages,
                            None, None, 1)
-        a, b = _segment(t_start, t_stop, 0, cache_tiles)
+        a, b = segment_tiles(t_start, t_stop, 0, cache_tiles)
         start = row_keys.lo + a * BLOCK_N
         stop = row_keys.lo + b * BLOCK_N
         if not TIGHT:
@@ -601,13 +592,13 @@ def _second_keys_kernel(
         if ROWS:
             new = Pool(K_new, V_new, stride_kn, stride_kh, stride_vn, stride_vh, None, 0, 0,
                        num_tokens)
-            a, b = _segment(t_start, t_stop, cache_tiles, new_tiles)
+            a, b = segment_tiles(t_start, t_stop, cache_tiles, new_tiles)
             m_i, l_i, acc = _new_tiles(new_lo + a * BLOCK_N, new_lo + b * BLOCK_N, b_q, b_q2,
                                        m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags)
     src = Second(PagedCache(X_cache, X_values, stride_xp, stride_xs, stride_xh, stride_xvp,
                             stride_xvs, stride_xvh, X_table, stride_xt, x_page_size, x_pages,
                             None, None, 1), rate, X_idx, stride_ir, num_idx)
-    a, b = _segment(t_start, t_stop, cache_tiles + new_tiles, second_tiles)
+    a, b = segment_tiles(t_start, t_stop, cache_tiles + new_tiles, second_tiles)
     stop = b * BLOCK_N
     if not TIGHT and not INDEXED:
         if t_stop == total_tiles:  # the last split walks every entry held (masked past limit)

@@ -56,6 +56,10 @@ from ..window import (
     full_tile_range,
     key_bounds,
     range_bounds,
+    second_limit,
+    second_tiles,
+    segment_tiles,
+    split_tiles,
     visible,
 )
 from .blocks import (
@@ -72,7 +76,7 @@ EXTEND_LOOPS = ("stage1", "stage2", "unified")
 # Counts that must be zero: a skipped visible key, a floor below the first visible tile
 # (decode: a read of more keys than the window holds), a bound off the tile grid or range.
 FAILURES = ("violations", "loose_floors", "loose", "bad_bounds", "partial_full_tiles", "overlaps",
-            "empty_tiles", "tiles_outside_chunks")
+            "empty_tiles", "tiles_outside_chunks", "read_past", "bad_picks")
 # Split counts the split decode loops are proved at.
 DECODE_SPLITS = (1, 2, 3, 4, 8)
 
@@ -101,6 +105,12 @@ class Grid:
     chunks: tuple = ()
     chunk_window_lefts: tuple = ()
     chunk_window_rights: tuple = ()
+    # A second key source (the second-* loops): every compression rate, every entry count
+    # below second_entries, every query position up to a few entries past the last, tiles
+    # of the tilings' widths and second_block_ns.
+    second_rates: tuple = ()
+    second_entries: int = 0
+    second_block_ns: tuple = (1, 2, 3)
 
     def windows(self):
         lefts = tuple(self.window_lefts) + (None,)
@@ -145,6 +155,9 @@ class Grid:
             "chunk_window_lefts": list(self.chunk_window_lefts),
             "chunk_window_rights": list(self.chunk_window_rights),
             "chunk_decode_seq_lens": len(self.chunk_decode_seq_lens()),
+            "second_rates": list(self.second_rates),
+            "second_entries": self.second_entries,
+            "second_block_ns": list(self.second_block_ns),
         }
 
 
@@ -158,6 +171,9 @@ DEFAULT_GRID = Grid(
     chunks=(1, 3, 16, 17, 64, 100, 8192),
     chunk_window_lefts=(63,),
     chunk_window_rights=(17, None),
+    second_rates=(1, 2, 3, 4, 5, 8, 128),
+    second_entries=40,
+    second_block_ns=(1, 2, 3, 16, 64),
 )
 
 QUICK_GRID = Grid(
@@ -173,6 +189,9 @@ QUICK_GRID = Grid(
     chunks=(1, 3, 16, 17, 100),
     chunk_window_lefts=(16,),
     chunk_window_rights=(None,),
+    second_rates=(1, 3, 4, 128),
+    second_entries=12,
+    second_block_ns=(1, 3, 16),
 )
 
 
@@ -359,6 +378,94 @@ def prove_ranges(grid=DEFAULT_GRID, range_fn=range_bounds):
     return stats
 
 
+def _second_positions(rate, entries):
+    """Query positions of the second-* loops: every one up to two entries past the last
+    (-1 too: a row that is not well formed sits there); at large rates every position
+    within one of an entry's closing, instead."""
+    end = (entries + 2) * rate
+    if rate <= 8:
+        return np.arange(-1, end)
+    near = {e * rate + d for e in range(entries + 3) for d in (-2, -1, 0, 1)}
+    return np.asarray(sorted(p for p in near if -1 <= p < end))
+
+
+def prove_second(grid=DEFAULT_GRID, limit_fn=second_limit, tiles_fn=second_tiles):
+    """Counts of the second source's loops: for every compression rate, entry count
+    ``n`` below ``grid.second_entries`` and query position (:func:`_second_positions`),
+    every tile width and bounds variant, the entries a rate-mode row walks
+    (``tiles_fn``) and keeps (``e < limit_fn``) against the convention's own predicate:
+    entry ``e`` summarises positions ``[e * r, (e + 1) * r)`` and is visible once the
+    query has reached the last of them, if the sequence holds it (``e < n``). A visible
+    entry outside the walk or the mask is a violation; a kept entry that is not visible a
+    read past the limit (``read_past``, entries nobody wrote among them); a tight walk
+    whose last tile holds nothing visible is loose. An index-mode row keeps index ``e``
+    iff ``e != -1 and e < limit``: over every ``e`` from -1 to past the entries, kept must
+    be visible for ``e >= 0`` (``bad_picks`` counts the others)."""
+    started = time.perf_counter()
+    stats = {"configs": 0, "visible": 0, "violations": 0, "read_past": 0, "loose": 0,
+             "bad_bounds": 0, "bad_picks": 0, "tiles": 0, "seconds": 0.0}
+    block_ns = sorted({block_n for _, block_n in grid.tilings} | set(grid.second_block_ns))
+    for rate in grid.second_rates:
+        for n in range(grid.second_entries):
+            positions = _second_positions(rate, n)
+            e = np.arange(-1, n + 3)
+            oracle = ((e[None, :] >= 0) & ((e[None, :] + 1) * rate - 1 <= positions[:, None])
+                      & (e[None, :] < n))
+            limits = np.asarray([limit_fn(int(p), rate, n) for p in positions])
+            picked = (e[None, :] != -1) & (e[None, :] < limits[:, None])
+            stats["bad_picks"] += int(np.count_nonzero(picked[:, 1:] != oracle[:, 1:]))
+            stats["visible"] += int(oracle.sum())
+            for block_n, bounds in itertools.product(block_ns, ("tight", "skip", "none")):
+                for row, p in enumerate(positions):
+                    start, stop = tiles_fn(int(p), rate, n, block_n, bounds)
+                    stats["configs"] += 1
+                    if start < 0 or start % block_n or stop % block_n or stop < start:
+                        stats["bad_bounds"] += 1
+                        continue
+                    stats["tiles"] += (stop - start) // block_n
+                    walked = (e >= start) & (e < stop)
+                    kept = walked & (e < limits[row]) & (e >= 0)
+                    stats["violations"] += int(np.count_nonzero(oracle[row] & ~kept))
+                    stats["read_past"] += int(np.count_nonzero(kept & ~oracle[row]))
+                    if bounds == "tight" and stop > start:
+                        last = (e >= stop - block_n) & (e < stop)
+                        stats["loose"] += not (last & oracle[row]).any()
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
+def prove_segments(most_tiles=7, split_fn=split_tiles, segment_fn=segment_tiles):
+    """Counts of a row's run cut into splits (the second source's kernel: its cached
+    window's tiles, its new keys', its second source's, one run): for every segment
+    length up to ``most_tiles`` and every split count of :data:`DECODE_SPLITS`, each
+    segment's tiles must be walked by exactly one split (``overlaps``: twice or more;
+    ``violations``: never)."""
+    started = time.perf_counter()
+    stats = {"configs": 0, "splits": 0, "violations": 0, "overlaps": 0, "bad_bounds": 0,
+             "seconds": 0.0}
+    for counts in itertools.product(range(most_tiles + 1), repeat=3):
+        total = sum(counts)
+        for num_splits in DECODE_SPLITS:
+            walks = [[0] * c for c in counts]
+            for i_split in range(num_splits):
+                t_start, t_stop = split_fn(0, total, num_splits, i_split)
+                stats["splits"] += 1
+                first = 0
+                for seg, count in enumerate(counts):
+                    a, b = segment_fn(t_start, t_stop, first, count)
+                    if not 0 <= a <= b <= count:
+                        stats["bad_bounds"] += 1
+                    for t in range(a, b):
+                        walks[seg][t] += 1
+                    first += count
+            stats["configs"] += 1
+            flat = [w for seg in walks for w in seg]
+            stats["violations"] += sum(w == 0 for w in flat)
+            stats["overlaps"] += sum(w > 1 for w in flat)
+    stats["seconds"] = time.perf_counter() - started
+    return stats
+
+
 def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bounds,
           full_fn=full_tile_range, split_fn=decode_split_bounds, *, chunk_bounds_fn=key_bounds,
           chunk_full_fn=full_tile_range, chunk_decode_fn=decode_bounds,
@@ -379,6 +486,9 @@ def prove(grid=DEFAULT_GRID, bounds_fn=key_bounds, decode_bounds_fn=decode_bound
     if grid.chunks:
         loops["decode-chunk"] = prove_decode(grid, chunk_decode_fn, chunked=True)
         loops["decode-splits-chunk"] = prove_decode_splits(grid, chunk_split_fn, chunked=True)
+    if grid.second_rates:
+        loops["second"] = prove_second(grid)
+        loops["second-splits"] = prove_segments()
     violations = sum(stats["violations"] for stats in loops.values())
     failures = sum(stats.get(key, 0) for stats in loops.values() for key in FAILURES)
     return {"grid": grid.describe(), "loops": loops, "violations": violations,
@@ -396,6 +506,11 @@ _DECODE_COLUMNS = (("configs", "configs"), ("keys_below_floor", "keys below floo
                    ("loose", "loose"), ("bad_bounds", "bad bounds"))
 _CHUNK_COLUMNS = (*_EXTEND_COLUMNS, ("straddling_blocks", "straddling"),
                   ("tiles_outside_chunks", "outside chunks"))
+_SECOND_COLUMNS = (("configs", "configs"), ("visible", "visible"), ("tiles", "tiles"),
+                   ("violations", "violations"), ("read_past", "read past"),
+                   ("bad_picks", "bad picks"), ("loose", "loose"), ("bad_bounds", "bad bounds"))
+_SEGMENT_COLUMNS = (("configs", "configs"), ("splits", "splits"), ("violations", "violations"),
+                    ("overlaps", "overlaps"), ("bad_bounds", "bad bounds"))
 _SPLIT_COLUMNS = (("configs", "configs"), ("splits", "splits"), ("empty_splits", "empty splits"),
                   ("tiles", "tiles"), ("violations", "violations"), ("overlaps", "overlaps"),
                   ("empty_tiles", "empty tiles"), ("bad_bounds", "bad bounds"))
@@ -446,6 +561,13 @@ def format_report(result):
     lines += _table([(loop, loops[loop]) for loop in decode], _DECODE_COLUMNS, width)
     splits = [loop for loop in ("decode-splits", "decode-splits-chunk") if loop in loops]
     lines += _table([(loop, loops[loop]) for loop in splits], _SPLIT_COLUMNS, width)
+    if "second" in loops:
+        lines.append(f"second source: rates {grid['second_rates']} x entry counts below "
+                     f"{grid['second_entries']} x query positions x tiles of "
+                     f"{grid['second_block_ns']} and the tilings' x tight/skip/none; its splits: "
+                     f"three segments of up to 7 tiles x {DECODE_SPLITS} splits")
+        lines += _table([("second", loops["second"])], _SECOND_COLUMNS, width)
+        lines += _table([("second-splits", loops["second-splits"])], _SEGMENT_COLUMNS, width)
     verdict = "PROVED" if result["ok"] else "FAILED"
     lines.append(f"{verdict}: {result['violations']:,} violations "
                  f"(skipped tiles holding a visible element) in {result['seconds']:.1f} s")
