@@ -202,3 +202,35 @@ def build_sparse(case: DecodeCase, device="cpu"):
     if case.sparse_keys >= 2:
         idx[:, -1] = idx[:, 0]  # a duplicate (or a second -1)
     return k_pool.to(device), v_pool.to(device), idx.to(torch.int32).to(device)
+
+
+def build_second(seqs, positions, rate, num_indices, *, entries, page_size, num_kv_heads,
+                 head_dim, dtype, seed, window=True, device="cpu"):
+    """A second key source for ``seqs`` sequences of ``entries`` entries each (a
+    ``swattn.SecondKeys``): a second paged cache whose slots past a sequence's entries are
+    NaN, its block table with the columns past them -1, and with ``num_indices`` an index
+    list a row (``positions``: each row's ``(sequence, query position)``) of entries below
+    the row's limit, -1s, and entries past it (an indexer's picks among too few)."""
+    from ..plan.second import SecondKeys
+
+    g = torch.Generator().manual_seed(seed + 11)
+    pages_each = max(-(-max(entries, default=1) // page_size), 1) + 1
+    num_pages = seqs * pages_each + 2
+    cache = torch.randn(num_pages, page_size, num_kv_heads, head_dim, generator=g)
+    table = torch.randperm(num_pages, generator=g)[:seqs * pages_each]
+    table = table.reshape(seqs, pages_each).to(torch.int32)
+    for b, held in enumerate(entries):
+        for e in range(held, pages_each * page_size):
+            cache[table[b, e // page_size], e % page_size] = float("nan")
+        table[b, -(-held // page_size):] = -1
+    indices = None
+    if num_indices:
+        rows = []
+        for seq, pos in positions:
+            limit = min((pos + 1) // rate, entries[seq])
+            picks = torch.randint(-1, limit + 2, (num_indices,), generator=g)
+            rows.append(picks)
+        indices = torch.stack(rows).to(torch.int32).to(device)
+    return SecondKeys(cache.to(dtype).to(device), table.to(device),
+                      torch.tensor(entries, dtype=torch.int32, device=device), rate=rate,
+                      indices=indices, window=window)

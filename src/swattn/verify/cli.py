@@ -16,7 +16,8 @@ def add_arguments(parser):
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, decode-latent, extend-chunk, "
-                             "unified-chunk, decode-chunk, extend-tree, unified-tree, hopper, "
+                             "unified-chunk, decode-chunk, extend-tree, unified-tree, decode-second, "
+                             "extend-second, hopper, "
                              "decode-hopper, hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
                              "hopper-fp8-prefix-rows, decode-hopper-latent; "
                              "default all, the hopper ones on an sm_90 GPU only)")

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import plan as swattn_plan
 from .. import reference
 from ..plan import run_extend, run_decode
 from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
-from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
-                    random_mask, random_tree, rel_err)
+from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_second,
+                    build_sparse, random_mask, random_tree, rel_err)
 
 GPU_WINDOWS = (1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1023, 4096)
 CPU_WINDOWS = (1, 2, 15, 16, 17, 33)
@@ -407,6 +408,90 @@ def _run_decode_row(row, device):
     return results, reference.decode_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
+# The second key source's rows: (feature, compression rate, indices a row, window keys):
+# DeepSeek-V4's heavily compressed entries (every closed one), its compressed sparse ones
+# (an indexer's picks), V3.2's selected tokens alone (rate 1, no window), a rate past the
+# tiles.
+SECOND_FEATURES = (("hca", 4, 0, True), ("csa", 4, 6, True), ("dsa", 1, 5, False),
+                   ("hca+sinks", 16, 0, True), ("csa+softcap+sinks", 2, 7, True))
+
+
+def _second_rows(extend):
+    """``(name, case, kwargs, block_n)`` a row of the second-source families: decode
+    (``extend`` False) over the decode matrix's windows, groups and head counts, and
+    extend over ragged chunks after prefixes below, at and past the window, each feature of
+    :data:`SECOND_FEATURES` in turn; decode at 1, 2 and 3 splits."""
+    def rows(gpu=True):
+        windows, groups = (GPU_WINDOWS, DECODE_GPU_GROUPS) if gpu else (CPU_WINDOWS,
+                                                                        DECODE_CPU_GROUPS)
+        heads = ((8, 2), (16, 1), (8, 8)) if gpu else ((4, 2), (4, 1), (2, 2))
+        out = []
+        for i, w in enumerate(windows):
+            head_dim, head_dim_v, dtype, block_n = groups[i % len(groups)]
+            for j, (feature, rate, num_indices, window) in enumerate(SECOND_FEATURES):
+                hq, hkv = (64, 1) if head_dim > 256 else heads[(i + j) % len(heads)]
+                seed = 5000 + 100 * i + j
+                common = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=head_dim,
+                              head_dim_v=head_dim_v, dtype=dtype, page_size=(16, 1, 4)[j % 3],
+                              window_left=w - 1, seed=seed)
+                if extend:
+                    case = ExtendCase(prefix_lens=[max(w - 1, 0), w + block_n + 1, 3],
+                                      extend_lens=[5, 2 * block_n + 1, 1], **common)
+                else:
+                    case = DecodeCase([w - 1 or 1, w, w + block_n + 3, 1, 3 * w + 5], **common)
+                kwargs = _decode_kwargs(feature, case, 1 if extend else 1 + (i + j) % 3,
+                                        second=(rate, num_indices, window))
+                name = (f"W{w} {feature} d{head_dim}/{head_dim_v} {str(dtype)[6:]} BN{block_n} "
+                        f"h{hq}/{hkv} ps{case.page_size}"
+                        + ("" if extend else f" splits {kwargs['num_splits']}"))
+                out.append((name, case, kwargs, block_n))
+        return out
+    return rows
+
+
+def _run_second_row(row, device, extend):
+    """A second-source row under the three bounds variants (its plan), and the reference."""
+    _name, case, kwargs, block_n = row
+    kwargs = _on_device(kwargs, device)
+    rate, num_indices, window = kwargs.pop("second")
+    splits = kwargs.pop("num_splits")
+    if extend:
+        q, k, v, k_cache, v_cache, table, cu, prefix = build_extend(case, device)
+        starts = cu.tolist()
+        totals = [p + n for p, n in zip(case.prefix_lens, case.extend_lens)]
+        rows = [(b, p + i) for b, p in enumerate(case.prefix_lens)
+                for i in range(starts[b + 1] - starts[b])]
+        lengths = dict(cu_seqlens=starts, prefix_lens=case.prefix_lens)
+    else:
+        q, k_cache, v_cache, table, seq_lens = build_decode(case, device)
+        k = v = None
+        totals = case.seq_lens
+        rows = [(b, n - 1) for b, n in enumerate(totals)]
+        lengths = dict(seq_lens=totals)
+    second = build_second(len(totals), rows, rate, num_indices,
+                          entries=[n // rate for n in totals], page_size=3,
+                          num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
+                          dtype=case.dtype, seed=case.seed, window=window, device=device)
+    results = {}
+    for bounds in ops_decode.BOUNDS:
+        plan = swattn_plan.plan_second_keys(
+            **lengths, num_q_heads=case.num_q_heads, num_kv_heads=case.num_kv_heads,
+            head_dim=case.head_dim, head_dim_v=case.head_dim_v, page_size=case.page_size,
+            rate=rate, num_indices=num_indices, window=window, window_left=case.window_left,
+            softcap=kwargs.get("softcap", 0.0), num_splits=splits, return_lse=True,
+            dtype=case.dtype, device=device, bounds=bounds, config={"block_n": block_n})
+        results[bounds] = plan.run(q, k_cache, v_cache, table, second, k=k, v=v,
+                                   sinks=kwargs.get("sinks"))
+    options = dict(window_left=case.window_left, sinks=kwargs.get("sinks"),
+                   softcap=kwargs.get("softcap", 0.0), second=second, return_lse=True)
+    if extend:
+        want = reference.extend_attention(q, k, v, k_cache, v_cache, table, cu, prefix,
+                                          **options)
+    else:
+        want = reference.decode_attention(q, k_cache, v_cache, table, seq_lens, **options)
+    return results, want
+
+
 def _chunk_rows(matrix):
     """``matrix``'s rows under chunked attention: each with a chunk around its window and
     its tiles in turn (half the window, the window, past it, off the tile grid), so query
@@ -460,6 +545,8 @@ FAMILIES = {
     "unified-chunk": (_chunk_rows(unified_matrix),
                       lambda row, device: _run_extend_row(row, device, True)),
     "decode-chunk": (_chunk_rows(decode_matrix), _run_decode_row),
+    "decode-second": (_second_rows(False), lambda row, device: _run_second_row(row, device, False)),
+    "extend-second": (_second_rows(True), lambda row, device: _run_second_row(row, device, True)),
     "extend-tree": (_tree_rows(extend_matrix),
                     lambda row, device: _run_extend_row(row, device, False)),
     "unified-tree": (_tree_rows(extend_matrix),
@@ -506,6 +593,8 @@ TITLES = {"extend": "two-stage extend", "hopper": "two-stage extend, Hopper path
           "extend-chunk": "two-stage extend under chunked local attention",
           "unified-chunk": "deterministic single-pass extend under chunked local attention",
           "decode-chunk": "decode under chunked local attention",
+          "decode-second": "decode with a second key source (DeepSeek-V3.2/V4)",
+          "extend-second": "extend with a second key source, a row a new token",
           "extend-tree": "two-stage extend verifying speculative trees (given positions)",
           "unified-tree": "deterministic single-pass extend verifying speculative trees"}
 
