@@ -36,3 +36,26 @@ def test_fp32_products_run_in_fp32():
     result = run_fresh(PRODUCTS)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ok" in result.stdout
+
+
+SECOND = """
+import torch
+from swattn.ops import config
+from swattn.verify import asm
+for d in (512, 576):
+    cfg = config.second_keys_config(d, 512, 64, torch.bfloat16, torch.device("cuda"))
+    block_h, _ = config.head_blocking(cfg, 64)
+    for kw in ({}, {"indexed": False}, {"rows": True}, {"kv_dtype": "fp8e4nv"}):
+        c = asm.compile_second_keys(head_dim=d, block_h=block_h, block_n=cfg.block_n, **kw)
+        assert c.stack == 0 and c.local == 0, (d, kw, c.registers, c.stack, c.local)
+        print(d, kw, c.registers)
+print("ok")
+"""
+
+
+def test_second_keys_kernel_compiles_without_spills():
+    """DeepSeek-V4's shape (64 query heads on one KV head of 512 columns; 576 as MLA's),
+    the tiling its plans take on a GPU: no stack frame, no local memory, for each mode."""
+    result = run_fresh(SECOND)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "ok" in result.stdout

@@ -1,6 +1,6 @@
 """Tile and launch configs: pure functions of the shape (tested without a GPU)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The loop-bound variants every launcher takes (tight iterates only the tiles that can hold
 # a visible key; skip walks every tile and skips the matrix work of fully masked
@@ -352,3 +352,11 @@ def split_width(dim):
 
 # SM count assumed off the GPU, where the interpreter runs one program at a time.
 DECODE_CPU_SMS = 2
+
+
+def second_keys_config(head_dim, head_dim_v, group, dtype, device, kv_dtype=None):
+    """The second-source kernel's tiling (ops.decode's ``_second_keys_kernel``): the decode
+    kernel's, with key tiles of 16 for wide heads (DeepSeek's 512 and 576 columns), which keep
+    its registers within the file where tiles of 32 spill (tests/test_asm.py)."""
+    cfg = decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype)
+    return replace(cfg, block_n=16) if head_dim > 256 else cfg

@@ -279,7 +279,7 @@ def _second_plan(rows, lengths, readable, *, num_q_heads, num_kv_heads, head_dim
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     group = num_q_heads // num_kv_heads
     kv_dtype = dtype if kv_dtype is None else kv_dtype
-    cfg = _config.decode_config(head_dim, head_dim_v, group, dtype, device, kv_dtype)
+    cfg = _config.second_keys_config(head_dim, head_dim_v, group, dtype, device, kv_dtype)
     if isinstance(config, dict):
         cfg = replace_spec(cfg, **config)
     elif config is not None:

@@ -172,6 +172,42 @@ def compile_decode(head_dim=128, group=4, window=True, dtype="bf16", split=False
     return compiled
 
 
+def compile_second_keys(head_dim=512, head_dim_v=512, group=64, block_h=16, block_n=32,
+                        dtype="bf16", indexed=True, rows=False, bounds="tight", kv_dtype=None,
+                        **flags):
+    """The second-source kernel (ops.decode, DeepSeek-V4's shape by default: 64 query heads
+    on one KV head of 512 columns, K = V, in head blocks of ``block_h``) compiled for sm_90
+    with Triton's ptxas; ``indexed``: an index list a row (else the causal limit);
+    ``rows``: extend's rows; ``flags`` override its constexprs."""
+    from ..ops import decode as ops_decode
+    from ..ops.config import split_width
+    block_d, block_d2 = split_width(head_dim)
+    constexprs = dict(D=head_dim, DV=head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
+                      SPLIT_D=block_d2 > 0, BLOCK_DV=head_dim_v, GROUP=group, BLOCK_H=block_h,
+                      HEAD_BLOCKS=-(-group // block_h), BLOCK_N=block_n, USE_WINDOW=True,
+                      WINDOW_KEYS=True, HAS_SINKS=True, USE_SOFTCAP=False, INDEXED=indexed,
+                      ROWS=rows, WRITE_PARTIAL=False, RETURN_LSE=False,
+                      TIGHT=bounds == "tight", SKIP=bounds == "skip", FLAG_UNREAD=True,
+                      V_IN_K=head_dim_v <= head_dim, k_scale=None, v_scale=None,
+                      K_SCALE_STRIDE=0, V_SCALE_STRIDE=0, USE_CHUNK=False)
+    names = ("Q", "K_cache", "V_cache", "K_new", "V_new", "X_cache", "X_values", "Out")
+    pointers = {n: f"*{dtype}" for n in names}
+    pointers.update({n: "*i32" for n in ("block_table", "seq_lens", "row_seq", "cu_seqlens",
+                                         "prefix_lens", "X_table", "X_entries", "X_idx")})
+    pointers.update({"sinks": "*fp32", "Lse": "*fp32", "Part_o": "*fp32", "Part_lse": "*fp32"})
+    if kv_dtype is not None:
+        pointers.update({n: f"*{kv_dtype}" for n in ("K_cache", "V_cache", "X_cache",
+                                                     "X_values")})
+        pointers.update(k_scale="*fp32", v_scale="*fp32")
+        for name in ("k_scale", "v_scale"):
+            del constexprs[name]
+    constexprs.update(flags)
+    compiled, _ = _compile(ASTSource, ops_decode._second_keys_kernel, constexprs,
+                           lambda name: pointers.get(name, "fp32" if name in _FLOATS else "i32"),
+                           pointers, {"num_warps": 4, "num_stages": 2})
+    return compiled
+
+
 def fingerprints(progress=None):
     """A digest of the SASS and the registers of each Triton kernel at the shapes of
     :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes, and of the
