@@ -112,11 +112,11 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
     and runs the plan per layer; this function is that plan and run for one call.
     """
     if second is not None:
-        for name, value, default in (("mask", mask, None), ("positions", positions, None),
-                                     ("window_right", window_right, None), ("causal", causal, True),
-                                     ("keys", keys, "all"), ("deterministic", deterministic, False)):
-            if value is not default and value != default:
-                raise ValueError(f"{name} is not taken with second= (got {value!r})")
+        for name, taken in (("mask", mask is None), ("positions", positions is None),
+                            ("window_right", window_right is None), ("causal", causal is True),
+                            ("keys", keys == "all"), ("deterministic", deterministic is False)):
+            if not taken:
+                raise ValueError(f"{name} is not taken with second= (leave it at its default)")
         return _run_second(q, k_cache, v_cache, block_table, second, k=k, v=v,
                            cu_seqlens=cu_seqlens, prefix_lens=prefix_lens,
                            window_left=window_left, attention_chunk=attention_chunk, sinks=sinks,
