@@ -19,6 +19,9 @@ def add_arguments(parser):
     parser.add_argument("--against", default=None, metavar="FILE",
                         help="with --fingerprints: an earlier tree's JSON; exit 1 where a "
                              "kernel's SASS differs (how a refactor shows it changed no code)")
+    parser.add_argument("--fp8-accuracy", action="store_true",
+                        help="instead of the matrix: how far an fp8 KV cache moves each kernel's "
+                             "output, against the reference and the unquantized cache")
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, decode-latent, extend-chunk, "
@@ -49,6 +52,9 @@ def run(args):
         return 2
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.fp8_accuracy:
+        from . import fp8_accuracy
+        return fp8_accuracy.run(device)
     from . import identity
     scope = "GPU matrix" if device == "cuda" else "reduced CPU matrix (interpreter, fp16, small shapes)"
 
