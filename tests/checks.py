@@ -39,12 +39,13 @@ def assert_matches_reference(got, want, tol=TOL, lse_tol=1e-2):
             assert rel_err(g, w) < tol, rel_err(g, w)
 
 
-def run_fresh(script, timeout=600):
+def run_fresh(script, timeout=600, args=()):
     """``script`` run by a fresh Python without TRITON_INTERPRET (the sm_90 compiles: the
-    interpreter never reaches the compiler); the completed process, output captured."""
+    interpreter never reaches the compiler), ``args`` its ``sys.argv[1:]``; the completed
+    process, output captured."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def replay_after(launch, change, out):

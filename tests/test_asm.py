@@ -59,3 +59,30 @@ def test_second_keys_kernel_compiles_without_spills():
     result = run_fresh(SECOND)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ok" in result.stdout
+FINGERPRINTS = """
+import json, sys
+from swattn import cli
+from swattn.verify import asm
+# One decode kernel stands for the whole list: the command's plumbing, a real compile.
+asm.fingerprint_kernels = lambda: [("decode d64", lambda: asm.compile_decode(64, 8, True, "bf16"))]
+path = sys.argv[1]
+assert cli.main(["verify", "--asm", "--fingerprints", path]) == 0
+assert cli.main(["verify", "--asm", "--against", path]) == 0
+with open(path) as f:
+    before = json.load(f)
+assert before["decode d64"].endswith(" registers"), before
+before["decode d64"] = "another tree's digest"
+with open(path, "w") as f:
+    json.dump(before, f)
+assert cli.main(["verify", "--asm", "--against", path]) == 1
+"""
+
+
+def test_fingerprints_compare_two_trees(tmp_path):
+    """swattn verify --asm --fingerprints FILE writes each kernel's SASS digest; --against
+    FILE says how many are identical and exits 1 naming the one that differs."""
+    result = run_fresh(FINGERPRINTS, args=[str(tmp_path / "before.json")])
+    assert result.returncode == 0, result.stderr[-2000:]
+    identical, changed = [line for line in result.stdout.splitlines() if "SASS identical" in line]
+    assert identical == "1 of 1 kernels' SASS identical"
+    assert changed == "0 of 1 kernels' SASS identical; differing: decode d64"

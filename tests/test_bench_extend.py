@@ -32,21 +32,33 @@ def _case(seqs, window_left=3, sinks=True, heads=(4, 2), dims=(8, 8), page_size=
 # Registry.
 # --------------------------------------------------------------------------------------
 
-def test_registry_has_the_anchor_names_and_shapes():
-    assert {"A", "B", "C-A", "C-B", "M", "S", "F"} <= set(wl.WORKLOADS)
-    a = wl.WORKLOADS["A"]
-    assert (a.num_q_heads, a.num_kv_heads, a.head_dim, a.sliding_window, a.sinks, a.batch) == \
-        (16, 2, 64, 128, True, 8)
-    assert a.window_left == 127
-    assert a.cases == ((0, 8192), (128, 8192), (4096, 4096), (8192, 8192), (7168, 1024))
-    b = wl.WORKLOADS["B"]
-    assert (b.num_q_heads, b.num_kv_heads, b.head_dim, b.window_left, b.sinks, b.batch) == \
-        (32, 8, 128, 4095, False, 4)
-    assert b.cases == ((0, 8192), (8192, 8192))
-    assert wl.WORKLOADS["F"].window_left is None
-    s = wl.WORKLOADS["S"]
-    assert (s.num_q_heads, s.num_kv_heads, s.head_dim, s.head_dim_v, s.sparse_keys) == (64, 1, 576, 512, 512)
-    assert wl.WORKLOADS["C-A"].context == wl.WORKLOADS["C-B"].context == 32768
+def test_every_workload_builds_cases_of_its_own_shape():
+    """Each registered workload gives at least one case at its defaults, and every case has
+    the workload's heads, head dims, window (Hugging Face W less one; none in a mix's full
+    layers), sinks and batch; a
+    grouped-query workload's heads divide; an extend case's sequences are its (prefix, new)
+    pairs and a decode case's its contexts."""
+    assert wl.WORKLOADS
+    for name, workload in wl.WORKLOADS.items():
+        assert workload.name == name and wl.get(name.lower()) is workload
+        assert workload.num_q_heads % workload.num_kv_heads == 0
+        assert workload.window_left == (None if workload.sliding_window is None
+                                        else workload.sliding_window - 1)
+        if workload.kind in wl.DECODE_KINDS:
+            cases = wl.decode_cases(workload)
+            assert [c.seq_lens[0] for c in cases] == list(workload.contexts or (workload.context,))
+        else:
+            cases = wl.extend_cases(workload)
+            assert {c.seqs[0] for c in cases} == set(workload.cases)
+        assert cases, name
+        for case in cases:
+            window_left = None if getattr(case, "layer", "") == "full" else workload.window_left
+            assert (case.workload, case.num_q_heads, case.num_kv_heads, case.head_dim,
+                    case.head_dim_v, case.window_left, case.sinks) == \
+                (name, workload.num_q_heads, workload.num_kv_heads, workload.head_dim,
+                 workload.head_dim_v, window_left, workload.sinks)
+            assert case.batch == workload.batch and case.uniform
+            assert case.flops() > 0
 
 
 def test_extend_cases_and_overrides():

@@ -14,7 +14,7 @@ from swattn import reference
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, build_sparse
 
-from checks import (assert_bounds_identical, assert_matches_reference, latent_inputs,
+from checks import (TOL, assert_bounds_identical, assert_matches_reference, latent_inputs,
                     replay_after, runs_without_sync)
 from conftest import DEVICE
 
@@ -630,3 +630,21 @@ def test_prefix_rows_are_the_window_widened(fp8):
                 assert torch.isnan(k_rows[row]).all() and (v_rows[row] == 0).all(), (i, pos)
             row += 1
     assert (k_rows[row:] == 7.0).all() and (v_rows[row:] == 7.0).all()  # nothing past them
+
+
+def test_fp8_accuracy_reports_each_kernel(monkeypatch, capsys):
+    """swattn verify --fp8-accuracy (e4m3 on random keys here, for time): a row for each
+    kernel and scale granularity; each kernel's own error (against the reference over the
+    same fp8 cache) far below what the quantization costs against the unquantized cache."""
+    from swattn import cli
+    from swattn.verify import fp8_accuracy
+    monkeypatch.setattr(fp8_accuracy, "FORMATS", (torch.float8_e4m3fn,))
+    monkeypatch.setattr(fp8_accuracy, "KEYS", ("random",))
+    assert cli.main(["verify", "--fp8-accuracy", "--device", "cpu"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| decode") or line.startswith("| extend")]
+    kernels = {r[0].strip() for r in rows}
+    assert {"decode", "extend, two-stage", "extend, deterministic"} <= kernels
+    assert len(rows) == 2 * len(kernels)  # per tensor and per KV head
+    for *_, own, cost in rows:
+        assert float(own) < TOL and 10 * float(own) < float(cost) < 0.1

@@ -178,17 +178,18 @@ def test_run_bounds_hold_for_every_full_window(layout, world):
 
 
 @cpu_only
-def test_the_parallel_benchmark_runs_its_ranks():
-    """scripts/parallel_bench.py on 2 gloo ranks (tiny sizes): a row a rank and workload,
+def test_the_parallel_benchmark_runs_its_ranks(capsys):
+    """swattn bench --parallel on 2 gloo ranks (tiny sizes): a row a rank and workload,
     kernel and merge times apart, each rank's share of one GPU's keys, and under a window a
     contiguous layout's idle rank launching nothing."""
-    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "parallel_bench.py")
-    out = subprocess.run([sys.executable, script, "--world", "2", "--device", "cpu",
-                          "--context", "64", "--batch", "1", "--chunk", "4", "--window", "20",
-                          "--page", "8", "--reps", "1", "--heads", "mistral", "--layout",
-                          "contiguous"], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()
+    from swattn import cli
+    status = cli.main(["bench", "--parallel", "--world", "2", "--device", "cpu",
+                       "--context", "64", "--batch", "1", "--chunk", "4", "--window", "20",
+                       "--page", "8", "--reps", "1", "--heads", "mistral", "--layout",
+                       "contiguous"])
+    out = capsys.readouterr()
+    assert status == 0, out.err[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.out.splitlines()
             if line.startswith("| decode") or line.startswith("| extend")]
     assert len(rows) == 2 * 2 * 2  # kinds x (full, window) x ranks
     for kind, heads, window, rank, kernel, merge, run, keys, share, launched, sparse, _ in rows:

@@ -52,12 +52,14 @@ def test_fp8_matrices_take_both_formats_and_both_scale_kinds():
     assert {name.split()[1] for name, *_ in rows} == set(identity.PREFIX_ROWS_FEATURES)
     assert all(c.window_left is not None for _, c, _, _ in rows)
     kw = {"config": {"prefix_rows": True}, "hopper": True}
-    assert identity._tight_only(kw, "tight") is kw
-    assert identity._tight_only(kw, "skip") == {"config": {}, "hopper": True}
-    # Its rows are held to the fp8 products' tolerance, the others to 1e-2.
-    assert identity.TOLERANCES == {"hopper-fp8-products": 8e-2}
+    assert identity.options_for_bounds(kw, "tight") is kw
+    assert identity.options_for_bounds(kw, "skip") == {"config": {}, "hopper": True}
+    # A tolerance of its own names a family, and loosens the others' 1e-2 (the fp8
+    # products': the query rows and the weights rounded to e4m3).
     row = dict(name="r", configs=1, max_abs_tight_skip=0.0, max_abs_tight_none=0.0,
                err_tight=5e-2, err_skip=5e-2, seconds=0.0)
+    assert set(identity.TOLERANCES) <= set(identity.FAMILIES)
+    assert all(tol > identity.Row(**row).tol for tol in identity.TOLERANCES.values())
     assert identity.Row(**row, tol=8e-2).ok and not identity.Row(**row).ok
     assert not identity.Row(**dict(row, max_abs_tight_none=1e-7), tol=8e-2).ok
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOOPS = ("stage1", "stage2", "unified", "ranges", "decode", "decode-splits")
-
 
 # --------------------------------------------------------------------------------------
 # Conversions between the conventions of the field.

@@ -3,13 +3,16 @@
     python -m swattn.bench --workload A,B --out benchmarks/results/DIR [--peers .peers/py]
     python -m swattn.bench --workload C-A,C-B,S --out benchmarks/results/DIR
     python -m swattn.bench --workload L4,C-L4,T --predict
+    python -m swattn.bench --parallel --world 2     # swattn.parallel over 2 GPUs (its own options)
 
 Extend workloads (A, B, F, M, L4, T) and decode workloads (C-A, C-B, C-F, C-L4, S) may be
 mixed; each kind gets its own tables, and each case the variants of its family (a window,
 a chunk: L4 and C-L4, a tree verify: T). Progress goes to stderr, one line per measurement;
 the markdown tables are printed last on stdout and written with a CSV and a JSON
 (``extend.*``, ``decode.*``) and PNG plots into ``--out``. ``--predict`` prints the tile
-model's prediction and the floor of every case, and needs no GPU.
+model's prediction and the floor of every case, and needs no GPU. ``--parallel`` times the
+context-parallel plans instead (:mod:`swattn.bench.context_parallel`, which takes the rest of
+the command line).
 """
 
 from __future__ import annotations
@@ -89,6 +92,9 @@ def parse_args(argv=None, prog=None):
                    help="print every case's work, floor (at the H200's anchor ceilings) and the "
                         "tile model's prediction at the tiling the plan takes on an H200, and "
                         "stop (no GPU needed)")
+    p.add_argument("--parallel", action="store_true",
+                   help="time swattn.parallel's context-parallel decode and extend over "
+                        "--world ranks instead (its options: --parallel --help)")
     args = p.parse_args(argv)
     if args.quick:
         args.workload = "A"
@@ -181,6 +187,10 @@ def main(argv=None, prog=None):
     """Run the benchmark; returns the exit status (0 ok, 2 bad arguments, no GPU, or for
     ``--replot`` no matplotlib)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--parallel" in argv:
+        from . import context_parallel
+        rest = [a for a in argv if a != "--parallel"]
+        return context_parallel.main(rest, f"{prog or 'python -m swattn.bench'} --parallel")
     args = parse_args(argv, prog)
     if args.replot:
         from .plots import plot

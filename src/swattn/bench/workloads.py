@@ -23,13 +23,12 @@ Plain Python: no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..window import decode_bounds, from_hf, row_key_range
 
 EXTEND_KINDS = ("extend", "mix")
 DECODE_KINDS = ("decode", "sparse_decode")
-LAYOUTS = ("window", "full")
 
 
 @dataclass(frozen=True)
@@ -332,11 +331,6 @@ def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_p
                             ((prefix, new),) * batch, page_size, layer,
                             workload.attention_chunk, tree))
     return out
-
-
-def with_seqs(case, seqs):
-    """A copy of ``case`` over other sequences (e.g. the first one alone, for a check)."""
-    return replace(case, seqs=tuple(seqs))
 
 
 # --------------------------------------------------------------------------------------

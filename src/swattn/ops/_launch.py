@@ -148,12 +148,10 @@ def _assembler(names, fixed, tensor_names, int_names):
     int_index = {n: i for i, n in enumerate(int_names)}
     if tensor_vars:
         body.append(f"    {', '.join(tensor_vars.values())}, = tensors")
-    aligned = []
     for var in tensor_vars.values():
         body.append(f"    if type({var}) is Tensor:")
         body.append(f"        {var} = {var}.data_ptr()")
         body.append(f"        misaligned |= {var} & 15")
-        aligned.append(var)
     for i, name in enumerate(names):
         if name in tensor_vars:
             items.append(tensor_vars[name])

@@ -216,6 +216,10 @@ def fingerprints(progress=None):
     (``scripts/sass_fingerprints.py``)."""
     import hashlib
     out = {}
+def fingerprint_kernels():
+    """``[(name, compile)]``: each Triton kernel at the shapes of :data:`SHAPES` (extend:
+    two-stage and deterministic) and four decode shapes, the Gluon (Hopper) kernels at five,
+    and the variants those leave out; ``compile()`` returns the kernel compiled for sm_90."""
     kernels = [(f"extend {shape.name}{', deterministic' if det else ''}",
                 lambda shape=shape, det=det: compile_extend(shape, "tight", det))
                for shape in SHAPES for det in (False, True)]
@@ -257,13 +261,31 @@ def fingerprints(progress=None):
     kernels += [(f"hopper latent decode {kv or 'bf16'}{' sparse' if sp else ''}",
                  lambda kv=kv, sp=sp: compile_latent_decode(kv_dtype=kv, sparse=sp)[0])
                 for kv, sp in ((None, True), (None, False), ("float8_e4m3fn", True))]
-    for name, compile_one in kernels:
+    return kernels
+
+
+def fingerprints(kernels=None, progress=None):
+    """``{name: "digest registers"}``: a digest of the SASS and the register count of each
+    of ``kernels`` (default :func:`fingerprint_kernels`). Two trees' fingerprints compared
+    (:func:`compare_fingerprints`, ``swattn verify --asm --fingerprints``) show a change
+    leaves those kernels' code as it was."""
+    import hashlib
+    out = {}
+    for name, compile_one in kernels or fingerprint_kernels():
         c = compile_one()
         digest = hashlib.sha1("\n".join(c.sass).encode()).hexdigest()[:16]
         out[name] = f"{digest} {c.registers} registers"
         if progress:
             progress(f"{name}: {out[name]}")
     return out
+
+
+def compare_fingerprints(now, before):
+    """``(summary line, names of the kernels whose fingerprint differs)``: ``now`` against
+    ``before`` (two :func:`fingerprints`); a kernel ``before`` lacks differs."""
+    changed = [name for name in now if before.get(name) != now[name]]
+    line = f"{len(now) - len(changed)} of {len(now)} kernels' SASS identical"
+    return line + (f"; differing: {', '.join(changed)}" if changed else ""), changed
 
 
 def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_dtype=None,

@@ -13,6 +13,15 @@ def add_arguments(parser):
     parser.add_argument("--limit", type=int, default=None, help="first N configurations only")
     parser.add_argument("--asm", action="store_true",
                         help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
+    parser.add_argument("--fingerprints", nargs="?", const="-", default=None, metavar="FILE",
+                        help="with --asm: a digest of every kernel's SASS and its registers, "
+                             "printed, or written as JSON to FILE")
+    parser.add_argument("--against", default=None, metavar="FILE",
+                        help="with --fingerprints: an earlier tree's JSON; exit 1 where a "
+                             "kernel's SASS differs (how a refactor shows it changed no code)")
+    parser.add_argument("--fp8-accuracy", action="store_true",
+                        help="instead of the matrix: how far an fp8 KV cache moves each kernel's "
+                             "output, against the reference and the unquantized cache")
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, decode-latent, extend-chunk, "
@@ -34,11 +43,19 @@ def run(args):
             print("swattn verify --asm compiles kernels: unset TRITON_INTERPRET")
             return 2
         from . import asm
-        report, ok = asm.run(progress=lambda line: print(line, file=sys.stderr, flush=True))
+        if args.fingerprints is not None or args.against:
+            return _fingerprints(asm, args)
+        report, ok = asm.run(progress=_stderr)
         _emit(report, args.out, "verify_asm.md")
         return 0 if ok else 1
+    if args.fingerprints is not None or args.against:
+        print("swattn verify: --fingerprints and --against go with --asm", file=sys.stderr)
+        return 2
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.fp8_accuracy:
+        from . import fp8_accuracy
+        return fp8_accuracy.run(device)
     from . import identity
     scope = "GPU matrix" if device == "cuda" else "reduced CPU matrix (interpreter, fp16, small shapes)"
 
@@ -65,6 +82,31 @@ def run(args):
             _emit("\n\n".join(tables), args.out, "verify.md", echo=False)
     print("\n\n".join(tables))
     return 0 if ok else 1
+
+
+def _stderr(line):
+    print(line, file=sys.stderr, flush=True)
+
+
+def _fingerprints(asm, args):
+    """Print (``--fingerprints`` alone) or write this tree's fingerprints; ``--against`` an
+    earlier tree's, say how many are identical and exit 1 where one differs."""
+    import json
+    before = None
+    if args.against:
+        with open(args.against) as f:
+            before = json.load(f)
+    prints = asm.fingerprints(progress=_stderr)
+    if args.fingerprints == "-":
+        print(json.dumps(prints, indent=1))
+    elif args.fingerprints is not None:
+        with open(args.fingerprints, "w") as f:
+            json.dump(prints, f, indent=1)
+    if before is None:
+        return 0
+    line, changed = asm.compare_fingerprints(prints, before)
+    print(line)
+    return 1 if changed else 0
 
 
 def _emit(report, out_dir, name, echo=True):

@@ -348,14 +348,14 @@ def _run_extend_row(row, device, deterministic):
         kwargs = dict(kwargs, block_m=tiling[0], block_n=tiling[1], pack_gqa=tiling[2],
                       hopper=False)
     results = {b: run_extend(*tensors, window_left=case.window_left, bounds=b,
-                             deterministic=deterministic, **_tight_only(kwargs, b))
+                             deterministic=deterministic, **options_for_bounds(kwargs, b))
                for b in ops_extend.BOUNDS}
     kwargs = {k: v for k, v in kwargs.items()
               if k not in ("block_m", "block_n", "pack_gqa", "hopper", "config")}
     return results, reference.extend_attention(*tensors, window_left=case.window_left, **kwargs)
 
 
-def _tight_only(kwargs, bounds):
+def options_for_bounds(kwargs, bounds):
     """``kwargs`` for a run under ``bounds``: a config's ``prefix_rows`` (the window's prefix
     widened before the kernel, the tight bounds only) left to the plan's rule elsewhere,
     which widens in the kernel there."""

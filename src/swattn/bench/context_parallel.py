@@ -1,4 +1,4 @@
-"""Context-parallel decode and extend (swattn.parallel) timed on 1 or more GPUs: each rank's
+"""``swattn bench --parallel``: context-parallel decode and extend (swattn.parallel) timed on 1 or more GPUs: each rank's
 kernel time (``plan.partial``) and merge time (``plan.merge``: the collectives) apart, the
 keys each rank attends to against those of a single GPU, and which ranks launch nothing.
 
@@ -13,11 +13,11 @@ whole cache, the plan's own kernel choice) is timed beside it, turn by turn. On 
 kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after 500 ms of
 untimed replays (``swattn.bench.harness.interleave``); merge and run are eager calls.
 
-    python3 scripts/parallel_bench.py --world 2                       # 128k, every workload
-    python3 scripts/parallel_bench.py --world 1                       # the single-GPU baseline
-    python3 scripts/parallel_bench.py --world 2 --same-gpu            # the ranks' kernels, one GPU
-    python3 scripts/parallel_bench.py --world 2 --device cpu --context 96 --batch 2 --chunk 8 \\
-        --reps 1                                                      # a CPU smoke run (gloo)
+    swattn bench --parallel --world 2                       # 128k, every workload
+    swattn bench --parallel --world 1                       # the single-GPU baseline
+    swattn bench --parallel --world 2 --same-gpu            # the ranks' kernels, one GPU
+    swattn bench --parallel --world 2 --device cpu --context 96 --batch 2 --chunk 8 \\
+        --reps 1                                            # a CPU smoke run (gloo)
 
 Workloads: decode and extend (a chunk of ``--chunk`` new tokens ending at the context), with
 gpt-oss heads (64 query heads, 8 KV heads of 64, sinks) and Mistral heads (32 / 8 of 128),
@@ -42,8 +42,8 @@ import torch
 HEADS = {"gpt-oss": (64, 8, 64, True), "mistral": (32, 8, 128, False)}
 
 
-def parse():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse(argv, prog):
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--context", type=int, default=131072, help="tokens a sequence")
@@ -69,7 +69,7 @@ def parse():
                         "hands them out), or sequence after sequence in address order")
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.fp8_products and not args.fp8:
         p.error("--fp8-products needs --fp8")
     return args
@@ -258,16 +258,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    args = parse()
+def main(argv=None, prog=None):
+    """Start ``--world`` ranks (this module, each with ``--rank``), print their rows as one
+    markdown table; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv, prog or "swattn bench --parallel")
     if args.rank is not None:
         return rank_main(args)
     port = free_port()
-    argv = [a for a in sys.argv[1:]]
     env = dict(os.environ)
     if args.device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--rank", str(r),
+    # The ranks import the swattn this process runs, installed or not.
+    import swattn
+    root = os.path.dirname(os.path.dirname(os.path.abspath(swattn.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    procs = [subprocess.Popen([sys.executable, "-m", "swattn.bench.context_parallel", *argv,
+                               "--rank", str(r),
                                "--port", str(port)], stdout=subprocess.PIPE, text=True, env=env)
              for r in range(args.world)]
     rows = []
@@ -299,4 +306,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
