@@ -10,7 +10,7 @@ GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at it
 on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
 At world 1 on a GPU the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the
 whole cache, the plan's own kernel choice) is timed beside it, turn by turn. On a GPU the
-kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after 500 ms of
+kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after half a second of
 untimed replays (``swattn.bench.harness.interleave``); merge and run are eager calls.
 
     swattn bench --parallel --world 2                       # 128k, every workload
@@ -103,7 +103,7 @@ def shard(layout, rank, world, lengths, hkv, d, page, dtype, device, seed, shuff
 
 def graph_times(fns, reps, device):
     """``{name: median microseconds}`` of each of ``fns`` (``{name: fn}``) captured in a CUDA
-    graph, each replay timed after an L2 flush, the variants turn by turn after 500 ms of
+    graph, each replay timed after an L2 flush, the variants turn by turn after half a second of
     untimed replays (swattn.bench.harness.interleave: the clocks settle first and no
     variant always runs first), two rounds; so a short kernel's time is not its host's."""
     from swattn.bench import harness

@@ -3,7 +3,7 @@ under the interpreter with fp16 queries). For each kernel (decode and two-stage 
 default path, the Hopper one on sm_90, and the Triton kernel; deterministic extend; on sm_90
 the Hopper extend path with fp8 products, opt-in, and with the window's prefix widened before
 the kernel and in it), fp8 format and scale granularity, on random keys and on keys with
-outlier channels (a few channels 20x the others, as LLM keys have), the relative error
+outlier channels (a few channels twenty times the others, as LLM keys have), the relative error
 (||out - ref|| / ||ref||) of:
 
   * the kernel over the fp8 cache against the float64 reference over the same fp8 cache
