@@ -304,3 +304,29 @@ def test_plan_runs_without_sync_and_replays_in_a_graph():
                                       torch.tensor(shorter, dtype=torch.int32, device=DEVICE),
                                       window_left=9, sinks=sinks, second=second)
     assert_matches_reference(out, want)
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_deepseek_v4_shape(indexed):
+    """DeepSeek-V4's layer shape: 64 query heads on one KV head of 512 columns that is both
+    K and V, a window of 128 keys, sinks, compressed entries at rate 4 (an index list of
+    8 a row) or every closed one at rate 128; bf16 on a GPU (fp16 under the interpreter,
+    whose bf16 products are not exact)."""
+    g = torch.Generator().manual_seed(3)
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16
+    rate = 4 if indexed else 128
+    lens = [140, 300] if indexed else [129, 385]
+    k_cache, table = _main_cache(lens, page_size=64, num_kv_heads=1, head_dim=512,
+                                 dtype=dtype, window_left=127, generator=g)
+    entries = [n // rate for n in lens]
+    indices = _indices(len(lens), 8, max(entries), g) if indexed else None
+    second = _source(len(lens), rate=rate, entries=entries, page_size=64, num_kv_heads=1,
+                     head_dim=512, dtype=dtype, indices=indices, generator=g)
+    q = torch.randn(len(lens), 64, 512, generator=g).to(dtype).to(DEVICE)
+    sinks = torch.randn(64, generator=g).to(DEVICE)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    got = swattn.decode_attention(q, k_cache, k_cache, table, seq_lens, window_left=127,
+                                  sinks=sinks, second=second)
+    want = reference.decode_attention(q, k_cache, k_cache, table, seq_lens, window_left=127,
+                                      sinks=sinks, second=second)
+    assert_matches_reference(got, want)
