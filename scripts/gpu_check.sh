@@ -3,7 +3,8 @@
 # compiles, bf16, torch.compile), the bit-identity matrix, and the benchmarks against the
 # peers. Tables and logs go under $OUT. STEPS picks a subset: STEPS=tests,verify,tune,bench.
 # TESTS (files) and TESTS_K (a -k expression), VERIFY_ARGS (e.g. --family decode), TUNE_ARGS
-# (e.g. C-A,C-B), BENCH_ARGS (e.g. --workload A,B) narrow a step; JOBS sets the parallelism.
+# (e.g. C-A,C-B), BENCH_ARGS (e.g. --workload A,B; DeepSeek-V4's rows: --workload
+# V4-CSA,V4-HCA,V4-X) narrow a step; JOBS sets the parallelism.
 #   device run: bash scripts/gpu_check.sh        (carry .peers/py for the peers, .peers/fi for FlashInfer)
 set -uo pipefail
 OUT=${OUT:-/tmp/swattn-gpu}

@@ -175,6 +175,23 @@ def test_fp8_cache():
     assert_matches_reference(got, want)
 
 
+@pytest.mark.parametrize("indexed", [True, False])
+def test_fp8_extend_takes_new_tokens_as_stored(indexed):
+    """Regression: over an fp8 cache the extend rows' new keys and values were read as given
+    and then scaled by k_scale and v_scale as if stored, so a chunk's own keys came out
+    scaled twice over; they are now taken as the cache stores them (as ops.extend's)."""
+    q, k, k_cache, table, (cu, prefix), second, sinks = _extend_case(indexed=indexed)
+    scale = torch.tensor([0.05], device=DEVICE)
+    fp8 = torch.float8_e4m3fn
+    k8 = reference.quantize(k_cache, scale, fp8)
+    second8 = swattn.SecondKeys(reference.quantize(second.cache, scale, fp8), second.block_table,
+                                second.entries, rate=second.rate, indices=second.indices)
+    args = dict(window_left=6, sinks=sinks, second=second8, k_scale=scale, v_scale=scale)
+    got = swattn.extend_attention(q, k, k, k8, k8, table, cu, prefix, **args)
+    want = reference.extend_attention(q, k, k, k8, k8, table, cu, prefix, **args)
+    assert_matches_reference(got, want)
+
+
 def test_bad_pages_indices_and_counts_are_nan():
     """A visible entry on a page id outside the cache, an index below -1, an entry count
     past the table's row: that row NaN, the others as the reference."""

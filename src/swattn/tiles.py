@@ -19,6 +19,10 @@ windows, ``all`` from the range start to the last key a row sees. Beside them th
 counts the same shapes with the chunk left out of the bounds (a kernel that only masks
 it), the cost of serving a chunked layer with the window's bounds alone.
 
+A second key source (``swattn.SecondKeys``, DeepSeek-V4): :func:`count_second` walks one
+row at a time, as its kernel does: the window's tiles in the cache, the new keys' (extend),
+then the second source's (an index list whole, or the entries up to the row's limit).
+
 Plain Python: no torch, no triton, no numpy.
 """
 
@@ -32,6 +36,8 @@ from .window import (
     decode_bounds,
     key_bounds,
     num_tiles,
+    second_limit,
+    second_tiles,
 )
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
@@ -114,6 +120,45 @@ def count_decode(seq_lens, window_left=None, block_n=64, *, batch=1, heads=1, ch
                                    ("aligned", hi - lo, t_end - t_lo)):
             counts["keys"][kind] += keys * batch * heads
             counts["tiles"][kind] += walked * batch * heads
+    return counts
+
+
+def count_second(rows, window_left, rate, topk, block_n, *, heads=1):
+    """Keys and tiles of ``block_n`` one program of the second-source kernel reads for each
+    row, summed over ``rows`` (``(cached, pos, held)``: the keys in the cache, the query's
+    position, the entries the sequence's second cache holds; a decode row is ``(S, S - 1,
+    held)``), times ``heads`` (the programs a row: KV heads x head blocks).
+
+    A row's tiles: its window ``[lo, pos]`` (:func:`swattn.window.decode_bounds`) in the
+    cache below ``cached`` and in the new keys from it, each part tiled from its first key,
+    then the second source's: ``topk`` slots of an index list (walked whole), else the
+    entries up to :func:`swattn.window.second_limit` (``tight``) or every one held
+    (``all``: the skip variant's, whose window also starts on lo's grid from 0). Returns
+    ``{"keys": {"tight", "all"}, "tiles": {"tight", "all"}}``.
+    """
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n must be an int >= 1, got {block_n!r}")
+    check_window(window_left)
+    counts = {"keys": {"tight": 0, "all": 0}, "tiles": {"tight": 0, "all": 0}}
+    for cached, pos, held in rows:
+        lo, hi = decode_bounds(pos + 1, window_left)
+        in_cache, new_lo = min(cached, hi), max(lo, cached)
+        window = num_tiles(lo, in_cache, block_n) + num_tiles(new_lo, hi, block_n)
+        below = -(-lo // block_n)  # the skip variant's tiles from 0 on lo's grid
+        for bounds in ("tight", "all"):
+            if topk:
+                second = num_tiles(0, topk, block_n)
+                entries = min(topk, held) if bounds == "all" else min(
+                    topk, second_limit(pos, rate, held))
+            else:
+                _, stop = second_tiles(pos, rate, held, block_n,
+                                       "tight" if bounds == "tight" else "skip")
+                second = stop // block_n
+                entries = second_limit(pos, rate, held) if bounds == "tight" else held
+            keys = hi - lo + entries
+            walked = window + second + (below if bounds == "all" else 0)
+            counts["keys"][bounds] += keys * heads
+            counts["tiles"][bounds] += walked * heads
     return counts
 
 

@@ -4,10 +4,12 @@
     python -m swattn.bench --workload C-A,C-B,S --out benchmarks/results/DIR
     python -m swattn.bench --workload L4,C-L4,T --predict
     python -m swattn.bench --parallel --world 2     # swattn.parallel over 2 GPUs (its own options)
+    python -m swattn.bench --workload V4-CSA,V4-HCA,V4-X --predict
 
-Extend workloads (A, B, F, M, L4, T) and decode workloads (C-A, C-B, C-F, C-L4, S) may be
-mixed; each kind gets its own tables, and each case the variants of its family (a window,
-a chunk: L4 and C-L4, a tree verify: T). Progress goes to stderr, one line per measurement;
+Extend workloads (A, B, F, M, L4, T, V4-X) and decode workloads (C-A, C-B, C-F, C-L4, S,
+V4-CSA, V4-HCA) may be mixed; each kind gets its own tables, and each case the variants of
+its family (a window, a chunk: L4 and C-L4, a tree verify: T, a second key source: the V4
+rows). Progress goes to stderr, one line per measurement;
 the markdown tables are printed last on stdout and written with a CSV and a JSON
 (``extend.*``, ``decode.*``) and PNG plots into ``--out``. ``--predict`` prints the tile
 model's prediction and the floor of every case, and needs no GPU. ``--parallel`` times the
@@ -48,8 +50,8 @@ def parse_args(argv=None, prog=None):
                                 description="Time swattn's extend and decode kernels against their peers "
                                             "on one GPU.")
     p.add_argument("--workload", default="A,B",
-                   help="comma-separated workloads: extend A, B, F, M, L4, T; decode C-A, C-B, "
-                        "C-F, C-L4, S (default A,B)")
+                   help="comma-separated workloads: extend A, B, F, M, L4, T, V4-X; decode C-A, "
+                        "C-B, C-F, C-L4, S, V4-CSA, V4-HCA (default A,B)")
     p.add_argument("--out", default=None,
                    help="output folder (default benchmarks/results/<extend|decode|bench>-<UTC date>)")
     p.add_argument("--peers", default=None,
@@ -66,7 +68,8 @@ def parse_args(argv=None, prog=None):
                    help="variants to leave out, by key: extend triton, hopper, tight-full, skip, "
                         "det, det-skip, sglang, sglang-full, sglang-unified, vllm, flex, "
                         "flashinfer, flash-attn; decode control, skip, split1, same-keys, triton, "
-                        "sglang, vllm, flex, flashinfer, flash-attn")
+                        "sglang, vllm, flex, flashinfer, flash-attn; V4 rows control, skip, fp8, "
+                        "sglang, vllm, flashmla, flex")
     p.add_argument("--flush", choices=tuple(FLUSHES), default="clean",
                    help="how L2 is flushed before each repetition: 'clean' reads a 256 MB buffer "
                         "(default), 'dirty' writes it as triton.testing.do_bench does, leaving "
@@ -77,9 +80,9 @@ def parse_args(argv=None, prog=None):
                         "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "
                         "repeatable, keys fp8-config-1, fp8-config-2, ...")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
-    p.add_argument("--max-tokens", type=int, default=32768,
+    p.add_argument("--max-tokens", type=int, default=40960,
                    help="drop cases with more than this many tokens (prefix + new) per sequence "
-                        "(default 32768)")
+                        "(default 40960: V4-X's 32k prefix and 8k chunk)")
     p.add_argument("--budget-ms", type=float, default=1500.0,
                    help="per variant per round: fewer reps for slow variants to stay near this")
     p.add_argument("--seed", type=int, default=0)
@@ -126,11 +129,11 @@ def case_variants(args, kind):
     """``case -> variants`` of one kind (the module :mod:`.extend` or :mod:`.decode`): its
     family's table for the case (``kind.variants_for``) less ``--skip``, plus the
     ``--fp8-config`` rows; a ``--skip`` key no family of either kind knows is a ValueError."""
-    from . import decode, extend
+    from . import decode, extend, second_variants
     from .peers import select
     skip = [k.strip() for k in args.skip.split(",") if k.strip()]
     tables = (extend.VARIANTS, extend.CHUNK_VARIANTS, extend.TREE_VARIANTS, decode.VARIANTS,
-              decode.CHUNK_VARIANTS)
+              decode.CHUNK_VARIANTS, second_variants.VARIANTS)
     known = {v.key for table in tables for v in table}
     for table in tables:
         select(table, skip, known)

@@ -23,6 +23,7 @@ from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLIT
                            vllm_decode, vllm_threshold_3d)
 from .chunk_peers import flash_attn_chunk_decode, flashinfer_chunk_decode, vllm_chunk_decode
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, fp8_pool, poisoner
+from . import second_variants
 
 
 # --------------------------------------------------------------------------------------
@@ -187,11 +188,16 @@ CHUNK_VARIANTS = (
 
 
 def variants_for(case):
-    """The variants of a decode case: :data:`CHUNK_VARIANTS` under a chunk, else
-    :data:`VARIANTS`."""
+    """The variants of a decode case: the V4 rows' (:mod:`.second_variants`) with a second
+    key source, :data:`CHUNK_VARIANTS` under a chunk, else :data:`VARIANTS`."""
+    if case.second is not None:
+        return second_variants.VARIANTS
     return CHUNK_VARIANTS if case.attention_chunk is not None else VARIANTS
 
 
 def run_case(case, variants, **kwargs):
-    """:func:`swattn.bench.harness.run_case` with the decode inputs and reference."""
+    """:func:`swattn.bench.harness.run_case` with the decode inputs and reference (the V4
+    rows': :func:`.second_variants.run_case`)."""
+    if case.second is not None:
+        return second_variants.run_case(case, variants, **kwargs)
     return harness.run_case(case, variants, build=build_inputs, reference=reference_first, **kwargs)

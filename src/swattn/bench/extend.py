@@ -20,6 +20,7 @@ from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
 from .tree_peers import flex_tree, sglang_verify
+from . import second_variants
 
 
 # --------------------------------------------------------------------------------------
@@ -246,14 +247,20 @@ TREE_VARIANTS = _TIGHT_ROWS + _LOCAL_ROWS + (
 
 
 def variants_for(case):
-    """The variants of an extend case: :data:`TREE_VARIANTS` for a tree verify,
-    :data:`CHUNK_VARIANTS` under a chunk, else :data:`VARIANTS`."""
+    """The variants of an extend case: the V4 rows' (:mod:`.second_variants`) with a second
+    key source, :data:`TREE_VARIANTS` for a tree verify, :data:`CHUNK_VARIANTS` under a
+    chunk, else :data:`VARIANTS`."""
+    if case.second is not None:
+        return second_variants.VARIANTS
     if case.tree:
         return TREE_VARIANTS
     return CHUNK_VARIANTS if case.attention_chunk is not None else VARIANTS
 
 
 def run_case(case, variants, **kwargs):
-    """:func:`swattn.bench.harness.run_case` with the extend inputs and reference."""
+    """:func:`swattn.bench.harness.run_case` with the extend inputs and reference (the V4
+    rows': :func:`.second_variants.run_case`)."""
+    if case.second is not None:
+        return second_variants.run_case(case, variants, **kwargs)
     return harness.run_case(case, variants, build=build_inputs, reference=reference_first,
                             **kwargs)

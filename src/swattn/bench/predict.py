@@ -7,6 +7,10 @@ tiles swattn's kernels walk (tight bounds against the skip variant's), from
   kernels take a block's bounds under given positions).
 * Decode: :func:`decode_tile_prediction`, the keys and tiles of the decode loop (window and
   chunk).
+* A second key source (the V4 rows, decode and extend): :func:`second_tile_prediction`, the
+  tiles each row's programs walk (window, new keys, the second source's entries) from
+  :func:`swattn.tiles.count_second`; every head block of a row walks them (the 64 heads of
+  V4's one KV head in blocks of 16: four reads of each tile, the repeats from L2 at best).
 * :func:`expected_tiling` / :func:`expected_decode_tiling`: the tiling a plan takes on an
   H200 (sm_90), for a prediction written before any GPU run (``swattn bench --predict``);
   a run's report uses the tiling of the plan that ran.
@@ -58,6 +62,8 @@ def tile_prediction(case, block_m=None, block_n=None, tiling=None):
     if tiling is None:
         tiling = {"block_m": block_m, "block_n": block_n, "tokens_per_block": block_m,
                   "heads": case.num_q_heads}
+    if getattr(case, "second", None) is not None:
+        return second_tile_prediction(case, tiling)
     block_n, tokens = tiling["block_n"], tiling["tokens_per_block"]
     chunk = getattr(case, "attention_chunk", None)
     if getattr(case, "tree", ()):
@@ -83,11 +89,37 @@ def tile_prediction(case, block_m=None, block_n=None, tiling=None):
             "chunk_masked_only": masked}
 
 
+def second_rows(case):
+    """``(cached, pos, held)`` of every row of a case with a second source
+    (:func:`swattn.tiles.count_second`): a decode row per sequence, an extend row per new
+    token."""
+    if getattr(case, "kind", "") == "decode":
+        return [(s, s - 1, case.second.held(s)) for s in case.seq_lens if s > 0]
+    return [(p, q, case.second.held(p + e)) for p, e in case.seqs for q in range(p, p + e)]
+
+
+def second_tile_prediction(case, tiling):
+    """The tiles a second-source case's programs walk, tight against the skip variant's
+    (``all``), summed over the rows and ``tiling["heads"]`` programs a row, in the keys of
+    both :func:`decode_tile_prediction` (``tight``, ``all``, ``keys``) and
+    :func:`tile_prediction` (``skip``, ``block_m`` / ``tokens_per_block`` one row)."""
+    from .. import tiles
+    source = case.second
+    counts = tiles.count_second(second_rows(case), case.window_left, source.rate, source.topk,
+                                tiling["block_n"], heads=tiling["heads"])
+    tight, every = counts["tiles"]["tight"], counts["tiles"]["all"]
+    return {"tight": tight, "all": every, "skip": every, "ratio": tight / every if every else None,
+            "keys": counts["keys"]["tight"], "block_n": tiling["block_n"], "aligned": False,
+            "block_m": 1, "tokens_per_block": 1, "chunk_masked_only": None}
+
+
 def decode_tile_prediction(case, tiling):
     """Keys and key tiles the decode loop reads (window, chunk; not S's sparse keys), summed
     over the batch and ``tiling["heads"]`` (one program a KV head reads its keys once):
     ``tight`` (on the Hopper path's grid of 0 where ``tiling["aligned"]``) against ``all``
     (the whole cache, the skip variant's), from :func:`swattn.tiles.count_decode`."""
+    if getattr(case, "second", None) is not None:
+        return second_tile_prediction(case, tiling)
     from .. import tiles
     counts = tiles.count_decode(list(case.seq_lens), case.window_left, tiling["block_n"],
                                 heads=tiling["heads"], chunk=getattr(case, "attention_chunk", None))
@@ -96,6 +128,21 @@ def decode_tile_prediction(case, tiling):
     return {"tight": tight, "all": every, "ratio": tight / every if every else None,
             "keys": counts["keys"]["tight"], "block_n": tiling["block_n"],
             "aligned": bool(tiling.get("aligned"))}
+
+
+def expected_second_tiling(case):
+    """The tiling of the second-source kernel on an H200 (its plans take the decode
+    kernel's CUDA config, extend rows too): keys a tile, and the programs a row (KV heads x
+    head blocks), each walking the row's tiles."""
+    import torch
+
+    from ..ops import config
+    group = case.num_q_heads // case.num_kv_heads
+    cfg = config.second_keys_config(case.head_dim, case.head_dim_v, group, torch.bfloat16,
+                                    "cuda")
+    _, blocks = config.head_blocking(cfg, group)
+    return {"block_m": 1, "block_n": cfg.block_n, "tokens_per_block": 1, "aligned": False,
+            "heads": case.num_kv_heads * blocks, "path": f"second, {blocks} head blocks"}
 
 
 def expected_tiling(case):
@@ -108,6 +155,8 @@ def expected_tiling(case):
 
     from ..ops import config
     from ..ops.extend_hopper import takes_shape
+    if getattr(case, "second", None) is not None:
+        return expected_second_tiling(case)
     group = case.num_q_heads // case.num_kv_heads
     if not getattr(case, "tree", ()) and takes_shape(case.head_dim, case.head_dim_v,
                                                      case.page_size):
@@ -131,6 +180,8 @@ def expected_decode_tiling(case):
 
     from ..ops import config
     from ..ops.decode_hopper import takes_shape
+    if getattr(case, "second", None) is not None:
+        return expected_second_tiling(case)
     group = case.num_q_heads // case.num_kv_heads
     if case.latent:
         return {"block_n": config.LatentDecodeConfig().block_n, "heads": case.num_kv_heads,
@@ -163,9 +214,11 @@ def predictions_markdown(cases, ceilings=ANCHOR_CEILINGS):
     w(f"# Predictions (tile model; floor at {ceilings['matmul_tflops']:.0f} TFLOP/s and "
       f"{ceilings['copy_gbps']:.0f} GB/s)\n\n")
     w("| case | batch | visible pairs | GFLOP | MB | floor us | tiling | tiles tight / skip "
-      "(ratio) |\n|---|---|---|---|---|---|---|---|\n")
+      "(ratio) | fp8 KV: MB, floor us |\n|---|---|---|---|---|---|---|---|---|\n")
     for case in cases:
         floor = floor_us(case.flops(), case.bytes_moved(), ceilings)
+        fp8_bytes = case.bytes_moved(kv_element_size=1)
+        fp8 = f"{fp8_bytes / 1e6:.1f}, {floor_us(case.flops(), fp8_bytes, ceilings):.1f}"
         if getattr(case, "kind", "") == "decode":
             tiling = expected_decode_tiling(case)
             pred = decode_tile_prediction(case, tiling)
@@ -177,10 +230,12 @@ def predictions_markdown(cases, ceilings=ANCHOR_CEILINGS):
             pred = tile_prediction(case, tiling=tiling)
             how = (f"{tiling['path']} {tiling['block_m']}x{tiling['block_n']}, "
                    f"{tiling['tokens_per_block']} tokens a block")
+            if getattr(case, "second", None) is not None:
+                how = f"{tiling['path']} BN{tiling['block_n']}, a row a program"
             walked = f"{pred['tight']:,} / {pred['skip']:,} ({pred['ratio']:.3f})"
             if pred["chunk_masked_only"] is not None:
                 walked += f"; the chunk masked only: {pred['chunk_masked_only']:,}"
         w(f"| {case.name} | {case.batch} | {case.visible_pairs() * case.num_q_heads / 1e6:.1f}M "
           f"| {case.flops() / 1e9:.1f} | {case.bytes_moved() / 1e6:.1f} | {floor:.1f} | {how} "
-          f"| {walked} |\n")
+          f"| {walked} | {fp8} |\n")
     return out.getvalue()

@@ -4,11 +4,16 @@ A :class:`Workload` is one row of that table (model shape, window, chunk, sinks,
 its (prefix, new) cases or decode contexts, a draft tree). :func:`extend_cases` turns an
 extend workload into :class:`Case` objects, one per (prefix, new) pair, with the sizes
 overridable from the command line (``--batch``, ``--cases``); :func:`decode_cases` turns a
-decode workload (C-A, C-B, C-F, C-L4, S) into :class:`DecodeCase` objects (``--batch``,
-``--context``). A case knows the work it asks for: the visible (query, key) pairs, counted
-exactly per query from the window, the chunk (L4, C-L4) and a tree verify's mask (T) (plus
-the sparse keys of S), the FLOPs over them and the bytes a kernel cannot avoid (Q, O, and
-the K, V within reach, each once).
+decode workload (C-A, C-B, C-F, C-L4, S, V4-CSA, V4-HCA) into :class:`DecodeCase` objects
+(``--batch``, ``--context``). A case knows the work it asks for: the visible (query, key)
+pairs, counted exactly per query from the window, the chunk (L4, C-L4) and a tree verify's
+mask (T) (plus the sparse keys of S and the second source's entries of the V4 rows), the
+FLOPs over them and the bytes a kernel cannot avoid (Q, O, and the K, V within reach, each
+once).
+
+DeepSeek-V4's layers (V4-CSA, V4-HCA, V4-X) attend a window of the sliding cache and a
+:class:`SecondSource` beside it (``swattn.SecondKeys``): compressed entries of ``rate``
+tokens each, every closed one (HCA) or each row's ``topk`` (CSA's indexer), K = V.
 
 A tree verify (T) hands each sequence's new tokens as a draft tree, level by level (a node
 after its parent), at positions ``P + depth`` (siblings share one), with the custom mask of
@@ -25,10 +30,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..window import decode_bounds, from_hf, row_key_range
+from ..window import decode_bounds, from_hf, row_key_range, second_limit
 
-EXTEND_KINDS = ("extend", "mix")
-DECODE_KINDS = ("decode", "sparse_decode")
+EXTEND_KINDS = ("extend", "mix", "second_extend")
+DECODE_KINDS = ("decode", "sparse_decode", "second_decode")
+
+
+@dataclass(frozen=True)
+class SecondSource:
+    """A second key source beside the window, as DeepSeek-V4's compressed caches: entry
+    ``e`` stands for the tokens ``[e * rate, (e + 1) * rate)`` and closes at the last of
+    them (:func:`swattn.window.second_limit`); a row sees either each closed entry
+    (``topk`` 0: HCA) or the ``topk`` an indexer picks among them (CSA). The entries' values
+    are their keys (K = V). ``layer`` names it in a case ("csa", "hca")."""
+
+    layer: str
+    rate: int
+    topk: int = 0
+
+    def held(self, tokens):
+        """Entries a sequence of ``tokens`` tokens has closed (its second cache holds)."""
+        return tokens // self.rate
+
+    def visible(self, q_pos):
+        """Entries the query at ``q_pos`` attends: those its position has closed, at most
+        ``topk`` of them under an index list (the bench's lists name distinct entries)."""
+        closed = second_limit(q_pos, self.rate, self.held(q_pos + 1))
+        return min(closed, self.topk) if self.topk else closed
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,11 @@ class Workload:
     # A tree verify's draft tree: the nodes at each depth, the root's level first
     # (tree_parents gives each node's parent); () for a chain of new tokens.
     tree_levels: tuple[int, ...] = ()
+    # A decode workload's batch sizes, each context at each (default: (batch,)).
+    batches: tuple[int, ...] = ()
+    # Second key sources beside the window (DeepSeek-V4): one case per source and shape,
+    # named by its layer where there are several.
+    second: tuple[SecondSource, ...] = ()
 
     @property
     def window_left(self):
@@ -110,6 +143,24 @@ WORKLOADS = {
                  True, 32, cases=((4096, 64),), tree_levels=(1, 3, 6, 9, 9, 12, 12, 12),
                  note="a draft tree of 64 tokens over 8 levels (positions P .. P + 7) per "
                       "sequence, the ancestor mask"),
+        Workload("V4-CSA", "DeepSeek-V4, compressed sparse attention layer, decode",
+                 "second_decode", 64, 1, 512, 512, 128, True, 64, context=8192,
+                 contexts=(8192, 131072), batches=(64, 256), latent=True,
+                 second=(SecondSource("csa", 4, 512),),
+                 note="MQA, K = V; a window of 128 over the sliding cache and the indexer's "
+                      "top 512 of the entries compressed 4 to 1, one softmax with the sinks"),
+        Workload("V4-HCA", "DeepSeek-V4, heavily compressed attention layer, decode",
+                 "second_decode", 64, 1, 512, 512, 128, True, 64, context=8192,
+                 contexts=(8192, 131072), batches=(64, 256), latent=True,
+                 second=(SecondSource("hca", 128, 0),),
+                 note="MQA, K = V; a window of 128 and every entry compressed 128 to 1 that "
+                      "the position has closed"),
+        Workload("V4-X", "DeepSeek-V4, extend", "second_extend", 64, 1, 512, 512, 128, True, 1,
+                 cases=((32768, 8192),), latent=True,
+                 second=(SecondSource("csa", 4, 512), SecondSource("hca", 128, 0)),
+                 note="a chunk of 8192 after a 32k prefix (one request's chunked prefill), "
+                      "each new token its window and its compressed entries; a CSA and an "
+                      "HCA layer"),
     )
 }
 
@@ -199,6 +250,10 @@ class Case(_Measured):
     # A tree verify: each node's parent (tree_parents); every sequence's new tokens are this
     # tree. () for a chain.
     tree: tuple[int, ...] = ()
+    # A second key source beside the window (V4-X), and whether the values are the keys'
+    # first head_dim_v columns (then K alone is read).
+    second: SecondSource | None = None
+    latent: bool = False
 
     @property
     def per_seq(self):
@@ -229,20 +284,36 @@ class Case(_Measured):
         return list(range(prefix, prefix + new))
 
     def visible_pairs(self):
-        """(query, key) pairs inside the window and chunk (and a tree's mask), over all
-        sequences (one head)."""
-        return sum(visible_pairs(p, e, self.window_left, self.attention_chunk, self.tree)
-                   for p, e in self.seqs)
+        """(query, key) pairs inside the window and chunk (and a tree's mask), plus each
+        row's second-source entries, over all sequences (one head)."""
+        pairs = sum(visible_pairs(p, e, self.window_left, self.attention_chunk, self.tree)
+                    for p, e in self.seqs)
+        if self.second is not None:
+            pairs += sum(self.second.visible(q) for p, e in self.seqs for q in range(p, p + e))
+        return pairs
+
+    def entries_in_reach(self, prefix, new):
+        """Second-source entries some row of a sequence may read: those the last row has
+        closed (under an index list at most ``new * topk``; the bench's lists over a chunk
+        of thousands of rows name nearly all)."""
+        if self.second is None or new < 1:
+            return 0
+        held = self.second.held(prefix + new)
+        return min(held, new * self.second.topk) if self.second.topk else held
 
     def keys_in_reach(self):
-        """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each."""
-        return sum(p + e - self.lowest_key(p) for p, e in self.seqs if e > 0)
+        """Keys some query sees, over all sequences: ``[lowest_key, P + E)`` each, and the
+        second source's entries in reach."""
+        return sum(p + e - self.lowest_key(p) + self.entries_in_reach(p, e)
+                   for p, e in self.seqs if e > 0)
 
     def bytes_moved(self, element_size=2, kv_element_size=None):
         """Q and O of the new tokens and K, V within reach, each once (K and V at
-        ``kv_element_size`` bytes an element, by default ``element_size``)."""
+        ``kv_element_size`` bytes an element, by default ``element_size``; where the values
+        are the keys' first columns, the K rows alone)."""
         q_o = self.num_tokens * self.num_q_heads * (self.head_dim + self.head_dim_v)
-        k_v = self.keys_in_reach() * self.num_kv_heads * (self.head_dim + self.head_dim_v)
+        width = self.head_dim + (0 if self.latent else self.head_dim_v)
+        k_v = self.keys_in_reach() * self.num_kv_heads * width
         return q_o * element_size + k_v * (kv_element_size or element_size)
 
 
@@ -318,18 +389,21 @@ def extend_cases(workload, *, batch=None, cases=None, page_size=16, max_tokens_p
     if tree and any(new != len(tree) for _, new in pairs):
         raise ValueError(f"workload {workload.name} verifies a tree of {len(tree)} new tokens: "
                          f"its cases need NEW = {len(tree)}")
-    layers = [("", workload.window_left)]
+    layers = [("", workload.window_left, None)]
     if workload.kind == "mix":
-        layers = [("window", workload.window_left), ("full", None)]
+        layers = [("window", workload.window_left, None), ("full", None, None)]
+    if workload.second:
+        layers = [(source.layer if len(workload.second) > 1 else "", workload.window_left,
+                   source) for source in workload.second]
     out = []
     for prefix, new in pairs:
         if max_tokens_per_seq is not None and prefix + new > max_tokens_per_seq:
             continue
-        for layer, window_left in layers:
+        for layer, window_left, source in layers:
             out.append(Case(workload.name, workload.num_q_heads, workload.num_kv_heads,
                             workload.head_dim, workload.head_dim_v, window_left, workload.sinks,
                             ((prefix, new),) * batch, page_size, layer,
-                            workload.attention_chunk, tree))
+                            workload.attention_chunk, tree, source, workload.latent))
     return out
 
 
@@ -357,6 +431,10 @@ class DecodeCase(_Measured):
     page_size: int = 16
     latent: bool = False  # the workload's: values are the keys' first head_dim_v columns
     attention_chunk: int | None = None
+    # A second key source beside the window (V4-CSA, V4-HCA), and whether the name carries
+    # the batch (a workload of several batch sizes).
+    second: SecondSource | None = None
+    named_batch: bool = False
 
     kind = "decode"
 
@@ -366,10 +444,12 @@ class DecodeCase(_Measured):
 
     @property
     def name(self):
-        """``C-A S32768`` (uniform batch) or ``C-A S100,S7`` (ragged)."""
+        """``C-A S32768`` (uniform batch; ``V4-CSA B64 S8192`` where the workload has several
+        batch sizes) or ``C-A S100,S7`` (ragged)."""
+        head = self.workload + (f" B{self.batch}" if self.named_batch else "")
         if self.uniform:
-            return f"{self.workload} S{self.seq_lens[0]}"
-        return self.workload + " " + ",".join(f"S{s}" for s in self.seq_lens)
+            return f"{head} S{self.seq_lens[0]}"
+        return head + " " + ",".join(f"S{s}" for s in self.seq_lens)
 
     @property
     def sparse_valid(self):
@@ -387,9 +467,15 @@ class DecodeCase(_Measured):
         lower than the chunk's first position."""
         return seq_len - self.window_keys(seq_len)
 
+    def second_keys(self, seq_len):
+        """The second source's entries the new token (at ``seq_len - 1``) attends."""
+        return self.second.visible(seq_len - 1) if self.second is not None and seq_len else 0
+
     def keys(self):
-        """Keys attended over all sequences (one head): window keys plus sparse keys."""
-        return sum(self.window_keys(s) + (self.sparse_valid if s > 0 else 0) for s in self.seq_lens)
+        """Keys attended over all sequences (one head): window keys plus sparse keys (S) or
+        the second source's entries (V4)."""
+        return sum(self.window_keys(s) + (self.sparse_valid if s > 0 else 0)
+                   + self.second_keys(s) for s in self.seq_lens)
 
     def visible_pairs(self):
         """(query, key) pairs over all sequences (one head): one query each, so the keys."""
@@ -425,19 +511,22 @@ def parse_contexts(text):
 
 
 def decode_cases(workload, *, batch=None, contexts=None, page_size=16):
-    """The :class:`DecodeCase` list of a decode workload (C-A, C-B, C-F, C-L4, S): one case
-    per context (default the workload's), every sequence of a case at the same context."""
+    """The :class:`DecodeCase` list of a decode workload (C-A, C-B, C-F, C-L4, S, V4-CSA,
+    V4-HCA): one case per batch size (``batch``, else the workload's) and context (default
+    the workload's), every sequence of a case at the same context."""
     if isinstance(workload, str):
         workload = get(workload)
     if workload.kind not in DECODE_KINDS:
         raise ValueError(f"workload {workload.name} is a {workload.kind} workload, not decode")
-    batch = workload.batch if batch is None else batch
-    if batch < 1:
+    batches = (batch,) if batch is not None else (workload.batches or (workload.batch,))
+    if min(batches) < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if contexts is None:
         contexts = workload.contexts or (workload.context,)
+    source = workload.second[0] if workload.second else None
     return [DecodeCase(workload.name, workload.num_q_heads, workload.num_kv_heads,
                        workload.head_dim, workload.head_dim_v, workload.window_left,
-                       workload.sinks, (context,) * batch, workload.sparse_keys, page_size,
-                       workload.latent, workload.attention_chunk)
-            for context in tuple(contexts)]
+                       workload.sinks, (context,) * size, workload.sparse_keys, page_size,
+                       workload.latent, workload.attention_chunk, source,
+                       len(workload.batches) > 1)
+            for size in batches for context in tuple(contexts)]

@@ -45,8 +45,8 @@ from triton.language.extra import cuda as tl_cuda
 
 from ..window import clamp_extent
 from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
-                      decode_seq_ok, finish, rows_ok, second_entries_ok, second_limit,
-                      segment_tiles,
+                      decode_seq_ok, finish, fp8_cached, rows_ok, second_entries_ok,
+                      second_limit, segment_tiles,
                       load_keys, load_rows, scores_log2, softmax_step, split_tiles,
                       table_column, table_keys, valid_page)
 from ._launch import Launch
@@ -403,10 +403,14 @@ RowKeys = namedtuple("RowKeys", "seq pos cached lo new_row limit entries")
 
 
 @triton.jit
-def _new_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags):
+def _new_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags,
+               new_scales, KV: tl.constexpr):
     """The new tokens' key tiles at positions [start, stop): position ``j`` (at least the
     prefix ``row_keys.cached``) is row ``new_row + j - cached`` of k and v, visible from the
-    window's first key to the row's own position."""
+    window's first key to the row's own position. Over an fp8 cache (``KV``) they are taken
+    as the cache stores them (_common.fp8_cached with ``new_scales``: k's and v's scale), as
+    the extend kernels take them: the scales folded into the scores and the output apply
+    to them too."""
     for start_n in range(start, stop, flags.BLOCK_N):
         k_pos = start_n + lanes.o_n
         m_key = (k_pos >= row_keys.lo) & (k_pos >= row_keys.cached) & (k_pos <= row_keys.pos)
@@ -418,6 +422,10 @@ def _new_tiles(start, stop, b_q, b_q2, m_i, l_i, acc, row_keys, i_kvh, new, scor
         else:
             b_v = load_rows(new.v + (row * new.stride_vn + i_kvh * new.stride_vh)[:, None]
                             + lanes.o_dv[None, :], m_key, lanes.m_dv, flags.EVEN_DV)
+        if KV.is_fp8():
+            b_k = fp8_cached(b_k, new_scales[0], KV)
+            b_k2 = fp8_cached(b_k2, new_scales[0], KV)
+            b_v = fp8_cached(b_v, new_scales[1], KV)
         m_i, l_i, acc = _attend(b_q, b_q2, b_k, b_k2, b_v, m_key, m_key, m_i, l_i, acc, scores,
                                 flags)
     return m_i, l_i, acc
@@ -572,8 +580,11 @@ def _second_keys_kernel(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_DV], tl.float32)
     scores = Scores(qk_scale, softcap)
+    new_scales = (1.0, 1.0)
     if FP8:
-        scores = Scores(qk_scale * tl.load(k_scale + i_kvh * K_SCALE_STRIDE), softcap)
+        new_scales = (tl.load(k_scale + i_kvh * K_SCALE_STRIDE),
+                      tl.load(v_scale + i_kvh * V_SCALE_STRIDE))
+        scores = Scores(qk_scale * new_scales[0], softcap)
 
     if WINDOW_KEYS:
         cache = PagedCache(K_cache, V_cache, stride_kcp, stride_kcs, stride_kch, stride_vcp,
@@ -594,7 +605,8 @@ def _second_keys_kernel(
                        num_tokens)
             a, b = segment_tiles(t_start, t_stop, cache_tiles, new_tiles)
             m_i, l_i, acc = _new_tiles(new_lo + a * BLOCK_N, new_lo + b * BLOCK_N, b_q, b_q2,
-                                       m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags)
+                                       m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags,
+                                       new_scales, K_cache.dtype.element_ty)
     src = Second(PagedCache(X_cache, X_values, stride_xp, stride_xs, stride_xh, stride_xvp,
                             stride_xvs, stride_xvh, X_table, stride_xt, x_page_size, x_pages,
                             None, None, 1), rate, X_idx, stride_ir, num_idx)
@@ -606,7 +618,7 @@ def _second_keys_kernel(
     m_i, l_i, acc = _second_tiles(a * BLOCK_N, stop, b_q, b_q2, m_i, l_i, acc, row_keys, i_row,
                                   i_kvh, src, scores, lanes, flags, INDEXED)
     if FP8:
-        acc = acc * tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
+        acc = acc * new_scales[1]
     l_i = tl.where(row_ok, l_i, float("nan"))
     outputs = Outputs(Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb, stride_pb,
                       stride_ph, stride_ps, stride_plb, stride_plh)
