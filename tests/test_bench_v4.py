@@ -83,11 +83,11 @@ def test_predict_prints_the_v4_rows_without_a_gpu(capsys):
     assert main(["--workload", "V4-CSA,V4-HCA,V4-X", "--predict"]) == 0
     text = capsys.readouterr().out
     assert "| V4-CSA B64 S8192 | 64 | 2.6M | 5.4 | 50.3 | 11.8 |" in text
-    assert "| 5,120 / 69,632 (0.074) | 29.4, 6.9 |" in text
+    assert "| 10,240 / 139,264 (0.074) | 29.4, 6.9 |" in text
     assert "| V4-HCA B256 S131072 | 256 |" in text and "V4-X/hca P32768 E8192" in text
     case = wl.decode_cases("V4-CSA")[0]
     tiling = predict.expected_decode_tiling(case)
-    assert (tiling["block_n"], tiling["heads"]) == (32, 4)
+    assert (tiling["block_n"], tiling["heads"]) == (16, 4)
     assert predict.decode_tile_prediction(case, tiling)["tight"] == 64 * 4 * (4 + 16)
 
 
