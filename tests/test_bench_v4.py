@@ -88,7 +88,7 @@ def test_predict_prints_the_v4_rows_without_a_gpu(capsys):
     case = wl.decode_cases("V4-CSA")[0]
     tiling = predict.expected_decode_tiling(case)
     assert (tiling["block_n"], tiling["heads"]) == (16, 4)
-    assert predict.decode_tile_prediction(case, tiling)["tight"] == 64 * 4 * (4 + 16)
+    assert predict.decode_tile_prediction(case, tiling)["tight"] == 64 * 4 * (8 + 32)
 
 
 def test_variant_tables_and_skip_keys():
