@@ -22,11 +22,12 @@ TOL = 3e-2 if GPU else TOL_FP32
 # Every sliding-window family of transformers 5.23 (Gemma 4 three ways: plain, with
 # KV-shared layers, with 512-wide heads in its full layers), Llama for full attention,
 # Phi-MoE for a window the model builds a mask for but passes its layers no sliding_window,
-# and Llama 4 for chunked local attention (its cache keeps the last chunk: keys handed over
-# from past position 0 once the generation passes it).
+# Llama 4 for chunked local attention (its cache keeps the last chunk: keys handed over
+# from past position 0 once the generation passes it), and DeepSeek-V3.2 for sparse attention
+# over its indexer's top-k keys (DeepSeek-V4 has its own test below).
 FAMILIES = ("gpt-oss", "mistral", "gemma2", "gemma3", "gemma3n", "gemma4", "gemma4-kv-shared",
             "gemma4-wide-global", "cohere2", "olmo3", "exaone4", "mimo-v2-flash", "step3p7",
-            "llama", "phimoe", "llama4")
+            "llama", "phimoe", "llama4", "deepseek-v3.2")
 
 
 def _model(family, seed=0, dtype=DTYPE):
@@ -47,23 +48,52 @@ def _generate(model, ids, mask, steps):
                           pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 
 
-def _check_tokens(got, want, steps):
+def _check_tokens(got, want, steps, prompt=PROMPT):
     """fp32 (CPU): the tokens are identical. bf16 (GPU): identical up to a step where
     eager's own logits hold a near tie between its token and ours (bf16 rounds the two
     attentions differently; greedy then picks either), and from there on each run follows
     its own token."""
-    new = want.sequences[:, PROMPT:]
+    new = want.sequences[:, prompt:]
     assert new.shape[1] == steps
     if not GPU:
         assert torch.equal(got, want.sequences)
         return
     for row in range(got.shape[0]):
-        differ = (got[row, PROMPT:] != new[row]).nonzero()
+        differ = (got[row, prompt:] != new[row]).nonzero()
         if len(differ):
             step = int(differ[0])
             logits = want.logits[step][row].float()
-            gap = (logits[new[row, step]] - logits[got[row, PROMPT + step]]).item()
+            gap = (logits[new[row, step]] - logits[got[row, prompt + step]]).item()
             assert 0 <= gap <= TOL * logits.abs().max().item(), (row, step, gap)
+
+
+def _forwards_match(model, ids, mask, tol, record_property, **padded):
+    """Logits against eager's: of the padded batch over its valid tokens (``padded``: more
+    arguments of that forward), then of the batch without padding."""
+    want = _run(model, "eager", lambda: model(ids, attention_mask=mask, **padded).logits)
+    got = _run(model, "swattn", lambda: model(ids, attention_mask=mask, **padded).logits)
+    valid = mask.bool()
+    diff = (got - want)[valid].abs().max().item()
+    record_property("max_abs_logit_diff", diff)
+    assert diff / want[valid].abs().max().item() < tol, diff
+    want = _run(model, "eager", lambda: model(ids).logits)
+    got = _run(model, "swattn", lambda: model(ids).logits)
+    assert ((got - want).abs().max() / want.abs().max()).item() < tol
+
+
+def _generation_matches(model, ids, mask, steps, tol, record_property, prompt=PROMPT,
+                        fp32=not GPU):
+    """Greedy generation from the padded batch against eager's: the same tokens (up to
+    eager's near ties in bf16), and in fp32 the same logits at every step."""
+    want = _run(model, "eager", lambda: _generate(model, ids, mask, steps))
+    got = _run(model, "swattn", lambda: _generate(model, ids, mask, steps))
+    record_property("tokens_equal", torch.equal(got.sequences, want.sequences))
+    # Greedy tokens that never change would hide a difference; the logits below would not.
+    assert len(set(want.sequences[:, prompt:].flatten().tolist())) >= 3, "degenerate generation"
+    _check_tokens(got.sequences, want, steps, prompt)
+    if fp32:
+        for step, (a, b) in enumerate(zip(got.logits, want.logits)):
+            assert ((a - b).abs().max() / b.abs().max()).item() < tol, step
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -80,26 +110,66 @@ def test_family_matches_eager(family, record_property):
     model = _model(family, dtype=torch.float32 if fp32 else DTYPE)
     tol = TOL_FP32 if fp32 else TOL
     ids, mask = hf_models.padded_batch(device=DEVICE)
-    want = _run(model, "eager", lambda: model(ids, attention_mask=mask).logits)
-    got = _run(model, "swattn", lambda: model(ids, attention_mask=mask).logits)
-    valid = mask.bool()
-    diff = (got - want)[valid].abs().max().item()
-    record_property("max_abs_logit_diff", diff)
-    assert diff / want[valid].abs().max().item() < tol, diff
-    want = _run(model, "eager", lambda: model(ids).logits)
-    got = _run(model, "swattn", lambda: model(ids).logits)
-    assert ((got - want).abs().max() / want.abs().max()).item() < tol
+    _forwards_match(model, ids, mask, tol, record_property)
     # Decode steps past the window: the prompt already fills it, so each step slides it.
-    steps = 16 if GPU else 6
-    want = _run(model, "eager", lambda: _generate(model, ids, mask, steps))
-    got = _run(model, "swattn", lambda: _generate(model, ids, mask, steps))
-    record_property("tokens_equal", torch.equal(got.sequences, want.sequences))
-    # Greedy tokens that never change would hide a difference; the logits below would not.
-    assert len(set(want.sequences[:, PROMPT:].flatten().tolist())) >= 3, "degenerate generation"
-    _check_tokens(got.sequences, want, steps)
-    if fp32:
-        for step, (a, b) in enumerate(zip(got.logits, want.logits)):
-            assert ((a - b).abs().max() / b.abs().max()).item() < tol, step
+    _generation_matches(model, ids, mask, 16 if GPU else 6, tol, record_property, fp32=fp32)
+
+
+@pytest.mark.parametrize("length", [5, 11], ids=["prompt-shorter-than-an-hca-entry",
+                                                 "prompt-longer-than-an-hca-entry"])
+def test_deepseek_v4_matches_eager(length, record_property):
+    """DeepSeek-V4 (a window layer, a CSA layer of rate 4 and top 2, an HCA layer of rate 8,
+    a window of 5) against its eager attention: logits of a left-padded batch (positions from
+    each row's first token, as generate gives them) and of the batch without padding, then
+    greedy steps from the padded batch that close entries of both compressed layers (a
+    prompt of 5 tokens opens no HCA entry; 11 open one): the same tokens, and in fp32 the
+    same logits at every step. Entries are causal by position: CSA's through the indexer's
+    picks, HCA's by ``e < (p + 1) // 8`` in prefill and every entry in decode."""
+    model = _model("deepseek-v4")
+    ids, mask = hf_models.padded_batch(device=DEVICE, length=length)
+    _forwards_match(model, ids, mask, TOL, record_property,
+                    position_ids=hf_models.positions(mask))
+    _generation_matches(model, ids, mask, 9, TOL, record_property, prompt=length)
+
+
+def _second_sources(monkeypatch):
+    """The ``second=`` of every extend call swattn's attention function makes (None where
+    it passes none)."""
+    seen = []
+    extend = swattn_hf.extend_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("second"))
+        return extend(*args, **kwargs)
+
+    monkeypatch.setattr(swattn_hf, "extend_attention", spy)
+    return seen
+
+
+def test_deepseek_layers_run_a_second_key_source(monkeypatch):
+    """The compressed entries (V4) and the selected keys (V3.2) reach the kernel as its
+    second key source, not as a dense mask: per V4 forward, the window layer's call has
+    none, the CSA layer's has index lists of at most 2 entries at rate 4 among all the
+    entries closed, the HCA layer's rate 8 without indices in prefill and rate 1 (every
+    entry) in decode; every V3.2 call has the top-4 lists over all the keys, no window."""
+    seen = _second_sources(monkeypatch)
+    model = _model("deepseek-v4")
+    ids, mask = hf_models.padded_batch(device=DEVICE)
+    _run(model, "swattn", lambda: _generate(model, ids, mask, 6))
+    prefill, *decode = [seen[i:i + 3] for i in range(0, len(seen), 3)]
+    assert len(decode) == 5 and all(layers[0] is None for layers in [prefill] + decode)
+    for (csa, hca), closed in zip([s[1:] for s in [prefill] + decode], range(11, 17)):
+        assert csa.rate == 4 and csa.indices.shape[1] == 2
+        assert int(csa.entries[0]) == closed // 4 and int(csa.indices.max()) < closed // 4
+        assert hca.indices is None and int(hca.entries[0]) == closed // 8
+    assert prefill[2].rate == 8 and {layers[2].rate for layers in decode} == {1}
+    seen.clear()
+    model = _model("deepseek-v3.2")
+    _run(model, "swattn", lambda: _generate(model, ids, mask, 3))
+    assert len(seen) == 2 * 3
+    for second in seen:
+        assert second.indices.shape[1] == 4 and not second.window and second.rate == 1
+    assert all(int(second.entries.max()) > 4 for second in seen)
 
 
 def test_gemma4_kv_shared_layers_take_the_last_queries(monkeypatch):

@@ -50,7 +50,8 @@ def test_an_unknown_keyword_is_refused_not_dropped():
 
 def test_sparse_indices_are_refused():
     """DeepSeek-V3.2-style sparse attention passes its indexer's top-k as ``indices=``: it
-    was swallowed, and the call ran dense attention over every key."""
+    was swallowed, and the call ran dense attention over every key. Served for DeepSeek-V3.2
+    (its own test); any other model's layer refuses it."""
     module = _model().model.layers[0].self_attn
     top_k = torch.zeros(3, 11, 2, dtype=torch.int64, device=DEVICE)
     with pytest.raises(NotImplementedError, match="indices"):
@@ -96,7 +97,8 @@ def test_a_mask_extended_over_keys_it_was_not_built_for_is_refused():
     """DeepSeek-V4 extends the layer's mask over the compressed entries it appends after the
     window's keys: the added columns were read as padding of the queries' own keys, and every
     row after the first compressed entry came out zeros. A mask the mask function did not
-    build for the layer's keys is refused, as is a 4D mask of the caller's."""
+    build for the layer's keys is refused, as is a 4D mask of the caller's (DeepSeek-V4's
+    extension is now placed by the model's own layers, its own test)."""
     module = _model().model.layers[0].self_attn
     _, mask = hf_models.padded_batch(device=DEVICE)
     built = swattn_hf.swattn_mask(3, 11, 11, mask_function=causal_mask_function,
@@ -115,24 +117,40 @@ def test_a_mask_extended_over_keys_it_was_not_built_for_is_refused():
     assert out.isfinite().all()
 
 
-@pytest.mark.parametrize("family,named", [
-    ("deepseek-v3.2", "DeepSeek-V3.2"), ("deepseek-v4", "DeepSeek-V4")])
-def test_models_with_their_own_issues_are_refused_by_name(family, named):
-    """DeepSeek-V3.2 (indexer top-k) and DeepSeek-V4 (compressed keys) need more than a
-    window. The two DeepSeeks failed deep inside
-    transformers (a mask of the wrong rank) with nothing saying why, behind which V3.2's
-    top-k was swallowed (a mask fix alone would have run dense attention) and V4's compressed
-    entries were read as padding. Each is refused with an error naming what is not served,
-    padded batch or not."""
+def _deepseek(family):
     why = hf_models.missing(family)
     if why:
         pytest.skip(why)
-    model = _model(family)
+    return _model(family)
+
+
+@pytest.mark.parametrize("family,named", [
+    ("deepseek-v3.2", "DeepSeek-V3.2"), ("deepseek-v4", "DeepSeek-V4")])
+def test_continuous_batching_refuses_the_deepseeks_by_name(family, named):
+    """DeepSeek-V3.2 (indexer top-k) and DeepSeek-V4 (compressed keys) are served by 'swattn'
+    through swattn's second key source; 'paged|swattn' has none and would run them as plain
+    window attention over the paged cache (V3.2's top-k swallowed, V4's entries read as
+    keys): it refuses them by name."""
+    module = _deepseek(family).model.layers[-1].self_attn
+    q, k, v = _qkv(batch=1)
+    with pytest.raises(NotImplementedError, match=named):
+        swattn_hf.swattn_paged_attention(module, q, k, v, None, cache=object(), read_index=[],
+                                         write_index=[])
+
+
+def test_deepseek_v4_positions_that_count_the_padding_are_refused():
+    """DeepSeek-V4's compressed entries are causal by position. A left-padded forward without
+    position_ids counts each row's padding (the model's arange): eager's mask then shows a
+    row other entries than swattn's positions, counted from the row's first token as
+    generate counts them, would. Refused, naming position_ids; with generate's positions
+    it runs."""
+    model = _deepseek("deepseek-v4")
     ids, mask = hf_models.padded_batch(device=DEVICE)
     with torch.no_grad():
-        for batch_mask in (mask, None):
-            with pytest.raises(NotImplementedError, match=named):
-                model(ids, attention_mask=batch_mask)
+        with pytest.raises(NotImplementedError, match="position_ids"):
+            model(ids, attention_mask=mask)
+        positions = hf_models.positions(mask)
+        assert model(ids, attention_mask=mask, position_ids=positions).logits.isfinite().all()
 
 
 def test_paged_refuses_what_it_does_not_apply():

@@ -20,19 +20,28 @@ each query's window holds.
 
 Nothing is taken without being applied. Every keyword argument a model passes is applied
 (``scaling``, ``sliding_window``, ``softcap``, ``s_aux``, ``is_causal``, ``dropout``,
-``deterministic``), listed in :data:`HARMLESS` with the reason it changes nothing here, or
-refused with an error naming it: :data:`NEUTRAL_ONLY` (``output_attentions``, packed-sequence
-lengths, DeepSeek-V3.2's ``indices``) at any value but None or False, and any other name at all.
-A mask reaches a layer only if this module's mask function built it for that layer's keys
-(:func:`swattn_mask`): a 4D mask of the caller's, or one extended over keys the mask function
-never saw (DeepSeek-V4 appends its compressed entries after the window's keys, with a
-per-query bias), is refused. Also refused: masks transformers builds from extra mask
-functions (packed sequences, block overlays, images' bidirectional spans), the models of
-:data:`REFUSED_MODELS`, padding
-with holes inside a row, a 2D mask wider or narrower than the tokens, static caches of full
-layers (which hand over their whole buffer, the queries not at its end; static
-sliding-window caches are served), non-causal layers, layers whose sinks are not passed as
-``s_aux``, and dropout in training.
+``deterministic``, DeepSeek-V3.2's ``indices``), listed in :data:`HARMLESS` with the reason it
+changes nothing here, or refused with an error naming it: :data:`NEUTRAL_ONLY`
+(``output_attentions``, packed-sequence lengths, ``indices`` from any other model) at any value
+but None or False, and any other name at all. A mask reaches a layer only if this module's mask
+function built it for that layer's keys (:func:`swattn_mask`): a 4D mask of the caller's, or one
+extended over keys the mask function never saw, is refused (DeepSeek-V4's extension over its
+compressed entries is placed, below). Also refused: masks transformers builds from extra mask
+functions (packed sequences, block overlays, images' bidirectional spans), padding with holes
+inside a row, a 2D mask wider or narrower than the tokens, static caches of full layers (which
+hand over their whole buffer, the queries not at its end; static sliding-window caches are
+served), non-causal layers, layers whose sinks are not passed as ``s_aux``, dropout in
+training, and in continuous batching the models of :data:`PAGED_REFUSED_MODELS`.
+
+DeepSeek-V4 and DeepSeek-V3.2 run their second key source through swattn's
+:class:`swattn.SecondKeys` (``_deepseek``): V4's compressed entries (the keys its CSA and HCA
+layers append after the window's, the mask extended over them with the compressor's bias,
+which tells the entries each query sees: CSA's index lists, HCA's limit) as a second paged
+cache of one page a sequence, with the window and the sinks in one softmax; V3.2's indexer
+top-k (``indices``) over the layer's keys, no window. V4's entries are causal by position,
+counted from each row's first token as generate's ``position_ids`` count them; a left-padded
+batch whose mask shows other entries (a forward without ``position_ids``) is refused. V3.2's
+mask is built in full (causal and padding: its indexer reads it).
 
 Chunked local attention (Llama 4's ``attention_chunk_size``, its chunked layers' mask) runs as
 swattn's ``attention_chunk``: chunks counted, as transformers' mask counts them, from each
@@ -61,6 +70,8 @@ import torch
 
 from ..api import extend_attention
 from ..window import from_hf
+from . import _deepseek
+from ._layout import padded_layout, uniform_layout
 from ._paged import token_rows
 
 try:
@@ -75,9 +86,10 @@ NAME = "swattn"
 # The transformers versions the tests ran on, inclusive: 5.17.0 (the GPU image's) and 5.23.0.
 TESTED = ((5, 17), (5, 23))
 
-# Models whose attention is more than a window over the layer's keys (each has its own
-# issue): refused by their config's model_type, never run as plain window attention.
-REFUSED_MODELS = {
+# Models 'paged|swattn' (continuous batching) refuses by their config's model_type: their
+# second key source (swattn.SecondKeys) is served by 'swattn' only, never run as plain window
+# attention over the paged cache.
+PAGED_REFUSED_MODELS = {
     "deepseek_v32": "DeepSeek-V3.2's sparse attention (each query's top-k keys, chosen by its "
                     "indexer)",
     "deepseek_v4": "DeepSeek-V4's compressed attention (compressed entries appended after the "
@@ -117,13 +129,13 @@ MASK_HARMLESS = frozenset({"allow_is_causal_skip", "allow_is_bidirectional_skip"
                            "use_vmap", "local_size", "device", "config"})
 
 
-def _refuse_model(config):
+def _refuse_paged_model(config):
     model_type = getattr(config, "model_type", None)
-    if model_type in REFUSED_MODELS:
+    if model_type in PAGED_REFUSED_MODELS:
         raise NotImplementedError(
-            f"attn_implementation='swattn' does not serve {REFUSED_MODELS[model_type]} yet "
-            f"(model_type {model_type!r}): it would run as plain window attention; use "
-            "attn_implementation='eager'")
+            f"attn_implementation='paged|swattn' does not serve "
+            f"{PAGED_REFUSED_MODELS[model_type]} (model_type {model_type!r}): it would run as "
+            "plain window attention; use generate() with attn_implementation='swattn'")
 
 
 def _refuse_unapplied(kwargs, where, harmless=HARMLESS):
@@ -181,55 +193,119 @@ def _check_mask_function(mask_function):
 
 
 class _Padding:
-    """What a 2D padding mask handed out by :func:`swattn_mask` told: the window of the mask
-    function it was built for, whether every key is valid, and the layouts read from it."""
+    """What a mask handed out by :func:`swattn_mask` told: the window of the mask function it
+    was built for, whether every key is valid, and the layouts read from it. ``ref``: a weak
+    reference to the tensor handed out (the 2D padding the layers get views of, or
+    DeepSeek-V3.2's dense mask, whose 2D padding ``padding`` then holds)."""
 
-    __slots__ = ("all_valid", "chunk", "layouts", "ref", "shifts", "window")
+    __slots__ = ("all_valid", "chunk", "layouts", "left_padded", "padding", "ref", "shifts",
+                 "window")
 
-    def __init__(self, padding, window, all_valid, chunk=None, shifts=None):
-        self.ref = weakref.ref(padding)
+    def __init__(self, handed, window, all_valid, chunk=None, shifts=None, left_padded=False,
+                 padding=None):
+        self.ref = weakref.ref(handed)
         self.window, self.all_valid, self.layouts = window, all_valid, {}
-        # Chunked attention: the chunk, and per row the position in its chunk counting of
-        # the first key handed over (kv_offset less the row's left padding).
-        self.chunk, self.shifts = chunk, shifts
+        # Chunked attention and DeepSeek-V4: the chunk, and per row the position (in its
+        # chunk, or in its sequence) of the first key handed over (kv_offset less the row's
+        # left padding); whether a row is left-padded.
+        self.chunk, self.shifts, self.left_padded = chunk, shifts, left_padded
+        self.padding = padding
 
 
-# The padding masks handed out, by data pointer (the views the layers get share it; a view's
+# The masks handed out, by data pointer (the views the layers get share it; a view's
 # ``_base`` is not kept under inference mode). The weak reference tells a freed one.
 _MASKS = {}
+# DeepSeek-V4: the mask handed out for a model's forward, by its config's id (with a weak
+# reference to the config): the layers that extend it over compressed entries hand over a
+# copy, whose window's keys it tells.
+_FORWARDS = {}
 
 
-def _hand_out(padding, window, all_valid, q_length, chunk=None, shifts=None):
-    """The mask a layer gets: ``padding`` [B, K] seen as [B, 1, Q, K] (one padding row for
-    every query), so transformers may slice it as the 4D mask it expects (Gemma 4 keeps the
-    last queries for its KV-shared layers) while :func:`_own_padding` still knows it."""
+def _register(handed, entry):
     if len(_MASKS) > 256:
         for key in [k for k, v in _MASKS.items() if v.ref() is None]:
             del _MASKS[key]
-    _MASKS[padding.data_ptr()] = _Padding(padding, window, all_valid, chunk, shifts)
+    _MASKS[handed.data_ptr()] = entry
+
+
+def _view(padding, q_length):
     return padding[:, None, None, :].expand(padding.shape[0], 1, q_length, padding.shape[1])
+
+
+def _hand_out(padding, window, all_valid, q_length, chunk=None, shifts=None, config=None,
+              left_padded=False):
+    """The mask a layer gets: ``padding`` [B, K] seen as [B, 1, Q, K] (one padding row for
+    every query), so transformers may slice it as the 4D mask it expects (Gemma 4 keeps the
+    last queries for its KV-shared layers) while :func:`_own_padding` still knows it."""
+    entry = _Padding(padding, window, all_valid, chunk, shifts, left_padded)
+    _register(padding, entry)
+    if config is not None:
+        _FORWARDS[id(config)] = (weakref.ref(config), entry)
+    return _view(padding, q_length)
+
+
+def _dense_causal(padding, q_length):
+    """DeepSeek-V3.2's mask: causal and padding, [B, 1, Q, K] bool, built in full (its indexer
+    masks its scores with it before choosing each query's top-k keys)."""
+    num_keys = padding.shape[1]
+    keys = torch.arange(num_keys, device=padding.device)
+    queries = torch.arange(num_keys - q_length, num_keys, device=padding.device)
+    dense = padding[:, None, None, :] & (keys[None] <= queries[:, None])[None, None]
+    _register(dense, _Padding(dense, None, bool(padding.all()), padding=padding))
+    return dense
 
 
 def _own_padding(mask, batch, num_queries, num_keys):
     """The padding mask behind ``mask`` and what it told, when ``mask`` is a view of one
     handed out by :func:`swattn_mask` that reads, for each of the layer's queries, the whole
-    padding row of every one of its keys; a ValueError otherwise."""
+    padding row of every one of its keys, or DeepSeek-V3.2's dense mask as handed out; a
+    ValueError otherwise."""
     entry = _MASKS.get(mask.data_ptr()) if isinstance(mask, torch.Tensor) else None
-    padding = entry.ref() if entry is not None else None
-    if (padding is not None and padding.data_ptr() == mask.data_ptr()
+    handed = entry.ref() if entry is not None else None
+    if handed is not None and entry.padding is not None:
+        if (mask.data_ptr() == handed.data_ptr() and mask.shape == handed.shape
+                and mask.stride() == handed.stride()
+                and tuple(mask.shape) == (batch, 1, num_queries, num_keys)):
+            return entry.padding, entry
+    elif (handed is not None and handed.data_ptr() == mask.data_ptr()
             and mask.dtype == torch.bool and mask.dim() == 4
             and tuple(mask.shape) == (batch, 1, num_queries, num_keys)
-            and tuple(padding.shape) == (batch, num_keys)
-            and (batch == 1 or mask.stride(0) == padding.stride(0))
-            and (num_keys == 1 or mask.stride(3) == padding.stride(1))
+            and tuple(handed.shape) == (batch, num_keys)
+            and (batch == 1 or mask.stride(0) == handed.stride(0))
+            and (num_keys == 1 or mask.stride(3) == handed.stride(1))
             and (num_queries == 1 or mask.stride(2) == 0)):
-        return padding, entry
+        return handed, entry
     shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
     raise ValueError(
         "attn_implementation='swattn' applies only the masks its own mask function built for "
         f"the layer's keys ({batch} x {num_keys}); got a mask {shape} it did not build: a mask "
-        "extended over keys the mask function never saw (e.g. DeepSeek-V4's compressed "
-        "entries), a 4D mask of the caller's, or one cut to other keys")
+        "extended over keys the mask function never saw, a 4D mask of the caller's, or one cut "
+        "to other keys")
+
+
+def _split_compressed(module, key, mask, batch, num_queries):
+    """DeepSeek-V4: ``(mask, None)`` where the layer's mask covers its window's keys only (a
+    sliding layer, or no entry closed yet); where its compressor appended entries and
+    extended the mask over them (a copy), ``(the mask handed out for the window's keys,
+    the entries each query sees [B, S, T])``: the extension's columns are the compressor's
+    bias, true where an entry is hidden."""
+    entry = _MASKS.get(mask.data_ptr()) if isinstance(mask, torch.Tensor) else None
+    if getattr(module, "compressor", None) is None or (
+            entry is not None and entry.ref() is not None
+            and entry.ref().data_ptr() == mask.data_ptr()):
+        return mask, None
+    config_ref, entry = _FORWARDS.get(id(module.config), (lambda: None, None))
+    padding = entry.ref() if entry is not None and config_ref() is module.config else None
+    total = key.shape[2]
+    if (padding is None or padding.shape[0] != batch or not 0 < padding.shape[1] < total
+            or mask.dtype != torch.bool
+            or tuple(mask.shape) != (batch, 1, num_queries, total)):
+        shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(
+            "attn_implementation='swattn' serves DeepSeek-V4's compressed entries through the "
+            f"mask its mask function built for this forward, extended by the layer over them; "
+            f"got a mask {shape} for {total} keys it cannot place")
+    return _view(padding, num_queries), ~mask[:, 0, :, padding.shape[1]:]
 
 
 def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
@@ -238,26 +314,35 @@ def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
     layer sees, as a [B, 1, Q, K] view (the kernel applies causality and the window); None for
     a causal mask without padding. A sliding-window mask always comes (all ones without
     padding): :func:`swattn_attention` reads its window, as some models build one but pass
-    the layer no ``sliding_window``."""
+    the layer no ``sliding_window``. DeepSeek-V3.2 gets its causal mask in full (its indexer
+    reads it); DeepSeek-V4's rows count their positions from their first token."""
     unknown = sorted(set(kwargs) - MASK_HARMLESS)
     if unknown:
         raise NotImplementedError(f"swattn's mask function got {', '.join(unknown)}, which it "
                                   "does not apply")
-    _refuse_model(kwargs.get("config"))
+    config = kwargs.get("config")
+    kind = getattr(config, "model_type", None)
     window, chunked = _check_mask_function(mask_function)
     if isinstance(q_offset, torch.Tensor) or q_offset + q_length != kv_offset + kv_length:
         raise NotImplementedError(
             "attn_implementation='swattn' needs the queries at the end of the keys (the "
             "dynamic cache); a static cache is not supported")
     chunk = shifts = None
+    left_padding = [0] * batch_size
     if chunked is not None:
         # Each row's chunks count from its first token after the left padding; the keys
         # handed over start kv_offset positions in (the chunked layers' cache keeps the last
         # chunk's): a row's first handed key is at kv_offset - left padding in its count.
-        chunk, left_padding = chunked
-        shifts = [kv_offset - int(n) for n in left_padding.tolist()]
+        chunk, counted = chunked
+        left_padding = [int(n) for n in counted.tolist()]
+    elif kind == _deepseek.V4 and attention_mask is not None:
+        # The compressed entries' causality is by position, counted (as generate's
+        # position_ids) from each row's first token.
+        left_padding = (attention_mask.cumsum(-1) == 0).sum(-1).tolist()
+    if chunk is not None or kind == _deepseek.V4:
+        shifts = [kv_offset - n for n in left_padding]
     if attention_mask is None:
-        if window is None and chunk is None:
+        if window is None and chunk is None and kind != _deepseek.V32:
             return None
         padding, all_valid = torch.ones(batch_size, kv_length, dtype=torch.bool,
                                         device=kwargs.get("device") or "cpu"), True
@@ -272,81 +357,17 @@ def swattn_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
         # A tensor of its own: the views handed out are known by its data pointer.
         padding = attention_mask[:, kv_offset:].to(torch.bool).clone()
         all_valid = bool(padding.all())
-        if all_valid and window is None and chunk is None:
+        if all_valid and window is None and chunk is None and kind != _deepseek.V32:
             return None
-    return _hand_out(padding, window, all_valid, q_length, chunk, shifts)
-
-
-def _spans(mask, num_keys, num_queries):
-    """Per row of a 2D padding mask: (first key, prefix keys, new queries, first new query)
-    in the keys' and queries' own coordinates; a ValueError where a row's ones are not one
-    contiguous run."""
-    rows = mask.to(device="cpu", dtype=torch.bool)
-    spans = []
-    for b, row in enumerate(rows):
-        ones = torch.nonzero(row).flatten().tolist()
-        if not ones:
-            spans.append((0, 0, 0, 0))
-            continue
-        start, end = ones[0], ones[-1] + 1
-        if len(ones) != end - start:
-            raise ValueError(f"attention_mask row {b} has padding inside the sequence; "
-                             "swattn takes left or right padding only")
-        first_query = num_keys - num_queries
-        lo = max(first_query, start)
-        count = max(0, end - lo)
-        spans.append((start, lo - start if count else 0, count, lo - first_query))
-    return spans
-
-
-def _layout(spans, batch, num_keys, num_queries, device, shifts=None):
-    """Index tensors of one batch's layout (device): the rows of the packed queries and new
-    keys, the offsets and prefix lengths, the block table of one-token pages. ``shifts``
-    (chunked attention): per row, where its first valid key stands in its chunks' count,
-    less its place among the keys (the row's prefix begins with that many entries -1)."""
-    q_rows, k_rows, cu, prefix = [], [], [0], []
-    lead = [0] * batch if shifts is None else [s + start for s, (start, *_) in zip(shifts, spans)]
-    width = max([p + n for (_, p, _, _), n in zip(spans, lead)] + [1])
-    table = torch.full((batch, width), -1, dtype=torch.int32)
-    for b, (start, p, count, q0) in enumerate(spans):
-        q_rows += range(b * num_queries + q0, b * num_queries + q0 + count)
-        k_rows += range(b * num_keys + start + p, b * num_keys + start + p + count)
-        cu.append(cu[-1] + count)
-        prefix.append(p + lead[b] if count else 0)
-        if p:
-            table[b, lead[b]:lead[b] + p] = torch.arange(b * num_keys + start,
-                                                         b * num_keys + start + p,
-                                                         dtype=torch.int32)
-    as_dev = lambda values: torch.tensor(values, dtype=torch.int64).to(device)  # noqa: E731
-    return (as_dev(q_rows), as_dev(k_rows), torch.tensor(cu, dtype=torch.int32).to(device),
-            torch.tensor(prefix, dtype=torch.int32).to(device), table.to(device))
-
-
-def _padded_layout(padding, entry, num_keys, num_queries, device):
-    """:func:`_layout` of a padded batch, read from its mask by the forward's first layer
-    and kept for the others (per query count: KV-shared layers take the last queries only)."""
-    key = (num_keys, num_queries)
-    if key not in entry.layouts:
-        entry.layouts[key] = _layout(_spans(padding, num_keys, num_queries), padding.shape[0],
-                                     num_keys, num_queries, device, entry.shifts)
-    return entry.layouts[key]
-
-
-def _uniform_layout(batch, num_keys, num_queries, device):
-    """``(cu_seqlens, prefix_lens, block_table)`` of a batch without padding, made on the
-    device (no host read)."""
-    p = num_keys - num_queries
-    cu = torch.arange(0, (batch + 1) * num_queries, num_queries, dtype=torch.int32, device=device)
-    prefix = torch.full((batch,), p, dtype=torch.int32, device=device)
-    table = (torch.arange(batch, dtype=torch.int32, device=device)[:, None] * num_keys
-             + torch.arange(max(p, 1), dtype=torch.int32, device=device)[None])
-    return cu, prefix, table
+    if kind == _deepseek.V32:
+        return _dense_causal(padding, q_length)
+    return _hand_out(padding, window, all_valid, q_length, chunk, shifts,
+                     config if kind == _deepseek.V4 else None, any(left_padding))
 
 
 def _check_layer(module, dropout, is_causal, s_aux):
-    """Refusals every call shares: the model, training dropout, non-causal layers, and sinks
-    the layer holds but does not pass (eager reads ``module.sinks`` itself)."""
-    _refuse_model(getattr(module, "config", None))
+    """Refusals every call shares: training dropout, non-causal layers, and sinks the layer
+    holds but does not pass (eager reads ``module.sinks`` itself)."""
     if dropout and module.training:
         raise NotImplementedError("attn_implementation='swattn' runs no attention dropout")
     if is_causal is False or getattr(module, "is_causal", True) is False:
@@ -359,52 +380,76 @@ def _check_layer(module, dropout, is_causal, s_aux):
 
 def swattn_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                      sliding_window=None, softcap=None, s_aux=None, is_causal=None,
-                     deterministic=None, **kwargs):
+                     deterministic=None, indices=None, **kwargs):
     """transformers' attention function for ``attn_implementation="swattn"``: query
-    ``[B, Hq, S, D]``, key/value ``[B, Hkv, L, D]`` (the cache's keys, the new ones last);
-    returns ``([B, S, Hq, Dv], None)``."""
+    ``[B, Hq, S, D]``, key/value ``[B, Hkv, L, D]`` (the cache's keys, the new ones last;
+    DeepSeek-V4's compressed entries after them); ``indices`` ``[B, S, k]``: DeepSeek-V3.2's
+    top-k keys of each query. Returns ``([B, S, Hq, Dv], None)``."""
     _refuse_unapplied(kwargs, "attn_implementation='swattn'")
     sinks = _check_layer(module, dropout, is_causal, s_aux)
+    kind = _deepseek.model_type(module)
+    if indices is not None and kind != _deepseek.V32:
+        raise NotImplementedError("attn_implementation='swattn': indices= asks for "
+                                  f"{NEUTRAL_ONLY['indices']}, which swattn applies to "
+                                  "DeepSeek-V3.2 only")
     batch, num_q_heads, num_queries, head_dim = query.shape
-    num_kv_heads, num_keys, head_dim_v = key.shape[1], key.shape[2], value.shape[-1]
+    visible = None
+    if kind == _deepseek.V4 and attention_mask is not None and attention_mask.shape[-1] > 0:
+        attention_mask, visible = _split_compressed(module, key, attention_mask, batch,
+                                                    num_queries)
+    num_kv_heads, head_dim_v = key.shape[1], value.shape[-1]
+    num_keys = key.shape[2] if visible is None else key.shape[2] - visible.shape[-1]
     device = query.device
     # Token-major keys: [B * L, 1, Hkv, D], a cache of one-token pages.
-    k_cache = key.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim)
-    v_cache = value.transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads, head_dim_v)
+    k_cache = key[:, :, :num_keys].transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads,
+                                                          head_dim)
+    v_cache = value[:, :, :num_keys].transpose(1, 2).reshape(batch * num_keys, 1, num_kv_heads,
+                                                            head_dim_v)
     q = query.transpose(1, 2)
-    window, all_valid, chunk = None, True, None
+    window, all_valid, chunk, entry = None, True, None, None
     if attention_mask is not None:
         padding, entry = _own_padding(attention_mask, batch, num_queries, num_keys)
         window, all_valid, chunk = entry.window, entry.all_valid, entry.chunk
-        if chunk is not None and any(entry.shifts):
-            # The chunks' count does not start at the first key handed over: the padded
-            # layout, which places each row's keys in it (host lists, read once a forward).
+        if entry.shifts is not None and any(entry.shifts):
+            # Positions that do not start at the first key handed over (chunks, DeepSeek-V4's
+            # compressed entries): the padded layout, which places each row's keys in them
+            # (host lists, read once a forward).
             all_valid = False
     if window is not None and sliding_window and sliding_window != window:
         raise ValueError(f"the layer's sliding_window {sliding_window} is not its mask's {window}")
     sliding_window = window or sliding_window
     if all_valid:
-        cu, prefix, table = _uniform_layout(batch, num_keys, num_queries, device)
+        layout = uniform_layout(batch, num_keys, num_queries, device)
         q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)
         new = slice(num_keys - num_queries, num_keys)
         k_new = k_cache.view(batch, num_keys, num_kv_heads, head_dim)[:, new]
         v_new = v_cache.view(batch, num_keys, num_kv_heads, head_dim_v)[:, new]
         k_new = k_new.reshape(batch * num_queries, num_kv_heads, head_dim)
         v_new = v_new.reshape(batch * num_queries, num_kv_heads, head_dim_v)
-        q_rows = None
     else:
-        q_rows, k_rows, cu, prefix, table = _padded_layout(padding, entry, num_keys,
-                                                           num_queries, device)
-        q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)[q_rows]
-        k_new = k_cache[k_rows, 0]
-        v_new = v_cache[k_rows, 0]
-    out = extend_attention(q_packed, k_new, v_new, k_cache, v_cache, table, cu, prefix,
-                           window_left=from_hf(sliding_window or None), sinks=sinks,
-                           softcap=float(softcap or 0.0), scale=scaling,
-                           deterministic=bool(deterministic), attention_chunk=chunk)
-    if q_rows is not None:
+        layout = padded_layout(padding, entry, num_keys, num_queries, device)
+        q_packed = q.reshape(batch * num_queries, num_q_heads, head_dim)[layout.q_rows]
+        k_new = k_cache[layout.k_rows, 0]
+        v_new = v_cache[layout.k_rows, 0]
+    second = None
+    if indices is not None:
+        second = _deepseek.selected_keys(indices, layout, k_cache, v_cache, num_queries)
+    elif visible is not None:
+        entries = key[:, 0, num_keys:]
+        second = _deepseek.compressed_entries(module, entries, visible, layout, num_queries,
+                                              entry.left_padded)
+    options = {"second": second}
+    if second is None:
+        options = {"deterministic": bool(deterministic), "attention_chunk": chunk}
+    elif deterministic:
+        raise NotImplementedError("attn_implementation='swattn': deterministic=True with a "
+                                  "second key source (DeepSeek), which has no single-pass kernel")
+    out = extend_attention(q_packed, k_new, v_new, k_cache, v_cache, layout.table, layout.cu,
+                           layout.prefix, window_left=from_hf(sliding_window or None),
+                           sinks=sinks, softcap=float(softcap or 0.0), scale=scaling, **options)
+    if layout.q_rows is not None:
         full = out.new_zeros(batch * num_queries, num_q_heads, head_dim_v)
-        full[q_rows] = out
+        full[layout.q_rows] = out
         out = full
     return out.view(batch, num_queries, num_q_heads, head_dim_v), None
 
@@ -417,6 +462,7 @@ def swattn_paged_attention(module, query, key, value, attention_mask, cache=None
                            **kwargs):
     """``paged|swattn``: transformers' continuous batching. query/key/value ``[1, H, T, D]``
     (the step's packed tokens); returns ``([1, T, Hq, Dv], None)``."""
+    _refuse_paged_model(getattr(module, "config", None))
     _refuse_unapplied(kwargs, "attn_implementation='paged|swattn'", PAGED_HARMLESS)
     if cache is None or read_index is None:
         raise ValueError("attn_implementation='paged|swattn' runs inside transformers' "
