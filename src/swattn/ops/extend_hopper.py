@@ -97,7 +97,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import window
 from ..window import clamp_extent
 from ._common import KeyRange, compile_bound, launch_extents
-from ._gluon import (GL_DTYPES, Rule, descriptor, issue, new_lengths, operand_layout,
+from ._gluon import (GL_DTYPES, GluonRule, descriptor, issue, new_lengths, operand_layout,
                      poison_descriptor, range_bounds, range_keep, row_key_range, tile_pages,
                      uniform, visible, weights, wgmma_layout, widen_in_place)
 from ._launch import Descriptor, Launch
@@ -118,12 +118,13 @@ full_tiles_start = compile_bound(window.full_tiles_start, gluon.jit, globals())
 full_tiles_end = compile_bound(window.full_tiles_end, gluon.jit, globals())
 
 # The arguments the warpgroup and the producer share, bundled once by the kernel (a
-# namedtuple compiles to its fields); the scores rule travels as _gluon.Rule.
-HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE PR NP USE_WINDOW USE_RIGHT IS_CAUSAL "
-                         "HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS WS FP8 F8P "
-                         "PREFIX_ROWS RANGES CHUNK RING")  # constexprs
+# namedtuple compiles to its fields); the scores rule travels as _gluon.GluonRule.
+HopperFlags = namedtuple("HopperFlags", "D BM BN STAGES PAGE COPY_ROWS TILE_COPIES USE_WINDOW "
+                         "USE_RIGHT IS_CAUSAL HAS_SINKS USE_SOFTCAP RETURN_LSE TIGHT SKIP Q_REGS "
+                         "WARP_SPECIALIZED FP8 USE_FP8_PRODUCTS PREFIX_ROWS RANGES CHUNK "
+                         "RING")  # constexprs
 # The K/V ring: two stages of [BN, D] tiles in shared memory, their copies' barriers, and
-# the barriers on which the warpgroup releases a stage to the producer (WS). Over an fp8
+# the barriers on which the warpgroup releases a stage to the producer (WARP_SPECIALIZED). Over an fp8
 # cache the warpgroup's ring has the converter's barriers in the place of the copies', and
 # the producer's ring the stages' fp8 views ([STAGES, 2 BN, D]: a tile's copies go to rows
 # BN to 2 BN, the stage's upper half). With fp8 products the stages are the copies' fp8
@@ -280,10 +281,10 @@ def _transposed(x):
 
 
 @gluon.jit
-def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, F8P: gl.constexpr):
+def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, USE_FP8_PRODUCTS: gl.constexpr):
     """A tile's weights as the A operand of P @ V: in the products' type, or with fp8
     products (already times 2^P_LOG2) in e4m3, in :func:`_key_order`."""
-    if F8P:
+    if USE_FP8_PRODUCTS:
         op = gl.convert_layout(_key_order(p.to(gl.float8e4nv)), p_layout)
     else:
         op = gl.convert_layout(p.to(dtype), p_layout)
@@ -291,11 +292,11 @@ def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr, F8P: gl.con
 
 
 @gluon.jit
-def _v_operand(tile, F8P: gl.constexpr):
+def _v_operand(tile, USE_FP8_PRODUCTS: gl.constexpr):
     """A ring stage's V as the B operand of P @ V: the [BN, D] tile, or with fp8 products
     the converter's transposed [D, BN] tile seen as [BN, D] (fp8 products read B with
     the keys contiguous)."""
-    if F8P:
+    if USE_FP8_PRODUCTS:
         tile = tile.permute((1, 0))
     return tile
 
@@ -333,7 +334,7 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     """Tile g of the overlapped loop (a cache tile if FROM_CACHE, else a new one): its
     scores with tile g - 1's P @ V behind them, its softmax beside that product, and the
     copies of tiles g + STAGES (K) and g - 1 + STAGES (V) into the buffers they free
-    (WS: no copies; the buffers' release signalled on ``empty_k``/``empty_v`` to the
+    (WARP_SPECIALIZED: no copies; the buffers' release signalled on ``empty_k``/``empty_v`` to the
     producer warp instead). ``mids``: the mask-free tiles of each stage.
     ``pages_v``/``valid_v``: the block-table entries of tile g - 1 + STAGES, loaded for
     its K copy one step before; returned for the next step, those of tile g + STAGES.
@@ -344,7 +345,7 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     STAGES: gl.constexpr = flags.STAGES
     BN: gl.constexpr = flags.BN
     o_layout: gl.constexpr = acc.type.layout
-    p_layout: gl.constexpr = operand_layout(o_layout, 8 if flags.F8P else 16)
+    p_layout: gl.constexpr = operand_layout(o_layout, 8 if flags.USE_FP8_PRODUCTS else 16)
     mid_lo = mids.lo1 if FROM_CACHE else mids.lo2
     mid_hi = mids.hi1 if FROM_CACHE else mids.hi2
     n, n1, lo1, lo2 = walk.n, walk.n1, walk.lo1, walk.lo2
@@ -356,10 +357,10 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     v_ok = g - 1 + STAGES < n
     k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-    if FROM_CACHE and not flags.WS:
+    if FROM_CACHE and not flags.WARP_SPECIALIZED:
         # The block-table entries now; the copies that use them after the scores' wait.
         pages_k, valid_k = tile_pages(at.bt_row, k_start, k_end, walk.lowest, k_ok & ~k_new,
-                                      at.oob_row, flags.PAGE, flags.PR, flags.NP, at.ring_width,
+                                      at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, at.ring_width,
                                       flags.RING)
     else:
         # Past the cache tiles every later tile is new: no entries to load.
@@ -372,17 +373,17 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     mbarrier.wait(ring.bar_k.index(st), (g // STAGES) & 1)
     s_tok = warpgroup_mma(q_a, ring.k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
-    p_op = _weights_operand(p_prev, p_layout, ring.k_smem.dtype, flags.F8P)
+    p_op = _weights_operand(p_prev, p_layout, ring.k_smem.dtype, flags.USE_FP8_PRODUCTS)
     mbarrier.wait(ring.bar_v.index(prev), ((g - 1) // STAGES) & 1)
-    acc_tok = warpgroup_mma(p_op, _v_operand(ring.v_smem.index(prev), flags.F8P), acc,
+    acc_tok = warpgroup_mma(p_op, _v_operand(ring.v_smem.index(prev), flags.USE_FP8_PRODUCTS), acc,
                             is_async=True)
     s = warpgroup_mma_wait(1, deps=(s_tok, ))
-    if flags.WS:
+    if flags.WARP_SPECIALIZED:
         mbarrier.arrive(ring.empty_k.index(st))
     else:
         _issue_own(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
                    k_start, pages_k, valid_k, at, flags)
-    if FROM_CACHE and not flags.F8P:
+    if FROM_CACHE and not flags.USE_FP8_PRODUCTS:
         if key0 + BN > key_end:
             # The prefix's last tile: its V rows past the end zeroed before its product
             # (with fp8 products, by the converter).
@@ -390,13 +391,13 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
             _zero_past_end(ring.v_smem.index(st), key0, key_end, BN, flags.D)
     if (start >= mid_lo) & (start < mid_hi):
         m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, False,
-                                     flags.F8P, P_LOG2 if flags.F8P else 0)
+                                     flags.USE_FP8_PRODUCTS, P_LOG2 if flags.USE_FP8_PRODUCTS else 0)
     else:
         m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True,
-                                     flags.F8P, P_LOG2 if flags.F8P else 0,
+                                     flags.USE_FP8_PRODUCTS, P_LOG2 if flags.USE_FP8_PRODUCTS else 0,
                                      _keep(q_pos, key0 + o_n, key_end, rule, flags))
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-    if flags.WS:
+    if flags.WARP_SPECIALIZED:
         mbarrier.arrive(ring.empty_v.index(prev))
     else:
         _issue_own(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok,
@@ -408,9 +409,9 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
 @gluon.jit
 def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags):
     """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
-    tiles, output and lse stored: the warpgroup's work. Not WS, it issues the copies of
+    tiles, output and lse stored: the warpgroup's work. Not WARP_SPECIALIZED, it issues the copies of
     the tiles it walks as well (the first STAGES issued before it: :func:`_issue_first`);
-    WS (the tight loop of long windows and full attention, and over an fp8 cache every
+    WARP_SPECIALIZED (the tight loop of long windows and full attention, and over an fp8 cache every
     loop but a widened prefix's short or skip/none one), a producer warp issues them
     (:func:`_produce`) and the warpgroup signals each buffer's release on
     ``empty_k``/``empty_v``."""
@@ -419,12 +420,12 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     BN: gl.constexpr = flags.BN
     STAGES: gl.constexpr = flags.STAGES
     PAGE: gl.constexpr = flags.PAGE
-    PR: gl.constexpr = flags.PR
-    NP: gl.constexpr = flags.NP
+    COPY_ROWS: gl.constexpr = flags.COPY_ROWS
+    TILE_COPIES: gl.constexpr = flags.TILE_COPIES
     n, n1, lo1, lo2 = walk.n, walk.n1, walk.lo1, walk.lo2
     prefix_len, extend_len, lowest = walk.prefix_len, walk.extend_len, walk.lowest
     mid1_lo, mid1_hi, mid2_lo, mid2_hi = mids.lo1, mids.hi1, mids.lo2, mids.hi2
-    if flags.WS:
+    if flags.WARP_SPECIALIZED:
         # A worker partition's arguments come through shared memory, per-thread values to
         # ptxas: the loop bounds and branch conditions made warp-uniform again (_gluon.uniform).
         n, n1, lo1, lo2 = uniform(n), uniform(n1), uniform(lo1), uniform(lo2)
@@ -435,7 +436,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     k_smem, v_smem, bar_k, bar_v = ring.k_smem, ring.v_smem, ring.bar_k, ring.bar_v
     bt_row, oob_row = at.bt_row, at.oob_row
     WARPS: gl.constexpr = gl.num_warps()  # BM // 16: one warpgroup, or two
-    BITS: gl.constexpr = 8 if flags.F8P else 16  # the products' operands
+    BITS: gl.constexpr = 8 if flags.USE_FP8_PRODUCTS else 16  # the products' operands
     s_layout: gl.constexpr = wgmma_layout(BN, WARPS, BITS)
     o_layout: gl.constexpr = wgmma_layout(D, WARPS, BITS)
     p_layout: gl.constexpr = operand_layout(o_layout, BITS)
@@ -446,7 +447,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     dtype: gl.constexpr = k_smem.dtype
 
     mbarrier.wait(bar_q, 0)
-    if flags.F8P:
+    if flags.USE_FP8_PRODUCTS:
         # Each query row quantized to e4m3 in place (the tile read whole first), scaled so
         # its largest element lands on 448; the scale joins the row's scores' scale. A row of
         # zeros keeps the scale 1 (its scores are 0 either way; a scale of 0 would make a
@@ -456,8 +457,8 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         amax = gl.max(gl.abs(b_q), 1)
         inv = gl.where(amax > 0.0, 448.0 / amax, 0.0)
         row_scale = gl.where(amax > 0.0, amax * (1.0 / 448.0), 1.0)
-        rule = Rule(rule.qk_scale * gl.convert_layout(row_scale, row_s), rule.softcap,
-                    rule.window_left, rule.window_right)
+        rule = GluonRule(rule.qk_scale * gl.convert_layout(row_scale, row_s), rule.softcap,
+                         rule.window_left, rule.window_right)
         gl.thread_barrier()
         q_smem = q_smem._reinterpret(gl.float8e4nv, [BM, D], descs.kc.layout)
         q_smem.store((b_q * inv[:, None]).to(gl.float8e4nv))
@@ -504,7 +505,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
             s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                                   is_async=True)
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
-            if flags.WS:
+            if flags.WARP_SPECIALIZED:
                 mbarrier.arrive(ring.empty_k.index(0))
                 pages = (0, 0, 0, 0)
                 valid = (False, False, False, False)
@@ -513,15 +514,15 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                                          extend_len, BN)
                 nxt_ok = STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                          oob_row, PAGE, PR, NP, at.ring_width, flags.RING)
+                                          oob_row, PAGE, COPY_ROWS, TILE_COPIES, at.ring_width, flags.RING)
                 _issue_own(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
                            nxt_start, pages, valid, at, flags)
-            if not flags.F8P:  # with fp8 products the converter zeroes them
+            if not flags.USE_FP8_PRODUCTS:  # with fp8 products the converter zeroes them
                 if (~is_new) & (key0 + BN > key_end):
                     mbarrier.wait(bar_v.index(0), 0)
                     _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
             m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
-                                         True, flags.F8P, P_LOG2 if flags.F8P else 0,
+                                         True, flags.USE_FP8_PRODUCTS, P_LOG2 if flags.USE_FP8_PRODUCTS else 0,
                                          _keep(q_pos, key0 + o_n, key_end, rule, flags))
             mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
             for g in range(1, n1):
@@ -534,8 +535,8 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                     descs, at, rule, flags, False)
             last = (n - 1) % STAGES
             mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
-            p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
-            acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last), flags.F8P), acc,
+            p_op = _weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
+            acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last), flags.USE_FP8_PRODUCTS), acc,
                                     is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     else:
@@ -543,12 +544,12 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
         for j in range(0, n):
             st = j % STAGES
             is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
-            if not flags.WS:
+            if not flags.WARP_SPECIALIZED:
                 nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
                                                          extend_len, BN)
                 nxt_ok = j + STAGES < n
                 pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
-                                          oob_row, PAGE, PR, NP, at.ring_width, flags.RING)
+                                          oob_row, PAGE, COPY_ROWS, TILE_COPIES, at.ring_width, flags.RING)
             mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
             mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
             k_pos = key0 + o_n
@@ -561,17 +562,17 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
                                       use_acc=False, is_async=True)
                 s = warpgroup_mma_wait(0, deps=(s_tok, ))
                 m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
-                                             True, flags.F8P, P_LOG2 if flags.F8P else 0,
+                                             True, flags.USE_FP8_PRODUCTS, P_LOG2 if flags.USE_FP8_PRODUCTS else 0,
                                              _keep(q_pos, k_pos, key_end, rule, flags))
                 acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-                p_op = _weights_operand(p, p_layout, dtype, flags.F8P)
-                if not flags.F8P:
+                p_op = _weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
+                if not flags.USE_FP8_PRODUCTS:
                     if (~is_new) & (key0 + BN > key_end):
                         _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
-                acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(st), flags.F8P), acc,
+                acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(st), flags.USE_FP8_PRODUCTS), acc,
                                         is_async=True)
                 acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
-            if flags.WS:
+            if flags.WARP_SPECIALIZED:
                 mbarrier.arrive(ring.empty_k.index(st))
                 mbarrier.arrive(ring.empty_v.index(st))
             else:
@@ -591,9 +592,9 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     denom = l_i
     # With fp8 products l holds the weights times 2^P_LOG2, as acc does: the sink joins
     # it so, and the lse takes it out.
-    L_LOG2: gl.constexpr = P_LOG2 if flags.F8P else 0
+    L_LOG2: gl.constexpr = P_LOG2 if flags.USE_FP8_PRODUCTS else 0
     if flags.HAS_SINKS:
-        if flags.F8P:
+        if flags.USE_FP8_PRODUCTS:
             denom = l_i + gl.exp2(gl.load(store.sinks + i_h) * 1.4426950408889634
                                   - (m_safe - L_LOG2))
         else:
@@ -606,7 +607,7 @@ def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
     p_o = store.out + tok[:, None] * store.stride_ot + i_h * store.stride_oh + cols[None, :]
     gl.store(p_o, o.to(store.out.dtype.element_ty), mask=(rows_o < extend_len)[:, None])
     if flags.RETURN_LSE:
-        if flags.F8P:
+        if flags.USE_FP8_PRODUCTS:
             lse = gl.where(l_i == 0.0, float("-inf"),
                            (m_safe + (gl.log2(l_i) - L_LOG2)) * 0.6931471805599453)
         else:
@@ -620,14 +621,14 @@ def _stage(bufs, st, flags):
     """Ring stage ``st`` where the producer's copies land: the stage, or over an fp8 cache
     widened by the converter its upper half (``bufs``: the stages' fp8 views)."""
     dst = bufs.index(st)
-    if flags.FP8 and not flags.F8P:
+    if flags.FP8 and not flags.USE_FP8_PRODUCTS:
         dst = dst.slice(flags.BN, flags.BN)
     return dst
 
 
 @gluon.jit
 def _produce(descs, ring, walk, at, flags, wide):
-    """The producer warp of a warp-specialized program (WS): the copies of every key
+    """The producer warp of a warp-specialized program (WARP_SPECIALIZED): the copies of every key
     tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
     first round passes at once), its block-table entries loaded just before. Over an fp8
@@ -645,7 +646,7 @@ def _produce(descs, ring, walk, at, flags, wide):
         free = ((j // STAGES) & 1) ^ 1
         is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
-                                  flags.PAGE, flags.PR, flags.NP, at.ring_width, flags.RING)
+                                  flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, at.ring_width, flags.RING)
         # Over an fp8 cache K's pages not copied read the poison rows (else None).
         mbarrier.wait(ring.empty_k.index(st), free)
         _copy_tile(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem, wide.k_smem, st, is_new,
@@ -657,32 +658,32 @@ def _produce(descs, ring, walk, at, flags, wide):
 
 @gluon.jit
 def _issue_own(new_desc, cache_desc, bar, dest, ok, is_new, start, pages, valid, at, flags):
-    """A tile's K or V copies into ``dest`` issued by the warpgroup itself (not WS;
+    """A tile's K or V copies into ``dest`` issued by the warpgroup itself (not WARP_SPECIALIZED;
     _gluon.issue), nothing when not ``ok``; with the window's prefix widened before the
     kernel (PREFIX_ROWS) a cache tile's rows whole from the sequence's first row there, as
     :func:`_copy_tile` copies them for the producer warp."""
     if flags.PREFIX_ROWS:
         if is_new:
             issue(new_desc, new_desc, bar, dest, ok, True, start, at.row0, at.col, pages, valid,
-                  at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+                  at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, flags.BN, flags.D)
         else:
             issue(cache_desc, cache_desc, bar, dest, ok, True, start, at.prefix_row0, at.col,
-                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+                  pages, valid, at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, flags.BN, flags.D)
     else:
         issue(new_desc, cache_desc, bar, dest, ok, is_new, start, at.row0, at.col, pages, valid,
-              at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+              at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, flags.BN, flags.D)
 
 
 @gluon.jit
 def _issue_first(descs, ring, walk, at, flags):
-    """Not WS: the copies of the program's first STAGES tiles, issued before its loop
+    """Not WARP_SPECIALIZED: the copies of the program's first STAGES tiles, issued before its loop
     (:func:`_attend` issues the rest as it frees their buffers)."""
     for i in gl.static_range(flags.STAGES):
         ok = i < walk.n
         is_new, start, _key0, key_end = _tile(i, walk.n1, walk.lo1, walk.lo2, walk.prefix_len,
                                               walk.extend_len, flags.BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, walk.lowest, ok & ~is_new,
-                                  at.oob_row, flags.PAGE, flags.PR, flags.NP, at.ring_width, flags.RING)
+                                  at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, at.ring_width, flags.RING)
         _issue_own(descs.k, descs.kc, ring.bar_k.index(i), ring.k_smem.index(i), ok, is_new,
                    start, pages, valid, at, flags)
         _issue_own(descs.v, descs.vc, ring.bar_v.index(i), ring.v_smem.index(i), ok, is_new,
@@ -697,25 +698,25 @@ def _copy_tile(new_desc, cache_desc, bar, bufs, wide, st, is_new, start, pages, 
     tokens' tile goes whole into the 16-bit stage, and a cache tile's pages into the fp8
     view of its upper half or, with the prefix widened before the kernel (PREFIX_ROWS), its
     rows whole into the 16-bit stage."""
-    if flags.FP8 and not flags.F8P:  # PREFIX_ROWS among them
+    if flags.FP8 and not flags.USE_FP8_PRODUCTS:  # PREFIX_ROWS among them
         if is_new:
             issue(new_desc, new_desc, bar, wide.index(st), True, True, start, at.row0, at.col,
-                  pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D)
+                  pages, valid, at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, flags.BN, flags.D)
         elif flags.PREFIX_ROWS:
             # The widened prefix's rows (ops.cache.PrefixRowsLaunch) whole into the 16-bit
             # stage too, from the sequence's first row there.
             issue(cache_desc, cache_desc, bar, wide.index(st), True, True, start,
-                  at.prefix_row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR,
-                  flags.NP, flags.BN, flags.D)
+                  at.prefix_row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.COPY_ROWS,
+                  flags.TILE_COPIES, flags.BN, flags.D)
         else:
             # The cache's descriptor in the new rows' place too: the copies of a branch not
             # taken still compile against the stage's type.
             issue(cache_desc, cache_desc, bar, _stage(bufs, st, flags), True, False, start,
-                  at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP,
+                  at.row0, at.col, pages, valid, at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES,
                   flags.BN, flags.D, poison)
     else:
         issue(new_desc, cache_desc, bar, _stage(bufs, st, flags), True, is_new, start, at.row0,
-              at.col, pages, valid, at.oob_row, flags.PAGE, flags.PR, flags.NP, flags.BN, flags.D,
+              at.col, pages, valid, at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, flags.BN, flags.D,
               poison)
 
 
@@ -797,13 +798,13 @@ def _hopper_extend_kernel(
     USE_WINDOW: gl.constexpr, USE_RIGHT: gl.constexpr, IS_CAUSAL: gl.constexpr,
     HAS_SINKS: gl.constexpr, USE_SOFTCAP: gl.constexpr, DO_PREFIX: gl.constexpr,
     DO_NEW: gl.constexpr, RETURN_LSE: gl.constexpr, TIGHT: gl.constexpr, SKIP: gl.constexpr,
-    HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WS: gl.constexpr,
+    HEADS_FIRST: gl.constexpr, Q_REGS: gl.constexpr, WARP_SPECIALIZED: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, K_SCALE_STRIDE: gl.constexpr, V_SCALE_STRIDE: gl.constexpr,
     CONVERT_WARPS: gl.constexpr, CONVERT_REGS: gl.constexpr, FP8_PRODUCTS: gl.constexpr,
     PREFIX_ROWS: gl.constexpr, RANGES: gl.constexpr, CHUNK: gl.constexpr, RING: gl.constexpr,
 ):
-    PR: gl.constexpr = PAGE if PAGE < BN else BN
-    NP: gl.constexpr = BN // PR
+    COPY_ROWS: gl.constexpr = PAGE if PAGE < BN else BN
+    TILE_COPIES: gl.constexpr = BN // COPY_ROWS
     # HEADS_FIRST: the heads are the grid's fastest dimension, so the query heads of a KV
     # group run the same block side by side and share its K/V tiles in L2.
     i_block = gl.program_id(1) if HEADS_FIRST else gl.program_id(0)
@@ -899,9 +900,9 @@ def _hopper_extend_kernel(
     # With fp8 products (FP8_PRODUCTS, over an fp8 cache): the products read the copies'
     # fp8 K tiles and the converter's transposed fp8 V tiles, and the query tile and the
     # weights are quantized to e4m3.
-    F8P: gl.constexpr = FP8 and FP8_PRODUCTS
+    USE_FP8_PRODUCTS: gl.constexpr = FP8 and FP8_PRODUCTS
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
-    if F8P:
+    if USE_FP8_PRODUCTS:
         k_smem = gl.allocate_shared_memory(kc_desc.dtype, [STAGES, BN, D], kc_desc.layout)
         v_smem = gl.allocate_shared_memory(vc_desc.dtype, [STAGES, BN, D], vc_desc.layout)
         vt_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([D, BN], vc_desc.dtype)
@@ -927,9 +928,10 @@ def _hopper_extend_kernel(
     row0 = seq_start
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
-    flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, PR, NP, USE_WINDOW, USE_RIGHT,
-                                      IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE, TIGHT, SKIP,
-                                      Q_REGS, WS, FP8, F8P, PREFIX_ROWS, RANGES, CHUNK, RING)
+    flags: gl.constexpr = HopperFlags(D, BM, BN, STAGES, PAGE, COPY_ROWS, TILE_COPIES, USE_WINDOW,
+                                      USE_RIGHT, IS_CAUSAL, HAS_SINKS, USE_SOFTCAP, RETURN_LSE,
+                                      TIGHT, SKIP, Q_REGS, WARP_SPECIALIZED, FP8, USE_FP8_PRODUCTS,
+                                      PREFIX_ROWS, RANGES, CHUNK, RING)
     ring = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
     descs = Descs(k_desc, v_desc, kc_desc, vc_desc, poison)
     prefix_row0 = 0
@@ -944,7 +946,7 @@ def _hopper_extend_kernel(
     at = CopyAt(bt_row, row0, col, oob_row, prefix_row0, ring_width)
     walk = Walk(n, n1, lo1, lo2, prefix_len, extend_len, lowest)
     mids = Mids(mid1_lo, mid1_hi, mid2_lo, mid2_hi)
-    rule = Rule(qk_scale, softcap, window_left, window_right)
+    rule = GluonRule(qk_scale, softcap, window_left, window_right)
     store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start, None,
                   key_lo, key_hi)
     mbarrier.expect(bar_q, BM * D * 2)
@@ -960,27 +962,27 @@ def _hopper_extend_kernel(
             mbarrier.init(full_v.index(i), count=1)
         store = Store(sinks, Out, Lse, stride_ot, stride_oh, stride_lt, seq_start, block_start,
                       v_mult, key_lo, key_hi)
-        if PREFIX_ROWS and not WS:
+        if PREFIX_ROWS and not WARP_SPECIALIZED:
             # Every tile copied as fp16 rows, the warpgroup issuing the copies itself where a
             # 16-bit launch would (short windows, the skip/none bounds): the 16-bit loop.
             _issue_first(descs, ring, walk, at, flags)
             _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids,
-                    Rule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)
+                    GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)
         elif PREFIX_ROWS:
             # Every tile copied as fp16 rows by the producer warp: the 16-bit loop, no
             # converter.
             gl.warp_specialize([
                 (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids,
-                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                            flags)),
                 (_produce, (descs, ring, walk, at, flags, ring)),
             ], [1], [PRODUCER_REGS])
-        elif F8P:
+        elif USE_FP8_PRODUCTS:
             copies = Ring(k_smem, v_smem, bar_k, bar_v, empty_k, empty_v)
             gl.warp_specialize([
                 (_attend, (i_h, q_smem, bar_q, Ring(k_smem, vt_smem, bar_k, full_v, empty_k,
                                                     empty_v), descs, at, walk, mids,
-                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                            flags)),
                 (_produce, (descs, copies, walk, at, flags, copies)),
                 (_transpose, (copies, vt_smem, full_v, walk, flags)),
@@ -992,7 +994,7 @@ def _hopper_extend_kernel(
             wide = Ring(k_smem, v_smem, full_k, full_v, empty_k, empty_v)
             gl.warp_specialize([
                 (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
-                           Rule(qk_scale * k_mult, softcap, window_left, window_right), store,
+                           GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                            flags)),
                 (_produce, (descs, copies, walk, at, flags, wide)),
                 (_convert, (copies, wide, walk, flags)),
@@ -1000,7 +1002,7 @@ def _hopper_extend_kernel(
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(full_k.index(i))
             mbarrier.invalidate(full_v.index(i))
-    elif WS:
+    elif WARP_SPECIALIZED:
         # The partitions' arguments in the call itself: a tuple held in a variable loses its
         # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
@@ -1126,7 +1128,7 @@ def _launcher(spec, dtypes):
         HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
         DO_PREFIX=spec.keys in ("all", "prefix"), DO_NEW=spec.keys in ("all", "new"),
         RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WS=ws, PRODUCER_REGS=cfg.producer_regs,
+        HEADS_FIRST=cfg.heads_first, Q_REGS=cfg.q_regs, WARP_SPECIALIZED=ws, PRODUCER_REGS=cfg.producer_regs,
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
         FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges,
