@@ -279,7 +279,7 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
         del constexprs["ring_width"]  # a ring's width: a run-time int
     _ranges_arguments(constexprs, pointers)
     compiled, kernel = _compile(
-        GluonASTSource, hopper._hopper_extend_kernel, constexprs,
+        GluonASTSource, hopper.hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
         dict(cfg.launch_options(constexprs["WARP_SPECIALIZED"]), num_stages=1))

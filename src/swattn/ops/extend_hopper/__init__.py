@@ -44,7 +44,7 @@ under the interpreter: the CPU suite compiles it for sm_90 (tests/test_extend_ho
 the GPU suite runs it.
 """
 
-from .kernel import _hopper_extend_kernel
+from .kernel import hopper_extend_kernel
 from .launch import (
                      HEAD_DIMS,
                      HopperExtendLaunch,
@@ -57,8 +57,8 @@ from .launch import (
 __all__ = [
                      "HEAD_DIMS",
                      "HopperExtendLaunch",
-                     "_hopper_extend_kernel",
                      "descriptors",
+                     "hopper_extend_kernel",
                      "lazy_descriptors",
                      "takes_shape",
                      "unsupported",

@@ -14,9 +14,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .._common import KeyRange
 from .._gluon import operand_layout, tile_pages, uniform, weights, wgmma_layout
-from .copies import _issue_own
-from .fp8 import P_LOG2, _v_operand, _weights_operand, fp16_query, quantize_query
-from .walk import Mids, Walk, _keep, _tile
+from .copies import issue_own
+from .fp8 import P_LOG2, fp16_query, quantize_query, v_operand, weights_operand
+from .walk import Mids, Walk, keep_mask, nth_tile
 
 
 @gluon.jit
@@ -62,11 +62,11 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     prefix_len, extend_len = walk.prefix_len, walk.extend_len
     st = g % STAGES
     prev = (g - 1) % STAGES
-    _new, start, key0, key_end = _tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
+    _new, start, key0, key_end = nth_tile(g, n1, lo1, lo2, prefix_len, extend_len, BN)
     k_ok = g + STAGES < n
     v_ok = g - 1 + STAGES < n
-    k_new, k_start, _k0, k_end = _tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
-    v_new, v_start, _v0, _v_end = _tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+    k_new, k_start, _k0, k_end = nth_tile(g + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
+    v_new, v_start, _v0, _v_end = nth_tile(g - 1 + STAGES, n1, lo1, lo2, prefix_len, extend_len, BN)
     if FROM_CACHE and not flags.WARP_SPECIALIZED:
         # The block-table entries now; the copies that use them after the scores' wait.
         pages_k, valid_k = tile_pages(at.bt_row, k_start, k_end, walk.lowest, k_ok & ~k_new,
@@ -83,16 +83,16 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     mbarrier.wait(ring.bar_k.index(st), (g // STAGES) & 1)
     s_tok = warpgroup_mma(q_a, ring.k_smem.index(st).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
-    p_op = _weights_operand(p_prev, p_layout, ring.k_smem.dtype, flags.USE_FP8_PRODUCTS)
+    p_op = weights_operand(p_prev, p_layout, ring.k_smem.dtype, flags.USE_FP8_PRODUCTS)
     mbarrier.wait(ring.bar_v.index(prev), ((g - 1) // STAGES) & 1)
-    acc_tok = warpgroup_mma(p_op, _v_operand(ring.v_smem.index(prev), flags.USE_FP8_PRODUCTS),
+    acc_tok = warpgroup_mma(p_op, v_operand(ring.v_smem.index(prev), flags.USE_FP8_PRODUCTS),
                             acc, is_async=True)
     s = warpgroup_mma_wait(1, deps=(s_tok, ))
     if flags.WARP_SPECIALIZED:
         mbarrier.arrive(ring.empty_k.index(st))
     else:
-        _issue_own(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
-                   k_start, pages_k, valid_k, at, flags)
+        issue_own(descs.k, descs.kc, ring.bar_k.index(st), ring.k_smem.index(st), k_ok, k_new,
+                  k_start, pages_k, valid_k, at, flags)
     if FROM_CACHE and not flags.USE_FP8_PRODUCTS:
         if key0 + BN > key_end:
             # The prefix's last tile: its V rows past the end zeroed before its product
@@ -105,26 +105,26 @@ def _overlap_step(g, q_a, ring, m_i, l_i, acc, p_prev, s_zero, q_pos, o_n, pages
     else:
         m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags, True,
                                      flags.USE_FP8_PRODUCTS, WEIGHTS_LOG2,
-                                     _keep(q_pos, key0 + o_n, key_end, rule, flags))
+                                     keep_mask(q_pos, key0 + o_n, key_end, rule, flags))
     acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     if flags.WARP_SPECIALIZED:
         mbarrier.arrive(ring.empty_v.index(prev))
     else:
-        _issue_own(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok,
-                   v_new, v_start, pages_v, valid_v, at, flags)
+        issue_own(descs.v, descs.vc, ring.bar_v.index(prev), ring.v_smem.index(prev), v_ok,
+                  v_new, v_start, pages_v, valid_v, at, flags)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_i, l_i, acc, p, pages_k, valid_k
 
 
 
 @gluon.jit
-def _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags):
+def attend_tiles(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags):
     """Query head ``i_h`` of the block (its tile in ``q_smem``) over the program's key
     tiles, output and lse stored: the warpgroup's work. Not WARP_SPECIALIZED, it issues the
     copies of the tiles it walks as well (the first STAGES issued before it:
-    copies._issue_first); WARP_SPECIALIZED (the tight loop of long windows and full
+    copies.issue_first); WARP_SPECIALIZED (the tight loop of long windows and full
     attention, and over an fp8 cache every loop but a widened prefix's short or skip/none
-    one), a producer warp issues them (copies._produce) and the warpgroup signals each
+    one), a producer warp issues them (copies.produce_copies) and the warpgroup signals each
     buffer's release on ``empty_k``/``empty_v``."""
     D: gl.constexpr = flags.D
     BM: gl.constexpr = flags.BM
@@ -206,7 +206,7 @@ def _overlapped_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, mids, 
         # product issued behind them, wait for the scores only, g's softmax beside
         # the product, then wait for it (_overlap_step). The cache tiles and the new
         # tiles run in two loops, each with only its own loads, as one pipeline.
-        is_new, start, key0, key_end = _tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
+        is_new, start, key0, key_end = nth_tile(0, n1, lo1, lo2, prefix_len, extend_len, BN)
         mbarrier.wait(bar_k.index(0), 0)
         s_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
                               is_async=True)
@@ -216,21 +216,21 @@ def _overlapped_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, mids, 
             pages = (0, 0, 0, 0)
             valid = (False, False, False, False)
         else:
-            nxt_new, nxt_start, _k0, nxt_end = _tile(STAGES, n1, lo1, lo2, prefix_len,
-                                                     extend_len, BN)
+            nxt_new, nxt_start, _k0, nxt_end = nth_tile(STAGES, n1, lo1, lo2, prefix_len,
+                                                        extend_len, BN)
             nxt_ok = STAGES < n
             pages, valid = tile_pages(bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
                                       oob_row, PAGE, COPY_ROWS, TILE_COPIES, at.ring_width,
                                       flags.RING)
-            _issue_own(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
-                       nxt_start, pages, valid, at, flags)
+            issue_own(descs.k, descs.kc, bar_k.index(0), k_smem.index(0), nxt_ok, nxt_new,
+                      nxt_start, pages, valid, at, flags)
         if not flags.USE_FP8_PRODUCTS:  # with fp8 products the converter zeroes them
             if (~is_new) & (key0 + BN > key_end):
                 mbarrier.wait(bar_v.index(0), 0)
                 _zero_past_end(v_smem.index(0), key0, key_end, BN, D)
         m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, key0 + o_n, key_end, rule, flags,
                                      True, flags.USE_FP8_PRODUCTS, WEIGHTS_LOG2,
-                                     _keep(q_pos, key0 + o_n, key_end, rule, flags))
+                                     keep_mask(q_pos, key0 + o_n, key_end, rule, flags))
         for g in range(1, n1):
             m_i, l_i, acc, p, pages, valid = _overlap_step(
                 g, q_a, ring, m_i, l_i, acc, p, s_zero, q_pos, o_n, pages, valid, walk, mids,
@@ -241,8 +241,8 @@ def _overlapped_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, mids, 
                 descs, at, rule, flags, False)
         last = (n - 1) % STAGES
         mbarrier.wait(bar_v.index(last), ((n - 1) // STAGES) & 1)
-        p_op = _weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
-        acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(last), flags.USE_FP8_PRODUCTS),
+        p_op = weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
+        acc_tok = warpgroup_mma(p_op, v_operand(v_smem.index(last), flags.USE_FP8_PRODUCTS),
                                 acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
     return m_i, l_i, acc
@@ -267,10 +267,10 @@ def _plain_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, descs, at, 
     # skip / none: every tile of each stage from 0, in the plain order, all masked.
     for j in range(0, n):
         st = j % STAGES
-        is_new, start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+        is_new, start, key0, key_end = nth_tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         if not flags.WARP_SPECIALIZED:
-            nxt_new, nxt_start, _k0, nxt_end = _tile(j + STAGES, n1, lo1, lo2, prefix_len,
-                                                     extend_len, BN)
+            nxt_new, nxt_start, _k0, nxt_end = nth_tile(j + STAGES, n1, lo1, lo2, prefix_len,
+                                                        extend_len, BN)
             nxt_ok = j + STAGES < n
             pages, valid = tile_pages(at.bt_row, nxt_start, nxt_end, lowest, nxt_ok & ~nxt_new,
                                       at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES,
@@ -278,7 +278,7 @@ def _plain_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, descs, at, 
         mbarrier.wait(bar_k.index(st), (j // STAGES) & 1)
         mbarrier.wait(bar_v.index(st), (j // STAGES) & 1)
         k_pos = key0 + o_n
-        keep = _keep(q_pos, k_pos, key_end, rule, flags)
+        keep = keep_mask(q_pos, k_pos, key_end, rule, flags)
         work = True
         if flags.SKIP:
             work = gl.max(gl.max(keep.to(gl.int32), 1), 0) > 0
@@ -288,13 +288,13 @@ def _plain_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, descs, at, 
             s = warpgroup_mma_wait(0, deps=(s_tok, ))
             m_i, l_i, p, alpha = weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags,
                                          True, flags.USE_FP8_PRODUCTS, WEIGHTS_LOG2,
-                                         _keep(q_pos, k_pos, key_end, rule, flags))
+                                         keep_mask(q_pos, k_pos, key_end, rule, flags))
             acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            p_op = _weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
+            p_op = weights_operand(p, p_layout, dtype, flags.USE_FP8_PRODUCTS)
             if not flags.USE_FP8_PRODUCTS:
                 if (~is_new) & (key0 + BN > key_end):
                     _zero_past_end(v_smem.index(st), key0, key_end, BN, D)
-            acc_tok = warpgroup_mma(p_op, _v_operand(v_smem.index(st), flags.USE_FP8_PRODUCTS), acc,
+            acc_tok = warpgroup_mma(p_op, v_operand(v_smem.index(st), flags.USE_FP8_PRODUCTS), acc,
                                     is_async=True)
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
         if flags.WARP_SPECIALIZED:
@@ -303,10 +303,10 @@ def _plain_tiles(q_a, ring, m_i, l_i, acc, s_zero, q_pos, o_n, walk, descs, at, 
         else:
             # Both stages' buffers are free again (their products waited for above).
             gl.thread_barrier()
-            _issue_own(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
-                       nxt_start, pages, valid, at, flags)
-            _issue_own(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
-                       nxt_start, pages, valid, at, flags)
+            issue_own(descs.k, descs.kc, bar_k.index(st), k_smem.index(st), nxt_ok, nxt_new,
+                      nxt_start, pages, valid, at, flags)
+            issue_own(descs.v, descs.vc, bar_v.index(st), v_smem.index(st), nxt_ok, nxt_new,
+                      nxt_start, pages, valid, at, flags)
     return m_i, l_i, acc
 
 

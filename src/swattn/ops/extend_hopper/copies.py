@@ -1,5 +1,5 @@
-"""The K/V copies: the producer warp's (:func:`_produce`, a warp-specialized program's) and
-the warpgroup's own (:func:`_issue_own`, :func:`_issue_first`), from the new rows, the paged
+"""The K/V copies: the producer warp's (:func:`produce_copies`, a warp-specialized program's) and
+the warpgroup's own (:func:`issue_own`, :func:`issue_first`), from the new rows, the paged
 cache or the widened prefix's rows (PREFIX_ROWS, :func:`prefix_rows_start`)."""
 
 from triton.experimental import gluon
@@ -7,7 +7,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .._gluon import issue, tile_pages, uniform
-from .walk import _tile
+from .walk import nth_tile
 
 
 @gluon.jit
@@ -34,7 +34,7 @@ def _stage(bufs, st, flags):
 
 
 @gluon.jit
-def _produce(descs, ring, walk, at, flags, wide):
+def produce_copies(descs, ring, walk, at, flags, wide):
     """The producer warp of a warp-specialized program (WARP_SPECIALIZED): the copies of every
     key tile of the program's list, tile j's K and V into stage j % STAGES once the
     warpgroup has released that stage's tile j - STAGES (``empty_k``/``empty_v``; the
@@ -51,7 +51,7 @@ def _produce(descs, ring, walk, at, flags, wide):
     for j in range(n):
         st = j % STAGES
         free = ((j // STAGES) & 1) ^ 1
-        is_new, start, _key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+        is_new, start, _key0, key_end = nth_tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, lowest, ~is_new, at.oob_row,
                                   flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES, at.ring_width,
                                   flags.RING)
@@ -65,7 +65,7 @@ def _produce(descs, ring, walk, at, flags, wide):
 
 
 @gluon.jit
-def _issue_own(new_desc, cache_desc, bar, dest, ok, is_new, start, pages, valid, at, flags):
+def issue_own(new_desc, cache_desc, bar, dest, ok, is_new, start, pages, valid, at, flags):
     """A tile's K or V copies into ``dest`` issued by the warpgroup itself (not
     WARP_SPECIALIZED; _gluon.issue), nothing when not ``ok``; with the window's prefix
     widened before the kernel (PREFIX_ROWS) a cache tile's rows whole from the sequence's
@@ -84,20 +84,20 @@ def _issue_own(new_desc, cache_desc, bar, dest, ok, is_new, start, pages, valid,
 
 
 @gluon.jit
-def _issue_first(descs, ring, walk, at, flags):
+def issue_first(descs, ring, walk, at, flags):
     """Not WARP_SPECIALIZED: the copies of the program's first STAGES tiles, issued before
-    its loop (attend._attend issues the rest as it frees their buffers)."""
+    its loop (attend.attend_tiles issues the rest as it frees their buffers)."""
     for i in gl.static_range(flags.STAGES):
         ok = i < walk.n
-        is_new, start, _key0, key_end = _tile(i, walk.n1, walk.lo1, walk.lo2, walk.prefix_len,
-                                              walk.extend_len, flags.BN)
+        is_new, start, _key0, key_end = nth_tile(i, walk.n1, walk.lo1, walk.lo2, walk.prefix_len,
+                                                 walk.extend_len, flags.BN)
         pages, valid = tile_pages(at.bt_row, start, key_end, walk.lowest, ok & ~is_new,
                                   at.oob_row, flags.PAGE, flags.COPY_ROWS, flags.TILE_COPIES,
                                   at.ring_width, flags.RING)
-        _issue_own(descs.k, descs.kc, ring.bar_k.index(i), ring.k_smem.index(i), ok, is_new,
-                   start, pages, valid, at, flags)
-        _issue_own(descs.v, descs.vc, ring.bar_v.index(i), ring.v_smem.index(i), ok, is_new,
-                   start, pages, valid, at, flags)
+        issue_own(descs.k, descs.kc, ring.bar_k.index(i), ring.k_smem.index(i), ok, is_new,
+                  start, pages, valid, at, flags)
+        issue_own(descs.v, descs.vc, ring.bar_v.index(i), ring.v_smem.index(i), ok, is_new,
+                  start, pages, valid, at, flags)
 
 
 @gluon.jit

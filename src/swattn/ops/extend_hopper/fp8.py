@@ -1,7 +1,7 @@
 """What an fp8 cache adds to the warpgroup's loop: the converter warps that widen the
-cache's tiles to fp16 in place (:func:`_convert`), and with fp8 products the query tile and
-the weights quantized to e4m3 (:func:`quantize_query`, :func:`_weights_operand`) against V
-tiles the converter transposes (:func:`_transpose`); with the default products a bf16 query
+cache's tiles to fp16 in place (:func:`convert_tiles`), and with fp8 products the query tile and
+the weights quantized to e4m3 (:func:`quantize_query`, :func:`weights_operand`) against V
+tiles the converter transposes (:func:`transpose_tiles`); with the default products a bf16 query
 tile converted to fp16 (:func:`fp16_query`)."""
 
 from triton.experimental import gluon
@@ -12,7 +12,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .._gluon import GluonRule, uniform, widen_in_place
-from .walk import _tile
+from .walk import nth_tile
 
 # With fp8 products the weights come out of the softmax times 2^P_LOG2 = 256 (weights.P_LOG2;
 # the largest, 1, lands on 256 of e4m3's 448, the smallest kept above its subnormals), and
@@ -131,8 +131,8 @@ def _transposed(x):
 
 
 @gluon.jit
-def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr,
-                     USE_FP8_PRODUCTS: gl.constexpr):
+def weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr,
+                    USE_FP8_PRODUCTS: gl.constexpr):
     """A tile's weights as the A operand of P @ V: in the products' type, or with fp8
     products (already times 2^P_LOG2) in e4m3, in :func:`_key_order`."""
     if USE_FP8_PRODUCTS:
@@ -143,7 +143,7 @@ def _weights_operand(p, p_layout: gl.constexpr, dtype: gl.constexpr,
 
 
 @gluon.jit
-def _v_operand(tile, USE_FP8_PRODUCTS: gl.constexpr):
+def v_operand(tile, USE_FP8_PRODUCTS: gl.constexpr):
     """A ring stage's V as the B operand of P @ V: the [BN, D] tile, or with fp8 products
     the converter's transposed [D, BN] tile seen as [BN, D] (fp8 products read B with
     the keys contiguous)."""
@@ -153,7 +153,7 @@ def _v_operand(tile, USE_FP8_PRODUCTS: gl.constexpr):
 
 
 @gluon.jit
-def _convert(ring, wide, walk, flags):
+def convert_tiles(ring, wide, walk, flags):
     """The converter warps (over an fp8 cache): a cache tile's K, then its V, widened in
     place to the fp16 tile the warpgroup reads once its copy has landed (``ring``: the
     producer's barriers and fp8 views; ``wide``: the fp16 views and the barriers that hand
@@ -185,7 +185,7 @@ def _convert(ring, wide, walk, flags):
 
 
 @gluon.jit
-def _transpose(ring, vt_smem, full_v, walk, flags):
+def transpose_tiles(ring, vt_smem, full_v, walk, flags):
     """The converter warps with fp8 products: tile j's V copy (``ring``: the producer's
     barriers and stages) written transposed, its keys in :func:`_key_order`, to ``vt_smem``
     (the [D, BN] tiles P @ V reads) and handed over on ``full_v``. The rows of the prefix's
@@ -208,7 +208,7 @@ def _transpose(ring, vt_smem, full_v, walk, flags):
     prefix_len, extend_len = uniform(walk.prefix_len), uniform(walk.extend_len)
     for j in range(n):
         st = j % STAGES
-        _new, _start, key0, key_end = _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
+        _new, _start, key0, key_end = nth_tile(j, n1, lo1, lo2, prefix_len, extend_len, BN)
         mbarrier.wait(ring.bar_v.index(st), (j // STAGES) & 1)
         b = ring.v_smem.index(st).load(layout)  # [BN, D]
         if key0 + BN > key_end:

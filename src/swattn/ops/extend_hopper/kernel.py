@@ -9,14 +9,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .._gluon import GluonRule, new_lengths, uniform
-from .attend import _attend
-from .copies import _issue_first, _produce, prefix_rows_start
-from .fp8 import _convert, _transpose
-from .walk import CopyAt, Descs, HopperFlags, Ring, Store, _add, program_walk
+from .attend import attend_tiles
+from .copies import issue_first, prefix_rows_start, produce_copies
+from .fp8 import convert_tiles, transpose_tiles
+from .walk import CopyAt, Descs, HopperFlags, Ring, Store, add, program_walk
 
 
 @gluon.jit
-def _hopper_extend_kernel(
+def hopper_extend_kernel(
     q_desc, k_desc, v_desc, kc_desc, vc_desc, poison, block_table, cu_seqlens, prefix_lens, sinks,
     Out, Lse, k_scale, v_scale, key_lo, key_hi, stride_bt, stride_ot, stride_oh, stride_lt,
     num_seqs, oob_row, num_tokens, prefix_keys, ring_width,
@@ -57,7 +57,7 @@ def _hopper_extend_kernel(
     # A sequence whose lengths are not well formed owns no block (_common.new_lengths).
     seq_blocks = (new_lengths(cu_seqlens, prefix_lens, o_seq, m_seq, num_tokens, prefix_keys)
                   + BM - 1) // BM
-    seq_block_ends = gl.where(m_seq, gl.associative_scan(seq_blocks, 0, _add), 2147483647)
+    seq_block_ends = gl.where(m_seq, gl.associative_scan(seq_blocks, 0, add), 2147483647)
     i_seq = gl.sum((seq_block_ends <= i_block).to(gl.int32), 0)
     if i_seq >= num_seqs:
         return
@@ -120,12 +120,12 @@ def _hopper_extend_kernel(
         # The partitions' arguments in the call itself: a tuple held in a variable loses its
         # constexprs on the way into a partition (Triton 3.6).
         gl.warp_specialize([
-            (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
-            (_produce, (descs, ring, walk, at, flags, ring)),
+            (attend_tiles, (i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)),
+            (produce_copies, (descs, ring, walk, at, flags, ring)),
         ], [1], [PRODUCER_REGS])
     else:
-        _issue_first(descs, ring, walk, at, flags)
-        _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
+        issue_first(descs, ring, walk, at, flags)
+        attend_tiles(i_h, q_smem, bar_q, ring, descs, at, walk, mids, rule, store, flags)
 
     _ring_barriers(ring, STAGES, False)
     mbarrier.invalidate(bar_q)
@@ -192,15 +192,15 @@ def _prefix_rows_program(i_h, q_smem, bar_q, ring, descs, at, walk, mids, qk_sca
     warpgroup issuing the copies itself where a 16-bit launch would (short windows, the
     skip/none bounds), else a producer warp."""
     if not flags.WARP_SPECIALIZED:
-        _issue_first(descs, ring, walk, at, flags)
-        _attend(i_h, q_smem, bar_q, ring, descs, at, walk, mids,
-                GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)
+        issue_first(descs, ring, walk, at, flags)
+        attend_tiles(i_h, q_smem, bar_q, ring, descs, at, walk, mids,
+                     GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store, flags)
     else:
         gl.warp_specialize([
-            (_attend, (i_h, q_smem, bar_q, ring, descs, at, walk, mids,
+            (attend_tiles, (i_h, q_smem, bar_q, ring, descs, at, walk, mids,
                        GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                        flags)),
-            (_produce, (descs, ring, walk, at, flags, ring)),
+            (produce_copies, (descs, ring, walk, at, flags, ring)),
         ], [1], [PRODUCER_REGS])
 
 
@@ -212,12 +212,12 @@ def _fp8_products_program(i_h, q_smem, vt_smem, bar_q, ring, full_v, descs, at, 
     """fp8 products: the score products read the copies' fp8 K tiles, P @ V the converter's
     transposed fp8 V tiles (``vt_smem``, handed over on ``full_v``)."""
     gl.warp_specialize([
-        (_attend, (i_h, q_smem, bar_q, Ring(ring.k_smem, vt_smem, ring.bar_k, full_v,
+        (attend_tiles, (i_h, q_smem, bar_q, Ring(ring.k_smem, vt_smem, ring.bar_k, full_v,
                                             ring.empty_k, ring.empty_v), descs, at, walk, mids,
                    GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                    flags)),
-        (_produce, (descs, ring, walk, at, flags, ring)),
-        (_transpose, (ring, vt_smem, full_v, walk, flags)),
+        (produce_copies, (descs, ring, walk, at, flags, ring)),
+        (transpose_tiles, (ring, vt_smem, full_v, walk, flags)),
     ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])
 
 
@@ -237,9 +237,9 @@ def _converter_program(i_h, q_smem, bar_q, ring, full_k, full_v, descs, at, walk
                   ring.bar_k, ring.bar_v, ring.empty_k, ring.empty_v)
     wide = Ring(ring.k_smem, ring.v_smem, full_k, full_v, ring.empty_k, ring.empty_v)
     gl.warp_specialize([
-        (_attend, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
+        (attend_tiles, (i_h, q_smem, bar_q, wide, descs, at, walk, mids,
                    GluonRule(qk_scale * k_mult, softcap, window_left, window_right), store,
                    flags)),
-        (_produce, (descs, copies, walk, at, flags, wide)),
-        (_convert, (copies, wide, walk, flags)),
+        (produce_copies, (descs, copies, walk, at, flags, wide)),
+        (convert_tiles, (copies, wide, walk, flags)),
     ], [1, CONVERT_WARPS], [PRODUCER_REGS, CONVERT_REGS])

@@ -13,7 +13,7 @@ from .._gluon import GL_DTYPES, descriptor, poison_descriptor
 from .._launch import Descriptor, Launch
 from .._validate import FP8_DTYPES
 from ..config import HopperExtendConfig
-from .kernel import _hopper_extend_kernel
+from .kernel import hopper_extend_kernel
 
 # The head dims the kernel is written for; its tiling is a frozen config of the plan
 # (config.HopperExtendConfig).
@@ -129,7 +129,7 @@ def _launcher(spec, dtypes):
         CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
         FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=spec.ranges,
         CHUNK=spec.attention_chunk or 0, RING=spec.ring)
-    return Launch(_hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
+    return Launch(hopper_extend_kernel, fixed, cfg.launch_options(ws), _TENSORS, _INTS, dtypes)
 
 
 class HopperExtendLaunch:

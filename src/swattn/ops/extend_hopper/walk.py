@@ -1,6 +1,6 @@
 """A program's key tiles: the bounds of window.py compiled for Gluon, the walk over the
-cached prefix's tiles then the new tokens' (:func:`program_walk`, :func:`_tile`), a tile's
-mask (:func:`_keep`), and the bundles the kernel's parts share."""
+cached prefix's tiles then the new tokens' (:func:`program_walk`, :func:`nth_tile`), a tile's
+mask (:func:`keep_mask`), and the bundles the kernel's parts share."""
 
 from collections import namedtuple
 
@@ -88,7 +88,7 @@ def _full_range(first_q, last_q, range_end, lo, hi, window_left, window_right, B
     return mid_lo, mid_hi
 
 @gluon.jit
-def _keep(q_pos, k_pos, key_end, rule, flags):
+def keep_mask(q_pos, k_pos, key_end, rule, flags):
     """The mask of a tile: window.visible of the rows' positions, or under key_ranges
     (RANGES) each row's own range (``q_pos`` then the rows' KeyRange)."""
     if flags.RANGES:
@@ -103,12 +103,12 @@ def _keep(q_pos, k_pos, key_end, rule, flags):
 
 
 @gluon.jit
-def _add(a, b):
+def add(a, b):
     return a + b
 
 
 @gluon.jit
-def _tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
+def nth_tile(j, n1, lo1, lo2, prefix_len, extend_len, BN: gl.constexpr):
     """Tile j of the program's list: (is_new, start in its stage's coordinates, absolute
     position of its first key, absolute end of its stage's keys)."""
     is_new = j >= n1
