@@ -91,7 +91,8 @@ def test_gpu_latent_path_at_s_shape(fp8):
     """S's heads over a latent cache (window 128, 480 sparse keys, ragged lengths: one key,
     below, at and past the window): the plan binds the latent kernel, the bounds variants
     are bit-identical for each split count, and the answers are the reference's; the same
-    values as their own copy take the Triton kernel, with the reference's answers too."""
+    values as their own copy are refused by the latent plan and take the Triton kernel in a
+    one-shot call, with the reference's answers too."""
     if not _hopper():
         pytest.skip("the Gluon latent path runs on sm_90 only")
     case, tensors, sparse, copied, scales = _latent_case([700, 300, 1, 129, 128, 5000], fp8)
@@ -110,9 +111,12 @@ def test_gpu_latent_path_at_s_shape(fp8):
     assert plan.path == "latent" and plan.num_splits >= 1
     q, k_cache, v_cache, block_table, _ = tensors
     got = plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=sparse, **scales)
-    own = plan.run(q, k_cache, copied[0], block_table, sinks=sinks, sparse=copied[1], **scales)
+    with pytest.raises(ValueError, match="v_cache must be the keys' first head_dim_v columns"):
+        plan.run(q, k_cache, copied[0], block_table, sinks=sinks, sparse=copied[1], **scales)
     kinds = {key[3]: type(launch).__name__ for key, (launch, _) in plan._launches.items()}
-    assert kinds == {True: "LatentDecodeLaunch", False: "DecodeLaunch"}
+    assert kinds == {True: "LatentDecodeLaunch"}
+    own = run_decode(q, k_cache, copied[0], block_table, tensors[4], window_left=127,
+                     sinks=sinks, sparse=copied[1], return_lse=True, **scales)
     for result in (got, own):
         assert_matches_reference(result, want, tol=tol)
 
@@ -208,3 +212,27 @@ def test_a_single_kv_heads_latent_view_is_recognized():
     other = torch.as_strided(k_rows, (2, 16, 1, 512), (2 * 16 * 576, 576, 576, 1), 4 * 576)
     assert other.data_ptr() == k_cache.data_ptr()
     assert not values_in_keys(Spec, k_cache[:2], other, None)
+
+
+def test_the_latent_path_is_decided_at_plan_time(monkeypatch):
+    """Regression: a "latent" plan ran the Triton kernel when v_cache was not a view of
+    k_cache, decided inside run, so ``plan.path`` said what might not run. A plan's latent
+    path now reads the values from the key tiles on every run: separate values are refused
+    before any launch, and a one-shot call takes the latent path only for a latent view.
+    (The path is made available on the CPU here; nothing is launched.)"""
+    monkeypatch.setattr(decode_latent, "unsupported", lambda *args: None)
+    case = DecodeCase([9, 4], num_q_heads=16, num_kv_heads=1, head_dim=40, head_dim_v=32,
+                      page_size=4, window_left=6, seed=5)
+    q, k_cache, _, block_table, seq_lens = build_decode(case, DEVICE)
+    latent, copied = k_cache[..., :32], k_cache[..., :32].clone()
+    plan = swattn.plan.plan_decode(case.seq_lens, num_q_heads=16, num_kv_heads=1, head_dim=40,
+                                   head_dim_v=32, page_size=4, window_left=6, dtype=case.dtype,
+                                   device=DEVICE)
+    assert plan.path == "latent"
+    with pytest.raises(ValueError, match="make the plan with hopper=False"):
+        plan.run(q, k_cache, copied, block_table)
+    assert not plan._launches
+    one_shot = swattn.plan.decode_plan_for
+    assert one_shot(q, k_cache, copied, block_table, seq_lens, window_left=6).path == "triton"
+    assert one_shot(q, k_cache, latent, block_table, seq_lens, window_left=6).path == "latent"
+    assert one_shot(q, k_cache, copied, block_table, seq_lens, window_left=6).path == "triton"

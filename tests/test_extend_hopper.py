@@ -22,7 +22,7 @@ e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
 variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
             dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
             dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False),
-            dict(WS=False), dict(WS=False, head_dim=64, page_size=64),
+            dict(WARP_SPECIALIZED=False), dict(WARP_SPECIALIZED=False, head_dim=64, page_size=64),
             # Over an fp8 cache (warp-specialized with converter warps, every bounds).
             dict(kv_dtype=e4m3), dict(kv_dtype=e5m2, bounds="skip", head_dim=64, dtype="fp16"),
             dict(kv_dtype=e4m3, bounds="none", page_size=128, HAS_SINKS=True, USE_SOFTCAP=True,
@@ -30,7 +30,7 @@ variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype=
 # 128 rows a program (two warpgroups): 16-bit and fp8, warp-specialized and not.
 rows128 = lambda d: replace(hopper_extend_config(d, torch.bfloat16), **HOPPER_EXTEND_128_ROWS)
 variants += [dict(config=rows128(128)), dict(config=rows128(128), kv_dtype=e5m2, bounds="skip"),
-             dict(config=rows128(64), head_dim=64, WS=False, HAS_SINKS=True)]
+             dict(config=rows128(64), head_dim=64, WARP_SPECIALIZED=False, HAS_SINKS=True)]
 # fp8 products (e4m3 query rows and weights against the cache's e4m3 or e5m2 tiles).
 f8p = lambda d, **kw: replace(hopper_extend_config(d, torch.bfloat16), fp8_products=True, **kw)
 variants += [dict(config=f8p(128), kv_dtype=e4m3),
@@ -40,10 +40,10 @@ variants += [dict(config=f8p(128), kv_dtype=e4m3),
                   page_size=128)]
 # Over an fp8 cache with the window's prefix widened before the kernel: every tile 16-bit.
 prefix_rows = lambda d: replace(hopper_extend_config(d, torch.bfloat16), prefix_rows=True)
-# Warp-specialized for long windows; for short ones (WS=False) and skip/none the warpgroup
-# issues the copies itself, as over a 16-bit cache.
+# Warp-specialized for long windows; for short ones (WARP_SPECIALIZED=False) and skip/none the
+# warpgroup issues the copies itself, as over a 16-bit cache.
 variants += [dict(config=prefix_rows(128), kv_dtype=e4m3),
-             dict(config=prefix_rows(128), kv_dtype=e4m3, WS=False, HAS_SINKS=True),
+             dict(config=prefix_rows(128), kv_dtype=e4m3, WARP_SPECIALIZED=False, HAS_SINKS=True),
              dict(config=prefix_rows(64), kv_dtype=e5m2, head_dim=64, bounds="none",
                   HAS_SINKS=True, RETURN_LSE=True)]
 # key_ranges (stage 1 alone, each row its own keys): warp-specialized and not, every bounds.

@@ -222,6 +222,62 @@ def test_run_checks_the_tensors_against_the_plan():
         dplan.run(*dtensors[:3], dtensors[3][:, :2])
 
 
+def _restrided(t):
+    """``t``'s values in a tensor at the same address with the same shape, its rows twice
+    as far apart (the last dimension contiguous still)."""
+    wide = torch.empty(t.shape[0], 2 * t[0].numel(), dtype=t.dtype, device=t.device)
+    other = wide[:, :t[0].numel()].view(t.shape)
+    other.copy_(t)
+    return other
+
+
+def test_every_planned_tensor_enters_the_relaunch_key_whole():
+    """Regression: the extend plan's relaunch key left out lse's stride (decode's had it), so
+    a run with an lse at the same address but of another stride could relaunch the earlier
+    run's launch with the stale stride. Each plan's table now gives its key: every tensor of
+    a run (lse, sinks and out among them) changes the key by its stride alone."""
+    tensors = build_extend(EXTEND, DEVICE)
+    plan = _extend_plan(EXTEND, tensors, return_lse=True)
+    q, k, v, kc, vc, table = tensors[:6]
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype, device=DEVICE)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=DEVICE)
+    sinks = torch.zeros(q.shape[1], 1, device=DEVICE)[:, 0]
+    run = [q, k, v, kc, vc, table, sinks, out, lse]
+    assert [arg.name for arg in plan._table] == ["q", "k", "v", "k_cache", "v_cache",
+                                                 "block_table", "sinks", "out", "lse"]
+    key = plan._key(tuple(run), None, None)
+    for i, arg in enumerate(plan._table):
+        changed = list(run)
+        changed[i] = _restrided(run[i]) if run[i].dim() > 1 else torch.zeros(
+            run[i].shape[0], 2, device=DEVICE)[:, 0]
+        assert plan._key(tuple(changed), None, None) != key, arg.name
+    dtensors = build_decode(DECODE, DEVICE)
+    dplan = _decode_plan(DECODE, dtensors, return_lse=True)
+    dq = dtensors[0]
+    dlse = torch.empty(dq.shape[:2], dtype=torch.float32, device=DEVICE)
+    drun = (*dtensors[:4], None, None, dlse)
+    assert dplan._key(drun, None, None, None) != dplan._key(
+        drun[:-1] + (_restrided(dlse),), None, None, None)
+
+
+def test_a_run_with_an_lse_of_another_stride_writes_that_lse():
+    """Regression (the lse-stride drift above): runs with ``out`` and an ``lse`` at one
+    address, the second lse's rows twice as far apart, each write the lse they are given."""
+    tensors = build_extend(EXTEND, DEVICE)
+    plan = _extend_plan(EXTEND, tensors, return_lse=True)
+    q, k, v, kc, vc, table = tensors[:6]
+    out = torch.empty(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype, device=DEVICE)
+    buffer = torch.full((q.shape[0], 2 * q.shape[1]), float("nan"), device=DEVICE)
+    dense = buffer.view(-1)[:q.shape[0] * q.shape[1]].view(q.shape[:2])
+    spread = buffer[:, :q.shape[1]]
+    assert dense.data_ptr() == spread.data_ptr() and dense.stride() != spread.stride()
+    _, want = plan.run(q, k, v, kc, vc, table, out=out, lse=dense)
+    want = want.clone()
+    buffer.fill_(float("nan"))
+    _, got = plan.run(q, k, v, kc, vc, table, out=out, lse=spread)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 # ---- bad page ids: never dereferenced, NaN where needed --------------------------------
 
 def _extend_needs(case, b, page):

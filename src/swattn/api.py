@@ -10,7 +10,8 @@ import torch
 
 from .ops import cache as _cache
 from .ops import merge as _merge
-from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_tensor
+from .ops._validate import (FLOAT_DTYPES, check_num_splits, check_scalars, check_sparse,
+                             check_tensor)
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
 from .plan._common import check_new_dtype
@@ -296,10 +297,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
     check_num_splits(num_splits)
     check_tensor("q", q, dim=3, dtypes=FLOAT_DTYPES)
     check_tensor("v_cache", v_cache, dim=4, dtype=k_cache.dtype, device=q.device)
-    if sparse is not None and (not isinstance(sparse, (tuple, list)) or len(sparse) != 3):
-        raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
-                        f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
-                                                      if isinstance(sparse, (tuple, list)) else ""))
+    check_sparse(sparse)
     k_pool, v_pool, sparse_idx = sparse if sparse is not None else (None, None, None)
     if sparse is not None and sparse_idx is None:
         raise TypeError("sparse idx must be a torch.Tensor, got NoneType")

@@ -41,11 +41,11 @@ from .window import (
 )
 
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
-BOUNDS = ("all", "tight")
+TILE_BOUNDS = ("all", "tight")
 
 
 def _empty_counts():
-    return {loop: {bounds: 0 for bounds in BOUNDS} for loop in EXTEND_LOOPS}
+    return {loop: {bounds: 0 for bounds in TILE_BOUNDS} for loop in EXTEND_LOOPS}
 
 
 def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, causal=True,
@@ -69,7 +69,7 @@ def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, cau
     window = Window(window_left, window_right, causal, chunk)
     counts = _empty_counts()
     for loop in EXTEND_LOOPS:
-        for bounds in BOUNDS:
+        for bounds in TILE_BOUNDS:
             total = 0
             for block_start in range(0, extend_len, block_m):
                 lo, hi = key_bounds(loop, prefix_len, extend_len, block_start, block_m, block_n,
@@ -88,7 +88,7 @@ def count_workload(shapes, window_left=None, window_right=None, causal=True, blo
         one = count_tiles(prefix_len, extend_len, window_left, window_right, causal, block_m,
                           block_n, batch=batch, heads=heads, chunk=chunk)
         for loop in EXTEND_LOOPS:
-            for bounds in BOUNDS:
+            for bounds in TILE_BOUNDS:
                 counts[loop][bounds] += one[loop][bounds]
     return counts
 

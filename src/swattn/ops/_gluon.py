@@ -74,7 +74,7 @@ decode_seq_ok = _GLUON_NAMES["decode_seq_ok"]
 # What a row sees and how its scores are formed (one bundle: a namedtuple compiles to its
 # fields); a kernel's constexpr flags bundle names USE_WINDOW, IS_CAUSAL, USE_RIGHT and
 # USE_SOFTCAP.
-Rule = namedtuple("Rule", "qk_scale softcap window_left window_right")
+GluonRule = namedtuple("GluonRule", "qk_scale softcap window_left window_right")
 
 
 @gluon.jit
@@ -118,70 +118,76 @@ def weights(s, m_i, l_i, q_pos, k_pos, key_end, rule, flags, MASKED: gl.constexp
 
 @gluon.jit
 def _page_entry(bt_row, start, key_end, lowest, ok, num_pages, K: gl.constexpr,
-                PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, ring, RING: gl.constexpr):
+                PAGE: gl.constexpr, COPY_ROWS: gl.constexpr, TILE_COPIES: gl.constexpr, ring,
+                RING: gl.constexpr):
     """Copy ``K`` of a cache tile (:func:`tile_pages`): its block-table entry (-1 where not
     loaded) and whether it is issued."""
-    v = ok & (start + K * PR < key_end) & (start + (K + 1) * PR > lowest) & (NP > K)
-    page = gl.load(bt_row + table_column((start + K * PR) // PAGE, ring, RING), mask=v, other=-1)
+    v = (ok & (start + K * COPY_ROWS < key_end) & (start + (K + 1) * COPY_ROWS > lowest)
+         & (TILE_COPIES > K))
+    page = gl.load(bt_row + table_column((start + K * COPY_ROWS) // PAGE, ring, RING), mask=v,
+                   other=-1)
     return page, (page >= 0) & (page < num_pages)
 
 
 @gluon.jit
-def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-                NP: gl.constexpr, ring=1, RING: gl.constexpr = False):
-    """The block-table entries of a cache tile's NP copies of PR rows (one page, or PR rows
-    of a page larger than the tile; NP at most 8) and which copies are issued: those
-    holding a key in [lowest, key_end) whose entry is a page of the cache (``[0, oob_row /
-    PAGE)``; a bad entry's copy is left out, so its keys read as the K descriptor's NaN
-    padding). ``ok``: the tile is a cache tile that will be loaded. Entries past NP are
-    never loaded (their masks fold to false). ``RING``: a ring block table of ``ring``
-    columns (_common.table_column)."""
-    gl.static_assert(NP <= 8, "a tile takes at most 8 page copies")
+def tile_pages(bt_row, start, key_end, lowest, ok, oob_row, PAGE: gl.constexpr,
+               COPY_ROWS: gl.constexpr, TILE_COPIES: gl.constexpr, ring=1,
+               RING: gl.constexpr = False):
+    """The block-table entries of a cache tile's TILE_COPIES copies of COPY_ROWS rows (one
+    page, or COPY_ROWS rows of a page larger than the tile; TILE_COPIES at most 8) and which
+    copies are issued: those holding a key in [lowest, key_end) whose entry is a page of the
+    cache (``[0, oob_row / PAGE)``; a bad entry's copy is left out, so its keys read as the K
+    descriptor's NaN padding). ``ok``: the tile is a cache tile that will be loaded. Entries
+    past TILE_COPIES are never loaded (their masks fold to false). ``RING``: a ring block
+    table of ``ring`` columns (_common.table_column)."""
+    gl.static_assert(TILE_COPIES <= 8, "a tile takes at most 8 page copies")
     n = oob_row // PAGE
-    p0, g0 = _page_entry(bt_row, start, key_end, lowest, ok, n, 0, PAGE, PR, NP, ring,
-                          RING)
-    p1, g1 = _page_entry(bt_row, start, key_end, lowest, ok, n, 1, PAGE, PR, NP, ring,
-                          RING)
-    p2, g2 = _page_entry(bt_row, start, key_end, lowest, ok, n, 2, PAGE, PR, NP, ring,
-                          RING)
-    p3, g3 = _page_entry(bt_row, start, key_end, lowest, ok, n, 3, PAGE, PR, NP, ring,
-                          RING)
-    p4, g4 = _page_entry(bt_row, start, key_end, lowest, ok, n, 4, PAGE, PR, NP, ring,
-                          RING)
-    p5, g5 = _page_entry(bt_row, start, key_end, lowest, ok, n, 5, PAGE, PR, NP, ring,
-                          RING)
-    p6, g6 = _page_entry(bt_row, start, key_end, lowest, ok, n, 6, PAGE, PR, NP, ring,
-                          RING)
-    p7, g7 = _page_entry(bt_row, start, key_end, lowest, ok, n, 7, PAGE, PR, NP, ring,
-                          RING)
+    p0, g0 = _page_entry(bt_row, start, key_end, lowest, ok, n, 0, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p1, g1 = _page_entry(bt_row, start, key_end, lowest, ok, n, 1, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p2, g2 = _page_entry(bt_row, start, key_end, lowest, ok, n, 2, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p3, g3 = _page_entry(bt_row, start, key_end, lowest, ok, n, 3, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p4, g4 = _page_entry(bt_row, start, key_end, lowest, ok, n, 4, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p5, g5 = _page_entry(bt_row, start, key_end, lowest, ok, n, 5, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p6, g6 = _page_entry(bt_row, start, key_end, lowest, ok, n, 6, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
+    p7, g7 = _page_entry(bt_row, start, key_end, lowest, ok, n, 7, PAGE, COPY_ROWS,
+                          TILE_COPIES, ring, RING)
     return (p0, p1, p2, p3, p4, p5, p6, p7), (g0, g1, g2, g3, g4, g5, g6, g7)
 
 
 @gluon.jit
 def issue(new_desc, cache_desc, bar, dest, ok, is_new, start, row0, col, pages, valid, oob_row,
-           PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr,
-           D: gl.constexpr, poison=None):
+          PAGE: gl.constexpr, COPY_ROWS: gl.constexpr, TILE_COPIES: gl.constexpr,
+          BN: gl.constexpr, D: gl.constexpr, poison=None):
     """The copies of one K or V tile into ``dest``, completing on ``bar`` (nothing when
     not ``ok``): BN rows of the new tokens from row ``row0 + start``, or a cache tile's
     page copies (:func:`tile_pages`); a copy not issued for its page reads row
     ``oob_row`` (past the cache's last) instead, which the copy engine fills with zeros
     (or NaN, as the descriptor pads) without touching memory, so every tile completes the
-    same bytes. ``poison``: a descriptor of PR rows of NaN read in the place of a page not
-    issued (an fp8 cache, whose descriptor cannot pad with NaN)."""
+    same bytes. ``poison``: a descriptor of COPY_ROWS rows of NaN read in the place of a
+    page not issued (an fp8 cache, whose descriptor cannot pad with NaN)."""
     mbarrier.expect(bar, BN * D * (dest.dtype.primitive_bitwidth // 8), pred=ok)
     if is_new:
         tma.async_copy_global_to_shared(new_desc, [row0 + start, col], bar, dest, pred=ok)
     else:
-        for i in gl.static_range(NP):
+        for i in gl.static_range(TILE_COPIES):
             if poison is None:
-                row = gl.where(valid[i], pages[i] * PAGE + (start + i * PR) % PAGE, oob_row)
+                row = gl.where(valid[i], pages[i] * PAGE + (start + i * COPY_ROWS) % PAGE, oob_row)
                 tma.async_copy_global_to_shared(cache_desc, [row, col], bar,
-                                                dest.slice(i * PR, PR), pred=ok)
+                                                dest.slice(i * COPY_ROWS, COPY_ROWS), pred=ok)
             else:
-                row = pages[i] * PAGE + (start + i * PR) % PAGE
+                row = pages[i] * PAGE + (start + i * COPY_ROWS) % PAGE
                 tma.async_copy_global_to_shared(cache_desc, [row, col], bar,
-                                                dest.slice(i * PR, PR), pred=ok & valid[i])
-                tma.async_copy_global_to_shared(poison, [0, 0], bar, dest.slice(i * PR, PR),
+                                                dest.slice(i * COPY_ROWS, COPY_ROWS),
+                                                pred=ok & valid[i])
+                tma.async_copy_global_to_shared(poison, [0, 0], bar,
+                                                dest.slice(i * COPY_ROWS, COPY_ROWS),
                                                 pred=ok & (valid[i] == 0))
 
 

@@ -73,6 +73,15 @@ def expect(name, t, dtype, device_index, shape, lead=0):
         raise ValueError(f"{name} must be contiguous in its last dimension, got strides {t.stride()}")
 
 
+def check_sparse(sparse):
+    """The option ``sparse``: None or a tuple (or list) ``(k_pool, v_pool, idx)`` (a
+    TypeError saying what it got)."""
+    if sparse is not None and (not isinstance(sparse, (tuple, list)) or len(sparse) != 3):
+        raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
+                        f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
+                                                      if isinstance(sparse, (tuple, list)) else ""))
+
+
 def check_scalars(softcap, scale):
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
         raise ValueError(f"softcap must be a float >= 0 (0 = off), got {softcap!r}")

@@ -57,16 +57,16 @@ from .merge import split_scratch
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.
-DecodeFlags = namedtuple("DecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV SPLIT_D "
-                         "CARRY FLAG_UNREAD V_IN_K RING")  # constexprs
+TritonDecodeFlags = namedtuple("TritonDecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV "
+                               "SPLIT_D CARRY FLAG_UNREAD V_IN_K RING")  # constexprs
 # A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
 # SPLIT_D), the value columns [BDV].
 DecodeLanes = namedtuple("DecodeLanes", "o_n o_d o_d2 o_dv m_d m_d2 m_dv")
 Scores = namedtuple("Scores", "qk_scale softcap")
 # The sparse keys: pool rows of K and V (row, head strides), the index rows and their
 # stride, how many entries a row has, the pool's row count.
-Pool = namedtuple("Pool", "k v stride_kn stride_kh stride_vn stride_vh idx stride_ib num_sparse "
-                  "rows")
+SparsePool = namedtuple("SparsePool", "k v stride_kn stride_kh stride_vn stride_vh idx stride_ib "
+                        "num_sparse rows")
 
 
 @triton.jit
@@ -350,8 +350,8 @@ def _decode_kernel(
 
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones).
-    flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
-                                      SPLIT_D, CARRY, FLAG_UNREAD, V_IN_K, RING)
+    flags: tl.constexpr = TritonDecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
+                                            SPLIT_D, CARRY, FLAG_UNREAD, V_IN_K, RING)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     scores = Scores(qk_scale, softcap)
     if FP8:
@@ -373,8 +373,8 @@ def _decode_kernel(
     if HAS_SPARSE:
         sparse_start = (tl.maximum(t_start, window_tiles) - window_tiles) * BLOCK_N
         sparse_stop = (tl.maximum(t_stop, window_tiles) - window_tiles) * BLOCK_N
-        pool = Pool(K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, Idx, stride_ib,
-                    num_sparse, pool_rows)
+        pool = SparsePool(K_pool, V_pool, stride_kpn, stride_kph, stride_vpn, stride_vph, Idx,
+                          stride_ib, num_sparse, pool_rows)
         m_i, l_i, acc = _sparse_tiles(sparse_start, sparse_stop, b_q, b_q2, m_i, l_i, acc, i_seq,
                                       i_kvh, pool, scores, lanes, flags)
     if FP8:

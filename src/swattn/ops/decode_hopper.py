@@ -74,7 +74,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from .. import window
 from ..window import clamp_extent
 from ._common import compile_bound, table_keys
-from ._gluon import (GL_DTYPES, Rule, decode_seq_ok, descriptor, device_problem, issue,
+from ._gluon import (GL_DTYPES, GluonRule, decode_seq_ok, descriptor, device_problem, issue,
                      operand_layout, poison_descriptor, tile_pages, uniform, weights,
                      wgmma_layout)
 from ._launch import Descriptor, Launch
@@ -92,12 +92,12 @@ aligned_tiles = compile_bound(window.aligned_tiles, gluon.jit, globals())
 split_tiles = compile_bound(window.split_tiles, gluon.jit, globals())
 
 # The warpgroup's arguments, bundled once by the kernel (a namedtuple compiles to its
-# fields); the scores rule travels as _gluon.Rule. IS_CAUSAL and USE_RIGHT are False (a
-# decode query sees every key up to its own), named for _gluon.weights.
-DecodeFlags = namedtuple("DecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL USE_RIGHT "
-                         "HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
-                         "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT "
-                         "USE_CHUNK RING")  # constexprs
+# fields); the scores rule travels as _gluon.GluonRule. IS_CAUSAL and USE_RIGHT are False
+# (a decode query sees every key up to its own), named for _gluon.weights.
+HopperDecodeFlags = namedtuple("HopperDecodeFlags", "D GROUP BM BN STAGES USE_WINDOW IS_CAUSAL "
+                               "USE_RIGHT HAS_SINKS USE_SOFTCAP WRITE_PARTIAL RETURN_LSE SKIP FP8 "
+                               "K_SCALE_STRIDE V_SCALE_STRIDE HEAD_BLOCKS ITEMS TIGHT "
+                               "USE_CHUNK RING")  # constexprs
 # The K/V ring: STAGES [BN, D] tiles each in shared memory, their copies' barriers, the
 # barriers on which a stage is released to the producer.
 DecodeRing = namedtuple("DecodeRing", "k_smem v_smem bar_k bar_v empty")
@@ -242,7 +242,7 @@ def _consume(q_smem, ring, store, split, rule, flags):
             acc = warpgroup_mma_wait(0, deps=(acc_tok, ))
             mbarrier.arrive(ring.empty.index(st))
             i += 1
-    finish(m_i, l_i, acc, store, split, flags, o_layout)
+    finish_hopper_decode(m_i, l_i, acc, store, split, flags, o_layout)
 
 
 @gluon.constexpr_function
@@ -444,8 +444,8 @@ def _consume_item(ring, store, work, split, rule, flags, i):
     q = gl.load(p_q, mask=(q_rows < flags.GROUP)[:, None], other=0.0).to(gl.float16)
     q = _head_dim_order(gl.reshape(q, [1, BM, D]))
     q, _ = gl.broadcast(gl.convert_layout(q, a_layout), gl.zeros([4, BM, D], gl.float16, a_layout))
-    rule = Rule(rule.qk_scale * gl.load(work.k_scale + split.i_kvh * flags.K_SCALE_STRIDE),
-                rule.softcap, rule.window_left, rule.window_right)
+    rule = GluonRule(rule.qk_scale * gl.load(work.k_scale + split.i_kvh * flags.K_SCALE_STRIDE),
+                     rule.softcap, rule.window_left, rule.window_right)
     # Warp w's keys of a sub-tile, from its first: w * KW + column (of the scores, and of
     # V^T's last axis).
     s_keys = (KW * gl.arange(0, 4, layout=gl.SliceLayout(1, rows3))[:, None, None]
@@ -502,12 +502,12 @@ def _consume_item(ring, store, work, split, rule, flags, i):
     l_o = gl.sum(l_i * shift, 0)
     acc = gl.sum(acc * gl.expand_dims(gl.convert_layout(shift, cols3), 1), 0)
     acc = gl.convert_layout(_output_order(acc, D), o_layout)
-    finish(m, l_o, acc, store, split, flags, o_layout)
+    finish_hopper_decode(m, l_o, acc, store, split, flags, o_layout)
     return i
 
 
 @gluon.jit
-def finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
+def finish_hopper_decode(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
     """_common.finish: o = acc / (l + e^{sink - m}), 0 and lse -inf where no key is
     visible, NaN where a visible key's page was bad; stored as the output (and lse) or the
     split's partial. ``acc`` [R, D] in ``o_layout``, ``m_i`` and ``l_i`` [R]: the program's
@@ -550,8 +550,9 @@ def finish(m_i, l_i, acc, store, split, flags, o_layout: gl.constexpr):
 @gluon.jit
 def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                    seq_len, lo, t_start, t_stop, col, oob_row, i, PAGE: gl.constexpr,
-                   PR: gl.constexpr, NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-                   STAGES: gl.constexpr, SKIP: gl.constexpr, ring_width, RING: gl.constexpr):
+                   COPY_ROWS: gl.constexpr, TILE_COPIES: gl.constexpr, BN: gl.constexpr,
+                   D: gl.constexpr, STAGES: gl.constexpr, SKIP: gl.constexpr, ring_width,
+                   RING: gl.constexpr):
     """The producer warp over one work item's tiles, the ring's ``i``-th first: for the
     i-th tile with work (:func:`_has_work`), its block-table entries, then its K and V page
     copies into stage i % STAGES once the warpgroup has released that stage's previous tile
@@ -563,32 +564,34 @@ def _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
         if _has_work(start, lo, seq_len, BN, SKIP):
             st = i % STAGES
             free = ((i // STAGES) & 1) ^ 1
-            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, PR, NP,
-                                      ring_width, RING)
+            pages, valid = tile_pages(bt_row, start, seq_len, lo, True, oob_row, PAGE, COPY_ROWS,
+                                      TILE_COPIES, ring_width, RING)
             mbarrier.wait(empty.index(st), free)
             issue(kc_desc, kc_desc, bar_k.index(st), k_smem.index(st), True, False, start, 0,
-                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D, poison)
+                   col, pages, valid, oob_row, PAGE, COPY_ROWS, TILE_COPIES, BN, D, poison)
             issue(vc_desc, vc_desc, bar_v.index(st), v_smem.index(st), True, False, start, 0,
-                   col, pages, valid, oob_row, PAGE, PR, NP, BN, D)
+                   col, pages, valid, oob_row, PAGE, COPY_ROWS, TILE_COPIES, BN, D)
             i += 1
     return i
 
 
 @gluon.jit
 def _produce(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row, seq_len,
-             lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, PR: gl.constexpr,
-             NP: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+             lo, t_start, t_stop, col, oob_row, PAGE: gl.constexpr, COPY_ROWS: gl.constexpr,
+             TILE_COPIES: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
              SKIP: gl.constexpr, ring_width, RING: gl.constexpr):
     """The producer warp over a 16-bit cache: the program's one work item
     (:func:`_produce_tiles`)."""
     _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                    uniform(seq_len), uniform(lo), uniform(t_start), uniform(t_stop), col,
-                   oob_row, gl.to_tensor(0), PAGE, PR, NP, BN, D, STAGES, SKIP, ring_width, RING)
+                   oob_row, gl.to_tensor(0), PAGE, COPY_ROWS, TILE_COPIES, BN, D, STAGES, SKIP,
+                   ring_width, RING)
 
 
 @gluon.jit
 def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, work,
-                   oob_row, flags, PAGE: gl.constexpr, PR: gl.constexpr, NP: gl.constexpr):
+                   oob_row, flags, PAGE: gl.constexpr, COPY_ROWS: gl.constexpr,
+                   TILE_COPIES: gl.constexpr):
     """The producer warp over an fp8 cache: the program's work items one after another
     (:func:`_produce_tiles`), the ring running on across them, so the next item's first
     copies are in flight while the warpgroup finishes the current one."""
@@ -600,8 +603,9 @@ def _produce_items(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty
             bt_row = work.block_table + split.i_seq * work.stride_bt
             i = _produce_tiles(kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
                                bt_row, split.seq_len, split.lo, split.t_start, split.t_stop,
-                               split.i_kvh * flags.D, oob_row, i, PAGE, PR, NP, flags.BN,
-                               flags.D, flags.STAGES, flags.SKIP, work.ring_width, flags.RING)
+                               split.i_kvh * flags.D, oob_row, i, PAGE, COPY_ROWS, TILE_COPIES,
+                               flags.BN, flags.D, flags.STAGES, flags.SKIP, work.ring_width,
+                               flags.RING)
 
 
 @gluon.jit
@@ -623,8 +627,8 @@ def _hopper_decode_kernel(
         # every program has (it waits for this kernel's end before reading the parts).
         gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [],
                                   dtype=gl.int32, is_pure=False, pack=1)
-    PR: gl.constexpr = PAGE if PAGE < BN else BN
-    NP: gl.constexpr = BN // PR
+    COPY_ROWS: gl.constexpr = PAGE if PAGE < BN else BN
+    TILE_COPIES: gl.constexpr = BN // COPY_ROWS
     # Axis 0 runs over (sequence, KV head, head block), the heads fastest: a sequence's
     # programs start side by side and read its pages' rows (every KV head of a token, one
     # run) together, a KV head's head blocks (over an fp8 cache) the same tiles. Over an
@@ -636,10 +640,10 @@ def _hopper_decode_kernel(
     # Bundles; the constexpr one is assigned as a constexpr (a plain assignment would turn
     # its values into run-time ones), and the rule is built in the call, keeping its 0 a
     # constexpr (see extend_hopper).
-    flags: gl.constexpr = DecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
-                                      HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP,
-                                      FP8, K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, ITEMS,
-                                      TIGHT, USE_CHUNK, RING)
+    flags: gl.constexpr = HopperDecodeFlags(D, GROUP, BM, BN, STAGES, USE_WINDOW, False, False,
+                                            HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE,
+                                            SKIP, FP8, K_SCALE_STRIDE, V_SCALE_STRIDE,
+                                            HEAD_BLOCKS, ITEMS, TIGHT, USE_CHUNK, RING)
     # What each work item is found from (over an fp8 cache each partition finds each of its
     # items' sequence, bounds and query rows).
     work = Work(gl.program_id(0), gl.num_programs(0), num_items, num_kv_heads, i_split,
@@ -674,17 +678,19 @@ def _hopper_decode_kernel(
     # (one call a case: Gluon takes a partition's function only inside the call)
     if FP8:
         gl.warp_specialize([
-            (_consume_fp8, (ring, store, work, Rule(qk_scale, softcap, window_left, 0), flags)),
+            (_consume_fp8, (ring, store, work, GluonRule(qk_scale, softcap, window_left, 0),
+                            flags)),
             (_produce_items, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty,
-                              work, oob_row, flags, PAGE, PR, NP)),
+                              work, oob_row, flags, PAGE, COPY_ROWS, TILE_COPIES)),
         ], [1], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consume, (q_smem, ring, store, split, Rule(qk_scale, softcap, window_left, 0),
+            (_consume, (q_smem, ring, store, split, GluonRule(qk_scale, softcap, window_left, 0),
                         flags)),
             (_produce, (kc_desc, vc_desc, poison, k_smem, v_smem, bar_k, bar_v, empty, bt_row,
                         split.seq_len, split.lo, split.t_start, split.t_stop, split.i_kvh * D,
-                        oob_row, PAGE, PR, NP, BN, D, STAGES, SKIP, ring_width, RING)),
+                        oob_row, PAGE, COPY_ROWS, TILE_COPIES, BN, D, STAGES, SKIP, ring_width,
+                        RING)),
         ], [1], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):

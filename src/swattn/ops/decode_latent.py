@@ -46,18 +46,18 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..window import clamp_extent
 from ._common import table_keys
-from ._gluon import Rule, decode_seq_ok, device_problem, table_column, uniform, weights
+from ._gluon import GluonRule, decode_seq_ok, device_problem, table_column, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
-from .decode_hopper import (DecodeFlags, DecodeStore, Split, decode_chunk_first_key,
-                            decode_first_key, finish, split_tiles)
+from .decode_hopper import (DecodeStore, HopperDecodeFlags, Split, decode_chunk_first_key,
+                            decode_first_key, finish_hopper_decode, split_tiles)
 from .merge import split_scratch
 
 # The paged cache as the tile rows are found in it (the sequence's block-table row, the
 # keys' strides: page, slot, KV head), and the sparse pool (the sequence's index row, its
 # entries, the pool's rows, its strides: row, KV head).
 Cache = namedtuple("Cache", "k bt_row page_size num_pages stride_p stride_s stride_h ring_width")
-Pool = namedtuple("Pool", "k idx num_sparse rows stride_n stride_h")
+LatentPool = namedtuple("LatentPool", "k idx num_sparse rows stride_n stride_h")
 
 # The one layout the kernel is written for: keys of DV + DT columns, the values their first
 # DV; the rows of a program (wgmma's M).
@@ -151,10 +151,10 @@ def _latent_decode_kernel(
     # The products' operand type: the query's, or over an fp8 cache fp16 (every fp8 value
     # is an fp16 value; a bf16 query within fp16's range is one too).
     dtype: gl.constexpr = gl.float16 if FP8 else Q.dtype.element_ty
-    flags: gl.constexpr = DecodeFlags(DV, GROUP, BM, BN, 2, USE_WINDOW, False, False, HAS_SINKS,
-                                      USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE, SKIP, FP8,
-                                      K_SCALE_STRIDE, V_SCALE_STRIDE, HEAD_BLOCKS, 1, TIGHT,
-                                      USE_CHUNK, RING)
+    flags: gl.constexpr = HopperDecodeFlags(DV, GROUP, BM, BN, 2, USE_WINDOW, False, False,
+                                            HAS_SINKS, USE_SOFTCAP, WRITE_PARTIAL, RETURN_LSE,
+                                            SKIP, FP8, K_SCALE_STRIDE, V_SCALE_STRIDE,
+                                            HEAD_BLOCKS, 1, TIGHT, USE_CHUNK, RING)
 
     # Axis 0: (sequence, KV head, head block), the heads fastest.
     item = gl.program_id(0)
@@ -164,7 +164,7 @@ def _latent_decode_kernel(
     i_seq = (item // HEAD_BLOCKS // num_kv_heads).to(gl.int64)
     seq_len = uniform(gl.load(seq_lens + i_seq))
     # A length that is not well formed walks no key of the window; its output is NaN
-    # (finish: Split.ok).
+    # (finish_hopper_decode: Split.ok).
     ok = decode_seq_ok(seq_len, cached_keys)
     seq_len = gl.where(ok, seq_len, 0)
     lo = 0
@@ -224,13 +224,15 @@ def _latent_decode_kernel(
                   stride_ks, stride_kh, ring_width)
     pool = None
     if HAS_SPARSE:
-        pool = Pool(K_pool, Idx + i_seq * stride_ib, num_sparse, pool_rows, stride_pn, stride_ph)
+        pool = LatentPool(K_pool, Idx + i_seq * stride_ib, num_sparse, pool_rows, stride_pn,
+                          stride_ph)
     tiles = (window_tiles, t_stop)
     scale = qk_scale
     if FP8:
-        # The cache holds value / scale: K's scale joins the scores' (V's: finish).
+        # The cache holds value / scale: K's scale joins the scores' (V's:
+        # finish_hopper_decode).
         scale = qk_scale * gl.load(k_scale + i_kvh * K_SCALE_STRIDE)
-    rule = Rule(scale, softcap, window_left, 0)
+    rule = GluonRule(scale, softcap, window_left, 0)
 
     m_i = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -283,7 +285,7 @@ def _latent_decode_kernel(
     split = Split(i_seq, i_kvh, i_hb, i_split, seq_len, lo, t_start, t_stop, ok)
     store = DecodeStore(sinks, Out, Lse, Part_o, Part_lse, stride_ob, stride_oh, stride_lb,
                         stride_pb, stride_psh, stride_ps, stride_plb, stride_plh, v_scale)
-    finish(m_i, l_i, acc, store, split, flags, o_layout)
+    finish_hopper_decode(m_i, l_i, acc, store, split, flags, o_layout)
 
 
 # --------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ ExtendFlags = namedtuple("ExtendFlags", "BLOCK_N USE_WINDOW IS_CAUSAL USE_RIGHT 
                          "USE_SOFTCAP TIGHT SKIP EVEN_D EVEN_DV TMA_NEW TMA_CACHE KV "
                          "RANGES USE_CHUNK POSITIONS UNIFIED RING")  # constexprs
 # What a row sees; ``positions``: the new tokens' positions (given positions only).
-Rule = namedtuple("Rule", "qk_scale softcap window_left window_right mask chunk positions")
+ExtendRule = namedtuple("ExtendRule", "qk_scale softcap window_left window_right mask chunk "
+                        "positions")
 # A tile's offsets and masks ([BN], [BD], [BDV]) and the head's TMA columns.
 ExtendLanes = namedtuple("ExtendLanes", "o_n o_d o_dv m_d m_dv col_k col_v")
 # The block's sequence and KV head, where its tokens start, its lengths, its mask rows.
@@ -559,7 +560,8 @@ def _extend_kernel(
                                       USE_SOFTCAP, TIGHT, SKIP, EVEN_D, EVEN_DV, TMA_NEW,
                                       TMA_CACHE, K_cache.dtype.element_ty, ROW_RANGES, USE_CHUNK,
                                       HAS_POSITIONS, UNIFIED, RING)
-    rule = Rule(qk_scale, softcap, window_left, window_right, mask, attention_chunk, positions)
+    rule = ExtendRule(qk_scale, softcap, window_left, window_right, mask, attention_chunk,
+                      positions)
     new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v, 1.0, 1.0)
     if flags.KV.is_fp8():
         # An fp8 cache holds value / scale (one scale, or one a KV head): K's scale folds into
@@ -567,8 +569,8 @@ def _extend_kernel(
         # as the cache stores them, so the chunking cannot change a result.
         k_head_scale = tl.load(k_scale + i_kvh * K_SCALE_STRIDE)
         v_head_scale = tl.load(v_scale + i_kvh * V_SCALE_STRIDE)
-        rule = Rule(qk_scale * k_head_scale, softcap, window_left, window_right, mask,
-                    attention_chunk, positions)
+        rule = ExtendRule(qk_scale * k_head_scale, softcap, window_left, window_right, mask,
+                          attention_chunk, positions)
         new = NewKeys(K, V, stride_kt, stride_kh, stride_vt, stride_vh, desc_k, desc_v,
                       k_head_scale, v_head_scale)
     lanes = ExtendLanes(o_n, o_d, o_dv, m_d, m_dv, col_k, col_v)

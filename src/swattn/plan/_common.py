@@ -3,12 +3,13 @@ device copies, and the choices of one-shot calls remembered by what they depend 
 
 import importlib
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..ops import config as _config
-from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars
+from ..ops._validate import (FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars,
+                             expect)
 from ..ops.cache import unit_scale
 from ..window import decode_bounds
 
@@ -33,6 +34,18 @@ class Plan:
         self._ready = {} if ready is None else ready
         self._hopper = _module(hopper_module) if path == "hopper" else None
 
+    def _fits(self, tensors, *lengths):
+        """Whether the run's tensors are what the plan takes: its table (:func:`fits`) and
+        the sizes its host lengths set (``_length_problem(*lengths)``)."""
+        return fits(self._table, tensors, self._index) and self._length_problem(*lengths) is None
+
+    def _check_tensors(self, tensors, *lengths):
+        """:meth:`_fits`, raising the error that names what is wrong."""
+        check_tensors(self._table, tensors, self._index)
+        problem = self._length_problem(*lengths)
+        if problem is not None:
+            raise ValueError(problem)
+
     def _remember(self, key, ready):
         """Keep a run's launches (``ops._launch.relaunch``'s arguments) under its tensors'
         key: a run whose tensors have that key passed the checks that key fixes. The
@@ -41,6 +54,72 @@ class Plan:
         if len(self._ready) >= 256:
             self._ready.clear()
         self._ready[key] = ready
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """One tensor a plan's run takes, as the plan takes it: a tensor of ``dtype`` on the
+    plan's device, its last dimension contiguous, of ``shape``: ints, None for a leading
+    size the plan leaves free, or the name of a size the run fixes (``"rows"``: q's rows),
+    which the first tensor holding it sets and every later one must match; ``optional``: None
+    is taken. A plan's table of them (:class:`Plan`'s ``_table``) is where its fit, its
+    checks and its relaunch key come from (:func:`fits`, :func:`check_tensors`,
+    :func:`run_key`)."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple
+    optional: bool = False
+
+
+def fits(table, tensors, device_index):
+    """Whether ``tensors`` (in ``table``'s order) are what the table says: one pass over
+    what each carries on the host, no message (a failing run gets
+    :func:`check_tensors`'s)."""
+    sizes = {}
+    try:
+        for arg, t in zip(table, tensors):
+            if t is None:
+                if arg.optional:
+                    continue
+                return False
+            shape = t.shape
+            if (t.dtype is not arg.dtype or len(shape) != len(arg.shape)
+                    or t.get_device() != device_index or (shape[-1] > 1 and t.stride(-1) != 1)):
+                return False
+            for want, got in zip(arg.shape, shape):
+                if want.__class__ is str:
+                    want = sizes.setdefault(want, got)
+                if want is not None and want != got:
+                    return False
+        return True
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
+def check_tensors(table, tensors, device_index):
+    """``tensors`` (in ``table``'s order) one by one (ops._validate.expect), raising the
+    error that names the first that is not what the table says."""
+    sizes = {}
+    for arg, t in zip(table, tensors):
+        if t is None and arg.optional:
+            continue
+        shape = [sizes.get(want, want) for want in arg.shape]
+        lead = 0
+        while lead < len(shape) and (shape[lead] is None or isinstance(shape[lead], str)):
+            lead += 1
+        expect(arg.name, t, arg.dtype, device_index, tuple(shape[lead:]), lead)
+        for want, got in zip(arg.shape, t.shape):
+            if isinstance(want, str):
+                sizes.setdefault(want, got)
+
+
+def run_key(tensors):
+    """The relaunch key of a run's tensors: each one's address, shape, strides and dtype
+    (None for one not given). A run whose tensors give the key of an earlier run passed
+    the checks that run passed, and its launch reads them as that one's did."""
+    return tuple(None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
+                 for t in tensors)
 
 
 _MODULES = {}

@@ -8,22 +8,30 @@ from ..ops import decode as _decode
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
 from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
-                             check_window, expect, host_ints)
+                             check_sparse, check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
 from ..window import check_chunk, decode_bounds
-from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
-                      check_rank, check_scales, expect_first, remember, replace_spec,
-                      pages_needed, resolve_device, scale_args, to_device)
+from ._common import (ONE_SHOT, Plan, TensorArg, check_agree, check_cache_dtype, check_common,
+                      check_heads, check_rank, check_scales, check_tensors, expect_first,
+                      pages_needed, remember, replace_spec, resolve_device, run_key, scale_args,
+                      to_device)
 
 
 class DecodePlan(Plan):
     """One batch's decode attention, planned: made by :func:`plan_decode`.
 
-    Attributes: ``path`` (``"hopper"``, ``"latent"`` or ``"triton"``), ``config`` (the
-    Triton kernel's, or the Hopper path's; a latent plan's own tiling is
-    ``spec.latent_config``), ``num_splits`` (the split-KV chunks per sequence and KV head),
-    ``batch`` (the capacity ``replan`` keeps), and the device buffer ``seq_lens`` the
-    kernels read."""
+    Attributes: ``path`` (``"hopper"``, ``"latent"`` or ``"triton"``: the kernel every run
+    launches), ``config`` (the Triton kernel's, or the Hopper path's; a latent plan's own
+    tiling is ``spec.latent_config``), ``num_splits`` (the split-KV chunks per sequence and
+    KV head), ``batch`` (the capacity ``replan`` keeps), and the device buffer ``seq_lens``
+    the kernels read.
+
+    The latent path (sm_90; 576/512 heads, many query heads a KV head: DeepSeek's MLA) reads
+    the values as the keys' first ``head_dim_v`` columns, so its runs take ``v_cache =
+    k_cache[..., :head_dim_v]`` (and the sparse pool's values likewise): a run with separate
+    values raises a ValueError, never a silent change of kernel; plan with ``hopper=False``
+    for them. A one-shot call (:func:`decode_plan_for`) sees its tensors and takes the latent
+    path only where they are so."""
 
     def __init__(self, spec, path, device, dtype, batch, seq_lens, sparse_keys, host=None,
                  launches=None):
@@ -32,12 +40,23 @@ class DecodePlan(Plan):
         self.batch = batch
         self.seq_lens = seq_lens
         self.sparse_keys = sparse_keys
-        self._hq = spec.num_kv_heads * spec.group
-        self._shapes = ((batch, self._hq, spec.head_dim),
-                        (spec.page_size, spec.num_kv_heads, spec.head_dim),
-                        (spec.page_size, spec.num_kv_heads, spec.head_dim_v))
-        self._out_shape = (batch, self._hq, spec.head_dim_v)
-        self._sinks_shape = (self._hq,)
+        self._hq = hq = spec.num_kv_heads * spec.group
+        s, kv = spec, spec.kv_dtype
+        # The run's tensors (:meth:`_tensors`): the K cache's pages fix the V cache's, the
+        # sparse K pool's rows the V pool's.
+        self._table = (
+            TensorArg("q", dtype, (batch, hq, s.head_dim)),
+            TensorArg("k_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim)),
+            TensorArg("v_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim_v)),
+            TensorArg("block_table", torch.int32, (None, None)),
+            TensorArg("sinks", torch.float32, (hq,), optional=True),
+            TensorArg("out", dtype, (batch, hq, s.head_dim_v), optional=True),
+            *((TensorArg("lse", torch.float32, (batch, hq), optional=True),)
+              if s.return_lse else ()))
+        self._sparse_table = (
+            TensorArg("sparse k_pool", kv, ("pool", s.num_kv_heads, s.head_dim)),
+            TensorArg("sparse v_pool", kv, ("pool", s.num_kv_heads, s.head_dim_v)),
+            TensorArg("sparse idx", torch.int32, (batch, sparse_keys)))
         self._readable = host is not None
         self._pages_needed = self._needed(host) if host else 0
         parts = None
@@ -58,35 +77,22 @@ class DecodePlan(Plan):
         ``(out, lse)`` when the plan returns lse. Arguments as
         :func:`swattn.decode_attention`'s. No host sync; no allocation when ``out`` (and
         ``lse``) are given."""
+        tensors = self._tensors(q, k_cache, v_cache, block_table, sinks, out, lse)
         key = None
         if out is not None and (lse is not None or not self.spec.return_lse):
             # As ExtendPlan.run: the tensors of an earlier run, its launches (the sparse
             # pool's and index list's among them: their contents are the kernels' to mask).
             try:
-                key = (q.data_ptr(), q.shape, q.stride(), q.dtype, k_cache.data_ptr(),
-                       k_cache.shape, k_cache.stride(), k_cache.dtype, v_cache.data_ptr(),
-                       v_cache.shape, v_cache.stride(), v_cache.dtype, block_table.data_ptr(),
-                       block_table.shape, block_table.stride(), block_table.dtype,
-                       out.data_ptr(), out.shape, out.stride(), out.dtype,
-                       None if sinks is None else (sinks.data_ptr(), sinks.shape, sinks.dtype),
-                       None if lse is None else (lse.data_ptr(), lse.shape, lse.stride(),
-                                                 lse.dtype),
-                       None if k_scale is None else (k_scale.data_ptr(), k_scale.shape,
-                                                     k_scale.dtype),
-                       None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
-                                                     v_scale.dtype),
-                       None if sparse is None else tuple((t.data_ptr(), t.shape, t.stride(),
-                                                          t.dtype) for t in sparse),
-                       self.seq_lens.data_ptr())
+                key = self._key(tensors, k_scale, v_scale, sparse)
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
             if ready is not None and relaunch(*ready):
                 return (out, lse) if self.spec.return_lse else out
         if sparse is not None or k_scale is not None or v_scale is not None \
-                or not self._fits(q, k_cache, v_cache, block_table, sinks, out, lse):
+                or not self._fits(tensors, block_table):
             # (scales are checked here every run that has them; a relaunch skips it all)
-            self._check(q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse)
+            self._check(tensors, q, k_cache, v_cache, block_table, sparse, k_scale, v_scale)
         s, batch = self.spec, self.batch
         if out is None:
             out = torch.empty(batch, self._hq, s.head_dim_v, dtype=self.dtype, device=q.device)
@@ -98,6 +104,12 @@ class DecodePlan(Plan):
             # Triton kernel).
             v_in_k = self.path != "hopper" and _decode.values_in_keys(self.spec, k_cache, v_cache,
                                                                       sparse)
+            if self.path == "latent" and not v_in_k:
+                raise ValueError(
+                    "v_cache must be the keys' first head_dim_v columns (v_cache = "
+                    "k_cache[..., :head_dim_v], and the sparse pool's likewise): the plan took "
+                    "the latent path, which reads the values from the key tiles; make the plan "
+                    "with hopper=False for separate values")
             launch, merge = self._launch(sinks is not None, sparse is not None, strides, v_in_k)
             if self.path == "hopper":
                 ready = launch(batch, q, k_cache, block_table, self.seq_lens, sinks, out, lse,
@@ -114,70 +126,38 @@ class DecodePlan(Plan):
                 self._remember(key, ready)
         return (out, lse) if s.return_lse else out
 
-    def _fits(self, q, k_cache, v_cache, block_table, sinks, out, lse):
-        """Whether the run's tensors are what the plan takes (see ExtendPlan._fits)."""
-        dt, kvt, dev, (qt, kct, vct) = self.dtype, self.kv_dtype, self._index, self._shapes
-        try:
-            kcs, vcs, bts = k_cache.shape, v_cache.shape, block_table.shape
-            ok = (q.dtype is dt and k_cache.dtype is kvt and v_cache.dtype is kvt
-                  and block_table.dtype is torch.int32 and q.shape == qt and kcs[1:] == kct
-                  and vcs[0] == kcs[0] and vcs[1:] == vct and len(bts) == 2
-                  and bts[0] == self.batch and bts[1] >= self._pages_needed
-                  and q.get_device() == dev and k_cache.get_device() == dev
-                  and v_cache.get_device() == dev and block_table.get_device() == dev
-                  and q.stride()[2] == 1 and k_cache.stride()[3] == 1 and v_cache.stride()[3] == 1
-                  and block_table.stride()[1] == 1)
-            if ok and sinks is not None:
-                ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
-                      and sinks.get_device() == dev)
-            if ok and out is not None:
-                ok = (out.dtype is dt and out.shape == self._out_shape and out.get_device() == dev
-                      and out.stride()[2] == 1)
-            if ok and self.spec.return_lse and lse is not None:
-                ok = (lse.dtype is torch.float32 and lse.shape == self._out_shape[:2]
-                      and lse.get_device() == dev)
-            return ok
-        except (AttributeError, IndexError, TypeError):
-            return False
+    def _tensors(self, q, k_cache, v_cache, block_table, sinks, out, lse):
+        """A run's tensors in the order of the plan's table (the lse where the plan returns
+        it)."""
+        tensors = (q, k_cache, v_cache, block_table, sinks, out)
+        return (tensors + (lse,)) if self.spec.return_lse else tensors
 
-    def _check(self, q, k_cache, v_cache, block_table, sinks, sparse, k_scale, v_scale, out, lse):
+    def _key(self, tensors, k_scale, v_scale, sparse):
+        """The relaunch key of a run (plan._common.run_key) of the table's ``tensors``,
+        the scales, the sparse keys and the lengths' buffer."""
+        return run_key(tensors + (k_scale, v_scale) + (() if sparse is None else tuple(sparse))) + (
+            sparse is None, self.seq_lens.data_ptr())
+
+    def _length_problem(self, block_table):
+        """What the planned lengths need of the block table that it lacks (a sentence), or
+        None."""
+        if block_table.shape[0] != self.batch or block_table.shape[1] < self._pages_needed:
+            return (f"block_table must be [{self.batch}, >= {self._pages_needed}] (sequences, "
+                    f"pages the planned lengths need), got {tuple(block_table.shape)}")
+        return None
+
+    def _check(self, tensors, q, k_cache, v_cache, block_table, sparse, k_scale, v_scale):
         """The run's arguments one by one, raising the error that names what is wrong."""
-        s, dev, dtype, batch = self.spec, self._index, self.dtype, self.batch
         if not self._readable:
             # A one-shot call's plan: as ExtendPlan._check's.
             check_one_shot(q, k_cache, v_cache, block_table, self.seq_lens, sparse)
-        expect("q", q, dtype, dev, (batch, self._hq, s.head_dim))
-        expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
-               1)
-        expect("v_cache", v_cache, self.kv_dtype, dev, (k_cache.shape[0], s.page_size,
-                                                        s.num_kv_heads, s.head_dim_v))
-        expect("block_table", block_table, torch.int32, dev, (), 2)
-        if block_table.shape[0] != batch or block_table.shape[1] < self._pages_needed:
-            raise ValueError(f"block_table must be [{batch}, >= {self._pages_needed}] (sequences, "
-                             f"pages the planned lengths need), got {tuple(block_table.shape)}")
-        if sinks is not None:
-            expect("sinks", sinks, torch.float32, dev, (self._hq,))
-        if sparse is not None:
-            self._check_sparse(sparse)
-        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, dev)
-        if out is not None:
-            expect("out", out, dtype, dev, (batch, self._hq, s.head_dim_v))
-        if s.return_lse and lse is not None:
-            expect("lse", lse, torch.float32, dev, (batch, self._hq))
-
-    def _check_sparse(self, sparse):
-        s, dev = self.spec, self._index
-        if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
-            raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
-                            f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
-                                                          if isinstance(sparse, (tuple, list)) else ""))
-        if self.sparse_keys == 0:
+        check_sparse(sparse)
+        if sparse is not None and self.sparse_keys == 0:
             raise ValueError("sparse keys given, but the plan was made with sparse_keys=0")
-        k_pool, v_pool, idx = sparse
-        expect("sparse k_pool", k_pool, self.kv_dtype, dev, (s.num_kv_heads, s.head_dim), 1)
-        expect("sparse v_pool", v_pool, self.kv_dtype, dev, (k_pool.shape[0], s.num_kv_heads,
-                                                            s.head_dim_v))
-        expect("sparse idx", idx, torch.int32, dev, (self.batch, self.sparse_keys))
+        self._check_tensors(tensors, block_table)
+        if sparse is not None:
+            check_tensors(self._sparse_table, sparse, self._index)
+        check_scales(k_scale, v_scale, self.kv_dtype, self.spec.num_kv_heads, self._index)
 
     def _launch(self, has_sinks, has_sparse, scale_strides, v_in_k=False):
         """``(kernel launch, split merge or None)`` of a run with or without sinks and
@@ -229,7 +209,9 @@ class DecodePlan(Plan):
 def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim, head_dim_v,
                  page_size, window_left, softcap, scale, num_splits, return_lse, kv_dtype,
                  sparse_keys, max_keys, dtype, device, hopper, bounds, config,
-                 attention_chunk=None, ring_table=False):
+                 attention_chunk=None, ring_table=False, latent_path=True):
+    """The plan of :func:`plan_decode` and of a one-shot call; ``latent_path`` False: not the
+    latent path (a one-shot call whose values are not its keys' columns)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds)
@@ -255,9 +237,9 @@ def _decode_plan(lens, seq_lens_t, batch, *, num_q_heads, num_kv_heads, head_dim
     path = "triton"
     kv_dtype = dtype if kv_dtype is None else kv_dtype
     latent = None
-    if hopper is not False and config is None:
-        # A latent cache's many query heads a KV head: the Gluon latent path (its runs over
-        # a cache whose values are not the keys' first columns take the Triton kernel).
+    if hopper is not False and config is None and latent_path:
+        # A latent cache's many query heads a KV head: the Gluon latent path, whose runs
+        # read the values as the keys' first columns (DecodePlan.run refuses others).
         from ..ops import decode_latent
         tiling = _config.LatentDecodeConfig()
         if decode_latent.unsupported(device, dtype, head_dim, head_dim_v, group, kv_dtype,
@@ -389,7 +371,7 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
                    v_cache.shape[1:], block_table.shape[1],
                    0 if sparse is None else sparse[2].shape[1], options,
                    tuple(map(type, options)), config, q.stride(), k_cache.stride(),
-                   v_cache.stride())
+                   v_cache.stride(), _latent_views(k_cache, v_cache, sparse))
             hit = ONE_SHOT.get(key)
         except (AttributeError, IndexError, TypeError, ValueError):
             key = hit = None  # the checks below say what is wrong
@@ -401,11 +383,8 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     dev = q.get_device()
     expect("seq_lens", seq_lens, torch.int32, dev, (), 1)
     sparse_keys = 0
+    check_sparse(sparse)
     if sparse is not None:
-        if not isinstance(sparse, (tuple, list)) or len(sparse) != 3:
-            raise TypeError("sparse must be a tuple (k_pool, v_pool, idx) or None, got "
-                            f"{type(sparse).__name__}" + (f" of length {len(sparse)}"
-                                                          if isinstance(sparse, (tuple, list)) else ""))
         check_rank("sparse idx", sparse[2], 2)
         sparse_keys = sparse[2].shape[1]
     if hit is None or seq_lens.shape[0] != q.shape[0]:
@@ -429,6 +408,10 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     if num_kv_heads < 1:
         raise ValueError(f"k_cache must have at least one head, got shape {tuple(k_cache.shape)}")
     plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, **kwargs)
+    if plan.path == "latent" and not _decode.values_in_keys(plan.spec, k_cache, v_cache, sparse):
+        # The latent path reads the values from the key tiles: these are not there.
+        plan = _decode_plan(None, seq_lens, q.shape[0], hopper=hopper, latent_path=False,
+                            **kwargs)
     if plan.path == "hopper" and hopper is None:
         from ..ops import decode_hopper
         if isinstance(decode_hopper.descriptors(plan.spec.config, q, k_cache, v_cache), str):
@@ -436,3 +419,11 @@ def decode_plan_for(q, k_cache, v_cache, block_table, seq_lens, *, window_left=N
     # (its runs' launches are not shared: each one-shot plan has its own split scratch)
     remember(key, (plan.spec, plan.path, plan._launches, None))
     return plan
+
+
+def _latent_views(k_cache, v_cache, sparse):
+    """What of a one-shot call's tensors decides whether its values are its keys' columns
+    (ops.decode.values_in_keys) beside the shapes and strides its key holds: the addresses
+    of the values against the keys', and the sparse pool's strides."""
+    pairs = ((k_cache, v_cache),) if sparse is None else ((k_cache, v_cache), sparse[:2])
+    return tuple((k.data_ptr() == v.data_ptr(), k.stride(), v.stride()) for k, v in pairs)

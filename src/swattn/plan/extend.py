@@ -10,9 +10,10 @@ from ..ops._launch import relaunch
 from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
                              check_positions, check_window, expect, host_ints)
 from ..window import check_chunk, row_key_range
-from ._common import (ONE_SHOT, Plan, check_agree, check_cache_dtype, check_common, check_heads,
-                      check_new_dtype, check_rank, check_scales, expect_first, remember,
-                      pages_needed, replace_spec, resolve_device, scale_args, to_device)
+from ._common import (ONE_SHOT, Plan, TensorArg, check_agree, check_cache_dtype, check_common,
+                      check_heads, check_new_dtype, check_rank, check_scales, expect_first,
+                      pages_needed, remember, replace_spec, resolve_device, run_key, scale_args,
+                      to_device)
 
 
 class ExtendPlan(Plan):
@@ -37,11 +38,21 @@ class ExtendPlan(Plan):
         self.key_ranges = key_ranges
         self.num_seqs = spec.num_seqs
         self.max_tokens = max_tokens
-        s = spec
-        self._tails = ((s.num_q_heads, s.head_dim), (s.num_kv_heads, s.head_dim),
-                       (s.num_kv_heads, s.head_dim_v), (s.page_size, s.num_kv_heads, s.head_dim),
-                       (s.page_size, s.num_kv_heads, s.head_dim_v), (s.num_q_heads, s.head_dim_v))
-        self._sinks_shape = (s.num_q_heads,)
+        s, kv = spec, spec.kv_dtype
+        # The run's tensors (:meth:`_tensors`): q's rows fix the new rows', the K cache's
+        # pages the V cache's.
+        self._table = (
+            TensorArg("q", dtype, ("rows", s.num_q_heads, s.head_dim)),
+            TensorArg("k", dtype, ("rows", s.num_kv_heads, s.head_dim)),
+            TensorArg("v", dtype, ("rows", s.num_kv_heads, s.head_dim_v)),
+            TensorArg("k_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim)),
+            TensorArg("v_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim_v)),
+            TensorArg("block_table", torch.int32, (None, None)),
+            TensorArg("sinks", torch.float32, (s.num_q_heads,), optional=True),
+            TensorArg("out", dtype, ("rows", s.num_q_heads, s.head_dim_v), optional=True),
+            *((TensorArg("lse", torch.float32, ("rows", s.num_q_heads), optional=True),)
+              if s.return_lse else ()),
+            *((TensorArg("mask", torch.bool, (None,), optional=True),) if s.masked else ()))
         self._host(host)
 
     def _host(self, host):
@@ -67,35 +78,22 @@ class ExtendPlan(Plan):
         allocation when ``out`` (and ``lse``) are given, but for the Hopper path's buffers
         of the new rows over an fp8 cache, made at the first run of a row count, and of the
         widened prefix (config ``prefix_rows``), made at the first run."""
+        tensors = self._tensors(q, k, v, k_cache, v_cache, block_table, sinks, out, lse, mask)
         key = None
         if out is not None and (lse is not None or not self.spec.return_lse) and mask is None:
             # A run on the addresses, shapes, strides and dtypes of an earlier one (an
             # engine's buffers, layer after layer; a one-shot call's lengths too) launches
             # what that one assembled.
             try:
-                key = (q.data_ptr(), q.shape, q.stride(), q.dtype, k.data_ptr(), k.shape,
-                       k.stride(), k.dtype, v.data_ptr(), v.shape, v.stride(), v.dtype,
-                       k_cache.data_ptr(), k_cache.shape, k_cache.stride(), k_cache.dtype,
-                       v_cache.data_ptr(), v_cache.shape, v_cache.stride(), v_cache.dtype,
-                       block_table.data_ptr(), block_table.shape, block_table.stride(),
-                       block_table.dtype, out.data_ptr(), out.shape, out.stride(), out.dtype,
-                       None if sinks is None else (sinks.data_ptr(), sinks.shape, sinks.dtype),
-                       None if lse is None else (lse.data_ptr(), lse.shape, lse.dtype),
-                       None if k_scale is None else (k_scale.data_ptr(), k_scale.shape,
-                                                     k_scale.dtype),
-                       None if v_scale is None else (v_scale.data_ptr(), v_scale.shape,
-                                                     v_scale.dtype),
-                       self.cu_seqlens.data_ptr(), self.prefix_lens.data_ptr(),
-                       None if self.positions is None else self.positions.data_ptr())
+                key = self._key(tensors, k_scale, v_scale)
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
             if ready is not None and relaunch(*ready):
                 return (out, lse) if self.spec.return_lse else out
-        if not self._fits(q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse) \
-                or k_scale is not None or v_scale is not None:
-            self._check(q, k, v, k_cache, v_cache, block_table, sinks, mask, k_scale, v_scale,
-                        out, lse)
+        if (k_scale is not None or v_scale is not None
+                or not self._fits(tensors, q, block_table, mask)):
+            self._check(tensors, q, k, v, k_cache, v_cache, block_table, mask, k_scale, v_scale)
         s = self.spec
         rows = q.shape[0]
         if out is None:
@@ -195,85 +193,49 @@ class ExtendPlan(Plan):
         return (*rows, launch(k_cache, v_cache, block_table, self.cu_seqlens, self.prefix_lens,
                               *rows, num_tokens))
 
-    def _fits(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, out, lse):
-        """Whether the run's tensors are what the plan takes: one expression over what each
-        tensor carries on the host (a failing run gets :meth:`_check`'s error)."""
-        dt, kvt, dev, (qt, kt, vt, kct, vct, ot) = self.dtype, self.kv_dtype, self._index, self._tails
-        try:
-            qs, ks, vs, kcs, vcs, bts = (q.shape, k.shape, v.shape, k_cache.shape, v_cache.shape,
-                                         block_table.shape)
-            rows = qs[0]
-            ok = (q.dtype is dt and k.dtype is dt and v.dtype is dt and k_cache.dtype is kvt
-                  and v_cache.dtype is kvt and block_table.dtype is torch.int32
-                  and qs[1:] == qt and ks[0] == rows and ks[1:] == kt and vs[0] == rows
-                  and vs[1:] == vt and kcs[1:] == kct and vcs[0] == kcs[0] and vcs[1:] == vct
-                  and len(bts) == 2 and bts[0] >= self.num_seqs and bts[1] >= self._pages_needed
-                  and (self.num_tokens is None or rows >= self.num_tokens)
-                  and q.get_device() == dev and k.get_device() == dev and v.get_device() == dev
-                  and k_cache.get_device() == dev and v_cache.get_device() == dev
-                  and block_table.get_device() == dev
-                  and q.stride()[2] == 1 and k.stride()[2] == 1 and v.stride()[2] == 1
-                  and k_cache.stride()[3] == 1 and v_cache.stride()[3] == 1
-                  and block_table.stride()[1] == 1)
-            if ok and sinks is not None:
-                ok = (sinks.dtype is torch.float32 and sinks.shape == self._sinks_shape
-                      and sinks.get_device() == dev)
-            if ok and out is not None:
-                ok = (out.dtype is dt and out.shape[0] == rows and out.shape[1:] == ot
-                      and out.get_device() == dev and out.stride()[2] == 1)
-            if ok and self.spec.return_lse and lse is not None:
-                ok = (lse.dtype is torch.float32 and lse.shape == (rows, self.spec.num_q_heads)
-                      and lse.get_device() == dev)
-            if ok and (mask is not None) != self.spec.masked:
-                ok = False
-            if ok and mask is not None:
-                ok = (mask.dtype is torch.bool and mask.dim() == 1
-                      and mask.shape[0] >= self._mask_entries and mask.get_device() == dev)
-            return ok
-        except (AttributeError, IndexError, TypeError):
-            return False
+    def _tensors(self, q, k, v, k_cache, v_cache, block_table, sinks, out, lse, mask):
+        """A run's tensors in the order of the plan's table (the lse and the mask where the
+        plan reads them)."""
+        tensors = (q, k, v, k_cache, v_cache, block_table, sinks, out)
+        if self.spec.return_lse:
+            tensors += (lse,)
+        return (tensors + (mask,)) if self.spec.masked else tensors
 
-    def _check(self, q, k, v, k_cache, v_cache, block_table, sinks, mask, k_scale, v_scale, out,
-               lse):
+    def _key(self, tensors, k_scale, v_scale):
+        """The relaunch key of a run (plan._common.run_key) of the table's ``tensors``,
+        the scales and the lengths' buffers."""
+        return run_key(tensors + (k_scale, v_scale)) + (
+            self.cu_seqlens.data_ptr(), self.prefix_lens.data_ptr(),
+            None if self.positions is None else self.positions.data_ptr())
+
+    def _length_problem(self, q, block_table, mask):
+        """What the planned lengths need of a run's tensors that they lack (a sentence), or
+        None."""
+        s = self.spec
+        if self.num_tokens is not None and q.shape[0] < self.num_tokens:
+            return f"q has {q.shape[0]} rows, the planned batch has {self.num_tokens} tokens"
+        if block_table.shape[0] < s.num_seqs or block_table.shape[1] < self._pages_needed:
+            return (f"block_table must be at least [{s.num_seqs}, {self._pages_needed}] "
+                    f"(sequences, pages the planned prefixes need), got "
+                    f"{tuple(block_table.shape)}")
+        if not s.masked:
+            return None if mask is None else "mask given, but the plan was made without mask_indptr"
+        if mask is None:
+            return "mask is required: the plan was made with mask_indptr"
+        if mask.shape[0] < self._mask_entries:
+            return f"mask has {mask.shape[0]} entries, mask_indptr needs {self._mask_entries}"
+        return None
+
+    def _check(self, tensors, q, k, v, k_cache, v_cache, block_table, mask, k_scale, v_scale):
         """The run's arguments one by one, raising the error that names what is wrong."""
-        s, dev = self.spec, self._index
-        dtype = self.dtype
         if self.max_tokens is None:
             # A one-shot call's plan (no capacity: it read no lengths): its sizes are the
             # call's tensors', and the one that differs from the others is named, as
             # extend_plan_for names it on a call it has not seen.
             check_one_shot(q, k, v, k_cache, v_cache, block_table, self.cu_seqlens,
                            self.prefix_lens, self.mask_indptr)
-        expect("q", q, dtype, dev, (s.num_q_heads, s.head_dim), 1)
-        rows = q.shape[0]
-        if self.num_tokens is not None and rows < self.num_tokens:
-            raise ValueError(f"q has {rows} rows, the planned batch has {self.num_tokens} tokens")
-        expect("k", k, dtype, dev, (rows, s.num_kv_heads, s.head_dim))
-        expect("v", v, dtype, dev, (rows, s.num_kv_heads, s.head_dim_v))
-        expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
-               1)
-        expect("v_cache", v_cache, self.kv_dtype, dev, (k_cache.shape[0], s.page_size,
-                                                        s.num_kv_heads, s.head_dim_v))
-        expect("block_table", block_table, torch.int32, dev, (), 2)
-        if block_table.shape[0] < s.num_seqs or block_table.shape[1] < self._pages_needed:
-            raise ValueError(f"block_table must be at least [{s.num_seqs}, {self._pages_needed}] "
-                             f"(sequences, pages the planned prefixes need), got "
-                             f"{tuple(block_table.shape)}")
-        if sinks is not None:
-            expect("sinks", sinks, torch.float32, dev, (s.num_q_heads,))
-        if s.masked:
-            if mask is None:
-                raise ValueError("mask is required: the plan was made with mask_indptr")
-            expect("mask", mask, torch.bool, dev, (), 1)
-            if mask.shape[0] < self._mask_entries:
-                raise ValueError(f"mask has {mask.shape[0]} entries, mask_indptr needs {self._mask_entries}")
-        elif mask is not None:
-            raise ValueError("mask given, but the plan was made without mask_indptr")
-        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, dev)
-        if out is not None:
-            expect("out", out, dtype, dev, (rows, s.num_q_heads, s.head_dim_v))
-        if s.return_lse and lse is not None:
-            expect("lse", lse, torch.float32, dev, (rows, s.num_q_heads))
+        self._check_tensors(tensors, q, block_table, mask)
+        check_scales(k_scale, v_scale, self.kv_dtype, self.spec.num_kv_heads, self._index)
 
     def tiling(self):
         """The tiles the plan's kernel walks, for the tile model (swattn.tiles): query

@@ -255,7 +255,7 @@ def fingerprint_kernels():
         576, 16, dtype="bf16", D=576, DV=512, BLOCK_D=512, BLOCK_D2=64, SPLIT_D=True,
         BLOCK_DV=512, BLOCK_H=16, HAS_SPARSE=True, FLAG_UNREAD=True, V_IN_K=True))]
     kernels += [(f"hopper extend d128 window 127 {b}", lambda b=b: compile_hopper(
-        128, bounds=b, WS=False)[0]) for b in ("tight", "skip", "none")]
+        128, bounds=b, WARP_SPECIALIZED=False)[0]) for b in ("tight", "skip", "none")]
     kernels += [(f"hopper decode d128 {b}", lambda b=b: compile_hopper_decode(
         128, bounds=b, HAS_SINKS=True)[0]) for b in ("skip", "none")]
     kernels += [(f"hopper latent decode {kv or 'bf16'}{' sparse' if sp else ''}",
@@ -319,7 +319,8 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
                       IS_CAUSAL=True, HAS_SINKS=False, USE_SOFTCAP=False, DO_PREFIX=True,
                       DO_NEW=True, RETURN_LSE=False, TIGHT=bounds == "tight",
                       SKIP=bounds == "skip", HEADS_FIRST=cfg.heads_first,
-                      Q_REGS=cfg.q_regs, WS=cfg.warp_specialized(bounds, None, fp8),
+                      Q_REGS=cfg.q_regs,
+                      WARP_SPECIALIZED=cfg.warp_specialized(bounds, None, fp8),
                       PRODUCER_REGS=cfg.producer_regs, K_SCALE_STRIDE=0, V_SCALE_STRIDE=0,
                       CONVERT_WARPS=cfg.convert_warps, CONVERT_REGS=cfg.convert_regs,
                       FP8_PRODUCTS=cfg.fp8_products, PREFIX_ROWS=cfg.prefix_rows, RANGES=False,
@@ -336,10 +337,10 @@ def compile_hopper(head_dim=128, dtype="bf16", page_size=16, bounds="tight", kv_
         del constexprs["ring_width"]  # a ring's width: a run-time int
     _ranges_arguments(constexprs, pointers)
     compiled, kernel = _compile(
-        GluonASTSource, hopper._hopper_extend_kernel, constexprs,
+        GluonASTSource, hopper.hopper_extend_kernel, constexprs,
         lambda name: mangle_type(descs[desc_names.index(name)]) if name in desc_names else
         pointers.get(name, "fp32" if name in _FLOATS else "i32"), pointers,
-        dict(cfg.launch_options(constexprs["WS"]), num_stages=1))
+        dict(cfg.launch_options(constexprs["WARP_SPECIALIZED"]), num_stages=1))
     return compiled, kernel.asm["ptx"]
 
 
