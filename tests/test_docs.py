@@ -28,11 +28,6 @@ FIGURES = {
     "commit": re.compile(r"(?<![\w.])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?![\w])"),
 }
 
-# Files whose figures move with a change in flight elsewhere; each entry must still exist
-# and still hold a figure, so the exception is dropped the day it is no longer needed.
-PENDING = {"src/swattn/ops/extend_hopper.py"}
-
-
 def _files():
     for name in SCANNED:
         path = ROOT / name
@@ -75,15 +70,6 @@ def test_figures_live_in_benchmarks_readme():
     found = []
     for path in _files():
         relative = path.relative_to(ROOT).as_posix()
-        if relative in PENDING:
-            continue
         found += [f"{relative}:{number}: {kind} {match!r}"
                   for number, kind, match in figures(path.read_text(encoding="utf-8"))]
     assert not found, "figures outside benchmarks/README.md:\n" + "\n".join(found)
-
-
-def test_pending_exceptions_are_still_needed():
-    for relative in PENDING:
-        path = ROOT / relative
-        assert path.is_file() and figures(path.read_text(encoding="utf-8")), (
-            f"{relative} has no figure left (or is gone): drop it from PENDING")

@@ -571,8 +571,8 @@ def _second_keys_kernel(
     total_tiles = cache_tiles + new_tiles + second_tiles
     t_start, t_stop = split_tiles(0, total_tiles, num_splits, i_split)
 
-    flags: tl.constexpr = DecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2, EVEN_DV,
-                                      SPLIT_D, False, FLAG_UNREAD, V_IN_K, False)
+    flags: tl.constexpr = TritonDecodeFlags(BLOCK_N, USE_SOFTCAP, SKIP, EVEN_D, EVEN_D2,
+                                            EVEN_DV, SPLIT_D, False, FLAG_UNREAD, V_IN_K, False)
     lanes = DecodeLanes(o_n, o_d, o_d2, o_dv, m_d, m_d2, m_dv)
     b_q, b_q2 = _queries(Q + i_row * stride_qb + head[:, None] * stride_qh, m_h, lanes, FP8,
                          flags)
@@ -601,8 +601,8 @@ def _second_keys_kernel(
                                       tl.minimum(row_keys.cached, row_keys.pos + 1), cache,
                                       scores, lanes, flags)
         if ROWS:
-            new = Pool(K_new, V_new, stride_kn, stride_kh, stride_vn, stride_vh, None, 0, 0,
-                       num_tokens)
+            new = SparsePool(K_new, V_new, stride_kn, stride_kh, stride_vn, stride_vh, None, 0,
+                             0, num_tokens)
             a, b = segment_tiles(t_start, t_stop, cache_tiles, new_tiles)
             m_i, l_i, acc = _new_tiles(new_lo + a * BLOCK_N, new_lo + b * BLOCK_N, b_q, b_q2,
                                        m_i, l_i, acc, row_keys, i_kvh, new, scores, lanes, flags,

@@ -23,8 +23,8 @@ from ..ops._validate import (FP8_DTYPES, check_int, check_lengths, check_num_spl
                              check_window, expect, host_ints)
 from ..ops.merge import MergeLaunch
 from ..window import MAX_POSITION, check_chunk
-from ._common import (Plan, check_common, check_scales, replace_spec, resolve_device,
-                      scale_args, to_device)
+from ._common import (Plan, TensorArg, check_common, check_scales, check_tensors,
+                      replace_spec, resolve_device, scale_args, to_device)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,28 @@ class SecondKeysPlan(Plan):
         self.num_indices = num_indices
         self.num_splits = spec.num_splits
         self._readable = readable
-        self._hq = spec.num_kv_heads * spec.group
+        self._hq = hq = spec.num_kv_heads * spec.group
+        kv, heads, d, dv = spec.kv_dtype, spec.num_kv_heads, spec.head_dim, spec.head_dim_v
+        batch = self.batch
+        # The run's tensors (plan._common.TensorArg): the fit and the checks come from here.
+        self._table = (
+            TensorArg("q", dtype, (rows, hq, d)),
+            TensorArg("k_cache", kv, ("pages", spec.page_size, heads, d)),
+            TensorArg("v_cache", kv, ("pages", spec.page_size, heads, dv)),
+            TensorArg("block_table", torch.int32, (None, None)),
+            *((TensorArg("k", dtype, (rows, heads, d)), TensorArg("v", dtype, (rows, heads, dv)))
+              if spec.rows else ()),
+            TensorArg("second.cache", kv, ("entry pages", "entry page size", heads, d)),
+            TensorArg("second.values", kv, ("entry pages", "entry page size", heads, dv),
+                      optional=True),
+            TensorArg("second.block_table", torch.int32, (None, None)),
+            TensorArg("second.entries", torch.int32, (batch,)),
+            *((TensorArg("second.indices", torch.int32, (rows, num_indices)),)
+              if num_indices else ()),
+            TensorArg("sinks", torch.float32, (hq,), optional=True),
+            TensorArg("out", dtype, (rows, hq, dv), optional=True),
+            *((TensorArg("lse", torch.float32, (rows, hq), optional=True),)
+              if spec.return_lse else ()))
         parts = None
         if spec.num_splits > 1:
             parts = (torch.empty(rows, self._hq, spec.num_splits, spec.head_dim_v,
@@ -154,54 +175,33 @@ class SecondKeysPlan(Plan):
 
     def _check(self, q, k_cache, v_cache, block_table, second, k, v, sinks, k_scale, v_scale,
                out, lse):
-        """The run's arguments one by one, raising the error that names what is wrong."""
-        s, dev, rows, hq = self.spec, self._index, self.rows, self._hq
+        """The run's arguments one by one (the plan's table, then the second source's mode),
+        raising the error that names what is wrong."""
+        s = self.spec
         _check_source(second)
-        expect("q", q, self.dtype, dev, (rows, hq, s.head_dim))
-        expect("k_cache", k_cache, self.kv_dtype, dev, (s.page_size, s.num_kv_heads, s.head_dim),
-               1)
-        expect("v_cache", v_cache, self.kv_dtype, dev, (k_cache.shape[0], s.page_size,
-                                                        s.num_kv_heads, s.head_dim_v))
-        expect("block_table", block_table, torch.int32, dev, (), 2)
-        if block_table.shape[0] != self.batch:
-            raise ValueError(f"block_table must have {self.batch} rows (the planned sequences), "
-                             f"got shape {tuple(block_table.shape)}")
-        if s.rows:
-            expect("k", k, self.dtype, dev, (rows, s.num_kv_heads, s.head_dim))
-            expect("v", v, self.dtype, dev, (rows, s.num_kv_heads, s.head_dim_v))
-        elif k is not None or v is not None:
+        if not s.rows and (k is not None or v is not None):
             raise ValueError("k and v are an extend's new tokens: a decode plan takes none")
-        expect("second.cache", second.cache, self.kv_dtype, dev, (s.num_kv_heads, s.head_dim), 2)
-        if second.values is not None:
-            expect("second.values", second.values, self.kv_dtype, dev,
-                   (*second.cache.shape[:2], s.num_kv_heads, s.head_dim_v))
-        expect("second.block_table", second.block_table, torch.int32, dev, (), 2)
-        if second.block_table.shape[0] != self.batch:
-            raise ValueError(f"second.block_table must have {self.batch} rows (the planned "
-                             f"sequences), got shape {tuple(second.block_table.shape)}")
-        expect("second.entries", second.entries, torch.int32, dev, (self.batch,))
+        if not self.num_indices and second.indices is not None:
+            raise ValueError("second.indices given, but the plan takes every entry up to the "
+                             "limit (plan with num_indices=K)")
+        new = (k, v) if s.rows else ()
+        indices = (second.indices,) if self.num_indices else ()
+        check_tensors(self._table, (q, k_cache, v_cache, block_table, *new, second.cache,
+                                    second.values, second.block_table, second.entries,
+                                    *indices, sinks, out, lse)[:len(self._table)],
+                      self._index)
+        for name, table in (("block_table", block_table),
+                            ("second.block_table", second.block_table)):
+            if table.shape[0] != self.batch:
+                raise ValueError(f"{name} must have {self.batch} rows (the planned sequences), "
+                                 f"got shape {tuple(table.shape)}")
         if second.rate != s.second_rate:
             raise ValueError(f"second.rate must be {s.second_rate} (the plan's), got "
                              f"{second.rate}")
         if second.window != s.window_keys:
             raise ValueError(f"second.window must be {s.window_keys} (the plan's), got "
                              f"{second.window}")
-        if self.num_indices:
-            if second.indices is None:
-                raise ValueError(f"second.indices must be [{rows}, {self.num_indices}] int32 "
-                                 "(the plan is indexed), got None")
-            expect("second.indices", second.indices, torch.int32, dev,
-                   (rows, self.num_indices))
-        elif second.indices is not None:
-            raise ValueError("second.indices given, but the plan takes every entry up to the "
-                             "limit (plan with num_indices=K)")
-        if sinks is not None:
-            expect("sinks", sinks, torch.float32, dev, (hq,))
-        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, dev)
-        if out is not None:
-            expect("out", out, self.dtype, dev, (rows, hq, s.head_dim_v))
-        if s.return_lse and lse is not None:
-            expect("lse", lse, torch.float32, dev, (rows, hq))
+        check_scales(k_scale, v_scale, self.kv_dtype, s.num_kv_heads, self._index)
 
     def replan(self, seq_lens=None, *, cu_seqlens=None, prefix_lens=None):
         """The next batch's lengths into the plan's buffers, in place (decode: ``seq_lens``
