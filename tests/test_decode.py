@@ -272,7 +272,7 @@ def test_latent_cache_reads_values_from_the_key_tiles(head_dim, head_dim_v):
                                    window_left=20, sparse_keys=9, dtype=case.dtype, device=DEVICE)
     for v_cache, sparse in (latent, copied):
         plan.run(q, k_cache, v_cache, block_table, sparse=sparse)
-    assert sorted(key[3] for key in plan._launches) == [False, True]
+    assert sorted(key[3] for key in plan.launches) == [False, True]
 
 
 def test_custom_op_registration():
@@ -284,7 +284,7 @@ def test_custom_op_registration():
     k_pool, v_pool, idx = build_sparse(case, DEVICE)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
     lse = torch.zeros(2, 4, device=DEVICE)
-    torch.library.opcheck(api._decode_op, (q, k_cache, v_cache, block_table, seq_lens,
+    torch.library.opcheck(torch.ops.swattn.decode_attention.default, (q, k_cache, v_cache, block_table, seq_lens,
                                            torch.randn(4, device=DEVICE), k_pool, v_pool, idx,
                                            out, lse, None, None, 4, -1, 0.0, 0.0, 2))
 
@@ -442,8 +442,8 @@ _COMPILE_SM90 = r"""
 import sys, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from swattn.ops.decode import _decode_kernel
-from swattn.ops.merge import _merge_kernel
+from swattn.verify.asm import kernel
+decode_kernel, merge_kernel = kernel("decode"), kernel("merge")
 
 def compile_sm90(fn, pointers, consts, warps, stages=2):
     # The feature flags these compiles leave off (chunked attention, ring block tables).
@@ -466,7 +466,7 @@ i32 = {n: "*i32" for n in ("block_table", "seq_lens", "Idx")}
 for d, dv, (bd, bd2), window, sparse, partial, tight in (
         (64, 64, (64, 0), True, False, False, True), (128, 128, (128, 0), False, True, True, False),
         (576, 512, (512, 64), True, True, False, True)):
-    ptx = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
+    ptx = compile_sm90(decode_kernel, {**bf16, **f32, **i32}, dict(
         D=d, DV=dv, BLOCK_D=bd, BLOCK_D2=bd2 or 16, SPLIT_D=bd2 > 0, BLOCK_DV=dv, GROUP=8,
         BLOCK_H=16, BLOCK_N=64 if d <= 128 else 16, USE_WINDOW=window, HAS_SINKS=True,
         USE_SOFTCAP=True, HAS_SPARSE=sparse, WRITE_PARTIAL=partial, RETURN_LSE=True, TIGHT=tight,
@@ -480,7 +480,7 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
 fp8 = {**bf16, **{n: "*fp8e4nv" for n in ("K_cache", "V_cache", "K_pool", "V_pool")},
        "k_scale": "*fp32", "v_scale": "*fp32"}
 for flag in (False, True):
-    ptx = compile_sm90(_decode_kernel, {**fp8, **f32, **i32}, dict(
+    ptx = compile_sm90(decode_kernel, {**fp8, **f32, **i32}, dict(
         D=40, DV=40, BLOCK_D=32, BLOCK_D2=16, SPLIT_D=True, BLOCK_DV=64, GROUP=8, BLOCK_H=16,
         BLOCK_N=64, USE_WINDOW=True, HAS_SINKS=True, USE_SOFTCAP=False, HAS_SPARSE=True,
         WRITE_PARTIAL=True, RETURN_LSE=False, TIGHT=True, SKIP=False, CARRY=False,
@@ -491,7 +491,7 @@ for flag in (False, True):
 # ahead let the pipeliner double-buffer the K and V copies; loaded in the iteration that
 # uses them, they hold each copy to one buffer.
 for carry, want in ((True, 2), (False, 0)):
-    ttgir = compile_sm90(_decode_kernel, {**bf16, **f32, **i32}, dict(
+    ttgir = compile_sm90(decode_kernel, {**bf16, **f32, **i32}, dict(
         D=128, DV=128, BLOCK_D=128, BLOCK_D2=16, SPLIT_D=False, BLOCK_DV=128, GROUP=4,
         BLOCK_H=16, BLOCK_N=32, USE_WINDOW=True, HAS_SINKS=False, USE_SOFTCAP=False,
         HAS_SPARSE=False, WRITE_PARTIAL=False, RETURN_LSE=False, TIGHT=True, SKIP=False,
@@ -500,7 +500,7 @@ for carry, want in ((True, 2), (False, 0)):
     buffers = ttgir.count("ttg.local_alloc : () -> !ttg.memdesc<2x32x128xbf16")
     assert buffers == want, f"carry {carry}: {buffers} two-deep K/V buffers, expected {want}"
 for wait in (False, True):
-    ptx = compile_sm90(_merge_kernel, {**f32, "Out": "*bf16"},
+    ptx = compile_sm90(merge_kernel, {**f32, "Out": "*bf16"},
                        dict(DV=64, BLOCK_S=8, BLOCK_DV=64, HAS_SINKS=True, RETURN_LSE=True,
                             FINITE=wait, WAIT=wait), 1)["ptx"]
     assert ("griddepcontrol.wait" in ptx) == wait, "the PDL merge waits for the split kernel"

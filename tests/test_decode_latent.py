@@ -113,7 +113,7 @@ def test_gpu_latent_path_at_s_shape(fp8):
     got = plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=sparse, **scales)
     with pytest.raises(ValueError, match="v_cache must be the keys' first head_dim_v columns"):
         plan.run(q, k_cache, copied[0], block_table, sinks=sinks, sparse=copied[1], **scales)
-    kinds = {key[3]: type(launch).__name__ for key, (launch, _) in plan._launches.items()}
+    kinds = {key[3]: type(launch).__name__ for key, (launch, _) in plan.launches.items()}
     assert kinds == {True: "LatentDecodeLaunch"}
     own = run_decode(q, k_cache, copied[0], block_table, tensors[4], window_left=127,
                      sinks=sinks, sparse=copied[1], return_lse=True, **scales)
@@ -176,11 +176,11 @@ def test_gpu_latent_path_replays_from_a_cuda_graph():
     assert torch.equal(first, second)
     # The run's tensors, sparse pool and index list among them, are relaunched unchecked;
     # another index list is a run of its own.
-    assert len(plan._ready) == 1
+    assert plan.relaunches == 1
     k_pool, v_pool, idx = sparse
     other = plan.run(q, k_cache, v_cache, block_table, sinks=sinks, sparse=(k_pool, v_pool,
                                                                             idx.clone()), out=out)
-    assert len(plan._ready) == 2 and torch.equal(other, first)
+    assert plan.relaunches == 2 and torch.equal(other, first)
     want = reference.decode_attention(*tensors, window_left=127, sinks=sinks, sparse=sparse)
     assert_matches_reference(first, want)
     # (shorter where every key of the new window was written: the old one started at 0)
@@ -231,7 +231,7 @@ def test_the_latent_path_is_decided_at_plan_time(monkeypatch):
     assert plan.path == "latent"
     with pytest.raises(ValueError, match="make the plan with hopper=False"):
         plan.run(q, k_cache, copied, block_table)
-    assert not plan._launches
+    assert not plan.launches
     one_shot = swattn.plan.decode_plan_for
     assert one_shot(q, k_cache, copied, block_table, seq_lens, window_left=6).path == "triton"
     assert one_shot(q, k_cache, latent, block_table, seq_lens, window_left=6).path == "latent"

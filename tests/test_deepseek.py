@@ -52,7 +52,7 @@ def _v4_decode(layer_kind, seed=0):
 def test_v4_decode_matches_reference(layer_kind):
     args, kw = _v4_decode(layer_kind)
     got = deepseek.v4_decode(**args, **kw)
-    second = deepseek._v4_source(layer_kind, args.get("compressed_cache"),
+    second = deepseek.v4_source(layer_kind, args.get("compressed_cache"),
                                  args.get("compressed_table"), args.get("compressed_counts"),
                                  kw.get("topk_indices"), kw.get("rate"))
     want = reference.decode_attention(args["q"], args["swa_cache"], args["swa_cache"],
@@ -82,7 +82,7 @@ def test_v4_extend_matches_reference(layer_kind):
     got = deepseek.v4_extend(q, k, swa, swa_table, cu, prefix_lens, comp, comp_table, counts,
                              layer_kind=layer_kind, topk_indices=indices, window_left=5,
                              sinks=sinks, rate=rate)
-    second = deepseek._v4_source(layer_kind, comp, comp_table, counts, indices, rate)
+    second = deepseek.v4_source(layer_kind, comp, comp_table, counts, indices, rate)
     want = reference.extend_attention(q, k, k, swa, swa, swa_table, cu, prefix_lens,
                                       window_left=5, sinks=sinks, second=second)
     assert_matches_reference(got, want)
@@ -98,7 +98,7 @@ def test_dsa_decode_and_extend_match_reference():
     q = torch.randn(2, HQ, D, generator=g).half().to(DEVICE)
     picks = torch.randint(-1, 30, (2, 6), generator=g, dtype=torch.int32).to(DEVICE)
     got = deepseek.dsa_decode(q, cache, table, seq_lens, picks, head_dim_v=dv)
-    second = deepseek._dsa_source(cache, table, seq_lens, picks)
+    second = deepseek.dsa_source(cache, table, seq_lens, picks)
     want = reference.decode_attention(q, cache, cache[..., :dv], table, seq_lens, second=second)
     assert_matches_reference(got, want)
     # The chunk's last 5 tokens of each sequence are new (already in the cache).
@@ -108,7 +108,7 @@ def test_dsa_decode_and_extend_match_reference():
     k = torch.randn(10, 1, D, generator=g).half().to(DEVICE)
     picks = torch.randint(-1, 30, (10, 4), generator=g, dtype=torch.int32).to(DEVICE)
     got = deepseek.dsa_extend(rows, k, cache, table, cu, prefix_lens, picks, head_dim_v=dv)
-    second = deepseek._dsa_source(cache, table, seq_lens, picks)
+    second = deepseek.dsa_source(cache, table, seq_lens, picks)
     want = reference.extend_attention(rows, k, k[..., :dv], cache, cache[..., :dv], table, cu,
                                       prefix_lens, second=second)
     assert_matches_reference(got, want)

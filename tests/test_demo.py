@@ -26,9 +26,9 @@ def _engine_run(count, max_new, **engine_kw):
     model: (engine, requests, {rid: tokens})."""
     from swattn.demo import SIZES
     from swattn.demo.engine import Engine
-    from swattn.demo.main import ENGINE_IMPL, _ENGINES, _register, build_model, make_requests
+    from swattn.demo.main import ENGINE_IMPL, ENGINES, register, build_model, make_requests
     size = dict(SIZES["cpu"], layers=2)
-    _register()
+    register()
     device = torch.device(DEVICE)
     model = build_model(size, 0, device, torch.float32)
     requests = make_requests(size, count, 1)
@@ -37,11 +37,11 @@ def _engine_run(count, max_new, **engine_kw):
     engine = Engine(model, page_size=size["page"], num_pages=64, token_budget=32,
                     device=device, dtype=torch.float32, **engine_kw)
     model.set_attn_implementation(ENGINE_IMPL)
-    _ENGINES.append(engine)
+    ENGINES.append(engine)
     try:
         return engine, requests, engine.run(requests)
     finally:
-        _ENGINES.pop()
+        ENGINES.pop()
 
 
 def test_engine_pages_and_prefix_cache():
@@ -85,7 +85,7 @@ def test_demo_schedule_holds_under_half_the_window_unaware_pages():
             seq = Sequence(pending.pop(0), [])
             seq.computed = memory.add(seq.req.rid, seq.req.prompt).tokens
             running.append(seq)
-        batch = Engine._schedule(scheduler, running)
+        batch = Engine.schedule(scheduler, running)
         memory.reserve_batch([(seq.req.rid, n, 0) for seq, n in batch])
         peaks = {kind: max(peaks[kind], memory.held(kind)) for kind in KINDS}
         for seq, n in batch:

@@ -221,10 +221,10 @@ def test_tma_only_where_the_copy_engine_can_take_it():
     from swattn.ops.config import Config
     cfg = Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=True)
     x = torch.zeros(10, 2, 16, dtype=torch.bfloat16)
-    assert ops_extend._row_descriptor(x, 16) is not None
-    assert ops_extend._row_descriptor(torch.zeros(10, 2, 24, dtype=torch.bfloat16), 16) is None
-    assert ops_extend._row_descriptor(torch.zeros(10, 2, 19, dtype=torch.bfloat16)[..., :16], 16) is None
-    assert ops_extend._row_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2], 16) is not None
+    assert ops_extend.rows_descriptor(x, 16) is not None
+    assert ops_extend.rows_descriptor(torch.zeros(10, 2, 24, dtype=torch.bfloat16), 16) is None
+    assert ops_extend.rows_descriptor(torch.zeros(10, 2, 19, dtype=torch.bfloat16)[..., :16], 16) is None
+    assert ops_extend.rows_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2], 16) is not None
     case = ExtendCase([20], [5], head_dim=16, head_dim_v=16, page_size=4, window_left=None)
     tensors = build_extend(case, "cpu")
     descs = ops_extend.descriptors(cfg, *tensors[1:5], False)

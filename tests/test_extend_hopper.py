@@ -186,29 +186,29 @@ def test_fp8_plans_widen_a_windows_prefix_before_the_kernel_when_it_is_small():
     from dataclasses import replace
 
     from swattn.ops.config import hopper_extend_config
-    from swattn.plan.extend import _chooses_prefix_rows
+    from swattn.plan.extend import chooses_prefix_rows
     cfg = hopper_extend_config(128, torch.bfloat16)
     e4m3 = torch.float8_e4m3fn
-    assert _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192)  # B: 4 x 4159 rows
+    assert chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192)  # B: 4 x 4159 rows
     # Short chunks under a long window:
-    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 64, 64 * 128)
-    assert not _chooses_prefix_rows(cfg, e4m3, None, "all", 4, 4 * 8192)
-    assert not _chooses_prefix_rows(cfg, torch.bfloat16, 4095, "all", 4, 4 * 8192)
-    assert not _chooses_prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
-    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
-    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, None)
+    assert not chooses_prefix_rows(cfg, e4m3, 4095, "all", 64, 64 * 128)
+    assert not chooses_prefix_rows(cfg, e4m3, None, "all", 4, 4 * 8192)
+    assert not chooses_prefix_rows(cfg, torch.bfloat16, 4095, "all", 4, 4 * 8192)
+    assert not chooses_prefix_rows(replace(cfg, fp8_products=True), e4m3, 4095, "all", 4, 4 * 8192)
+    assert not chooses_prefix_rows(cfg, e4m3, 4095, "new", 4, 4 * 8192)
+    assert not chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, None)
     # Under chunked attention a window's prefix is not what the kernel reads.
-    assert not _chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192, attention_chunk=8192)
+    assert not chooses_prefix_rows(cfg, e4m3, 4095, "all", 4, 4 * 8192, attention_chunk=8192)
     # The rule takes the tight bounds only; a config dict's prefix_rows is checked.
-    from swattn.plan.extend import _with_prefix_rows
-    assert _with_prefix_rows(cfg, None, e4m3, 4095, "all", "tight", 4, 4 * 8192).prefix_rows
-    assert not _with_prefix_rows(cfg, None, e4m3, 4095, "all", "skip", 4, 4 * 8192).prefix_rows
+    from swattn.plan.extend import with_prefix_rows
+    assert with_prefix_rows(cfg, None, e4m3, 4095, "all", "tight", 4, 4 * 8192).prefix_rows
+    assert not with_prefix_rows(cfg, None, e4m3, 4095, "all", "skip", 4, 4 * 8192).prefix_rows
     asked = replace(cfg, prefix_rows=True)
-    assert _with_prefix_rows(asked, {"prefix_rows": True}, e4m3, 4095, "all", "tight", 64,
+    assert with_prefix_rows(asked, {"prefix_rows": True}, e4m3, 4095, "all", "tight", 64,
                              64).prefix_rows  # asked for: no size rule
     for args, match in (((torch.bfloat16, 4095, "all", "tight"), "fp8"),
                         ((e4m3, None, "all", "tight"), "window"),
                         ((e4m3, 4095, "new", "tight"), "keys"),
                         ((e4m3, 4095, "all", "none"), "tight")):
         with pytest.raises(ValueError, match=f"prefix_rows=True.*{match}"):
-            _with_prefix_rows(asked, {"prefix_rows": True}, *args, 4, 4 * 8192)
+            with_prefix_rows(asked, {"prefix_rows": True}, *args, 4, 4 * 8192)

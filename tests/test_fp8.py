@@ -199,12 +199,12 @@ def test_the_custom_ops_take_fp8_caches_and_scales():
     case = DecodeCase([9, 4], window_left=4, seed=7)
     (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
-    torch.library.opcheck(api._decode_op, (q, k8, v8, table, lens, None, None, None, None, out,
+    torch.library.opcheck(torch.ops.swattn.decode_attention.default, (q, k8, v8, table, lens, None, None, None, None, out,
                                            None, k_scale, v_scale, 4, -1, 0.0, 0.0, 1),
                           test_utils=("test_faketensor",))
     k = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(1)).to(torch.float16).to(DEVICE)
     slots = torch.tensor([0, 5, -1], device=DEVICE)
-    torch.library.opcheck(api._write_kv_op, (k, k, k8.clone(), v8.clone(), slots, k_scale, v_scale),
+    torch.library.opcheck(torch.ops.swattn.write_kv.default, (k, k, k8.clone(), v8.clone(), slots, k_scale, v_scale),
                           test_utils=("test_faketensor",))
 
 
@@ -544,7 +544,7 @@ def test_gpu_fp8_plans_relaunch_without_sync_and_replay_in_a_graph():
             (eplan, lambda: eplan.run(*etensors[:6], k_scale=ek, v_scale=ev, out=eout), eout)):
         first = run().clone()
         assert all(torch.equal(r, first) for r in runs_without_sync(run, o))
-        assert len(plan._ready) == 1
+        assert plan.relaunches == 1
         replay_after(run, lambda: None, o)
         assert torch.equal(o, first)
     with pytest.raises(ValueError, match="k_scale must be"):

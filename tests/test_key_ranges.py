@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from swattn import reference
-from swattn.plan.extend import _extend_plan, plan_key_ranges
+from swattn.plan.extend import build_extend_plan, plan_key_ranges
 
 from checks import assert_bounds_identical
 from conftest import DEVICE
@@ -258,7 +258,7 @@ def test_key_ranges_refuse_what_they_cannot_take(change):
     args.update(change)
     lens = torch.tensor([0, 2], dtype=torch.int32)
     with pytest.raises(ValueError, match="key_ranges"):
-        _extend_plan([0, 2], [5], None, lens, lens[1:], None, 1,
+        build_extend_plan([0, 2], [5], None, lens, lens[1:], None, 1,
                      key_ranges=(lens, lens), **args)
 
 

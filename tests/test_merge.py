@@ -107,5 +107,5 @@ def test_custom_op_registration():
     from swattn import api
     outs, lses = _parts(2, 4, 3, 16, torch.float16, seed=0)
     outs = [o.nan_to_num() for o in outs]  # opcheck compares runs; NaN != NaN
-    torch.library.opcheck(api._merge_op, (outs, lses, torch.randn(3, device=DEVICE),
+    torch.library.opcheck(torch.ops.swattn.merge_states.default, (outs, lses, torch.randn(3, device=DEVICE),
                                           torch.zeros_like(outs[0]), torch.zeros_like(lses[0])))

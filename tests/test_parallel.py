@@ -277,6 +277,6 @@ def test_parallel_plans_without_device(tmp_path, monkeypatch):
 
 def test_bad_layouts_are_refused():
     with pytest.raises(ValueError, match="Interleaved size"):
-        parallel._check_layout(parallel.Interleaved(0))
+        parallel.check_layout(parallel.Interleaved(0))
     with pytest.raises(TypeError, match="layout must be"):
-        parallel._check_layout("cyclic")
+        parallel.check_layout("cyclic")

@@ -243,20 +243,20 @@ def test_every_planned_tensor_enters_the_relaunch_key_whole():
     lse = torch.empty(q.shape[:2], dtype=torch.float32, device=DEVICE)
     sinks = torch.zeros(q.shape[1], 1, device=DEVICE)[:, 0]
     run = [q, k, v, kc, vc, table, sinks, out, lse]
-    assert [arg.name for arg in plan._table] == ["q", "k", "v", "k_cache", "v_cache",
+    assert [arg.name for arg in plan.table] == ["q", "k", "v", "k_cache", "v_cache",
                                                  "block_table", "sinks", "out", "lse"]
-    key = plan._key(tuple(run), None, None)
-    for i, arg in enumerate(plan._table):
+    key = plan.relaunch_key(tuple(run), None, None)
+    for i, arg in enumerate(plan.table):
         changed = list(run)
         changed[i] = _restrided(run[i]) if run[i].dim() > 1 else torch.zeros(
             run[i].shape[0], 2, device=DEVICE)[:, 0]
-        assert plan._key(tuple(changed), None, None) != key, arg.name
+        assert plan.relaunch_key(tuple(changed), None, None) != key, arg.name
     dtensors = build_decode(DECODE, DEVICE)
     dplan = _decode_plan(DECODE, dtensors, return_lse=True)
     dq = dtensors[0]
     dlse = torch.empty(dq.shape[:2], dtype=torch.float32, device=DEVICE)
     drun = (*dtensors[:4], None, None, dlse)
-    assert dplan._key(drun, None, None, None) != dplan._key(
+    assert dplan.relaunch_key(drun, None, None, None) != dplan.relaunch_key(
         drun[:-1] + (_restrided(dlse),), None, None, None)
 
 
@@ -633,13 +633,13 @@ def test_gpu_repeated_runs_relaunch_only_what_was_checked(path):
     again = runs_without_sync(lambda: plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks,
                                                 out=out), out)
     assert all(torch.equal(a, first) for a in again)
-    assert len(plan._ready) == 1
+    assert plan.relaunches == 1
     with pytest.raises(TypeError, match="sinks"):
         plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks.half(), out=out)
     with pytest.raises(ValueError, match="out"):
         plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out[:, :32])
     plan.replan([0, 20, 30], prefix.tolist())
-    assert not plan._ready
+    assert not plan.relaunches
     with pytest.raises(ValueError, match="q has 16 rows, the planned batch has 30 tokens"):
         plan.run(q, k, v, k_cache, v_cache, table, sinks=sinks, out=out)
     plan.replan(cu.tolist(), prefix.tolist())
@@ -682,7 +682,7 @@ def test_gpu_repeated_decode_runs_relaunch_only_what_was_checked(hopper, splits)
     again = runs_without_sync(lambda: plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out),
                                out)
     assert all(torch.equal(a, first) for a in again)
-    assert len(plan._ready) == 1
+    assert plan.relaunches == 1
     plan.replan([table.shape[1] * 16 + 1, 1, 1, 1])
     with pytest.raises(ValueError, match="block_table must be"):
         plan.run(q, k_cache, v_cache, table, sinks=sinks, out=out)

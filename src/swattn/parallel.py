@@ -84,7 +84,7 @@ class Contiguous:
         return p // self.chunk
 
 
-def _check_layout(layout):
+def check_layout(layout):
     if isinstance(layout, Interleaved):
         if not isinstance(layout.size, int) or layout.size < 1:
             raise ValueError(f"Interleaved size must be an int >= 1, got {layout.size!r}")
@@ -221,7 +221,7 @@ def _check(group, layout, total_lens, window_left):
     """``(rank, world)`` of ``group`` once the layout, the sequences' total lengths and the
     window are checked."""
     import torch.distributed as dist
-    _check_layout(layout)
+    check_layout(layout)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     if isinstance(layout, Contiguous) and total_lens and max(total_lens) > world * layout.chunk:
         raise ValueError(f"a sequence of {max(total_lens)} tokens does not fit {world} ranks of "

@@ -266,22 +266,9 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(new, prefix + new)
             visible &= bits.to(device)[:, k_idx]
         if second is not None:
-            for i in range(new):
-                row_k, row_v, row_visible = seq_k, seq_v, visible[i: i + 1]
-                if not second.window:
-                    row_k, row_v, row_visible = seq_k[:0], seq_v[:0], row_visible[:, :0]
-                extra_k, extra_v = second_keys(second, b, start + i, int(q_pos[i]), v.shape[-1])
-                if k_cache.dtype in FP8:
-                    extra_k, extra_v = dequantize(extra_k, k_scale), dequantize(extra_v, v_scale)
-                row_k = torch.cat([row_k, extra_k.to(dtype)])
-                row_v = torch.cat([row_v, extra_v.to(dtype)])
-                row_visible = torch.cat([row_visible, torch.ones(
-                    1, extra_k.shape[0], dtype=torch.bool, device=device)], 1)
-                part_out, part_lse = attend(q[start + i: start + i + 1], row_k, row_v,
-                                            row_visible, scale=scale, softcap=softcap,
-                                            sinks=sinks, dtype=dtype)
-                result[start + i] = part_out[0]
-                lse[start + i] = part_lse[0]
+            _second_rows(result, lse, q, start, b, q_pos, seq_k, seq_v, visible, second,
+                         v.shape[-1], k_cache.dtype, k_scale, v_scale, scale=scale,
+                         softcap=softcap, sinks=sinks, dtype=dtype)
             continue
         for lo, hi in _chunks(new, k_pos.numel(), num_q_heads):
             part_out, part_lse = attend(q[start + lo: start + hi], seq_k, seq_v, visible[lo:hi],
@@ -289,6 +276,27 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
             result[start + lo: start + hi] = part_out
             lse[start + lo: start + hi] = part_lse
     return _finish(result, lse, q.dtype, out, return_lse)
+
+
+def _second_rows(result, lse, q, start, seq, q_pos, seq_k, seq_v, visible, second, head_dim_v,
+                 cache_dtype, k_scale, v_scale, **options):
+    """An extend sequence's rows with a second key source, one at a time (each row its own
+    index list and limit): its window's keys ``seq_k``/``seq_v`` where ``visible`` (none when
+    ``second.window`` is False), then :func:`second_keys`; into ``result`` and ``lse``."""
+    for i in range(len(q_pos)):
+        row_k, row_v, row_visible = seq_k, seq_v, visible[i: i + 1]
+        if not second.window:
+            row_k, row_v, row_visible = seq_k[:0], seq_v[:0], row_visible[:, :0]
+        extra_k, extra_v = second_keys(second, seq, start + i, int(q_pos[i]), head_dim_v)
+        if cache_dtype in FP8:
+            extra_k, extra_v = dequantize(extra_k, k_scale), dequantize(extra_v, v_scale)
+        row_k = torch.cat([row_k, extra_k.to(seq_k.dtype)])
+        row_v = torch.cat([row_v, extra_v.to(seq_v.dtype)])
+        row_visible = torch.cat([row_visible, torch.ones(1, extra_k.shape[0], dtype=torch.bool,
+                                                         device=q.device)], 1)
+        out, row_lse = attend(q[start + i: start + i + 1], row_k, row_v, row_visible, **options)
+        result[start + i] = out[0]
+        lse[start + i] = row_lse[0]
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=None, sinks=None,

@@ -96,7 +96,7 @@ class Engine:
         self.stats["prompt_tokens"] += len(seq.req.prompt)
 
     # -- one step ------------------------------------------------------------------------
-    def _schedule(self, running):
+    def schedule(self, running):
         budget, batch = self.token_budget, []
         for seq in running:  # decoding sequences first: one token each
             if not seq.prefilling and budget:
@@ -188,7 +188,7 @@ class Engine:
                 step += 1
                 continue
             t0 = time.perf_counter()
-            batch = self._schedule(running)
+            batch = self.schedule(running)
             state, ids, positions, cu = self._plan(batch)
             self.step_state = state
             t1 = time.perf_counter()

@@ -12,18 +12,18 @@ from .report import Progress, summary
 from .sizes import FULL_KV, SIZES as sizes_of
 
 ENGINE_IMPL = "swattn_engine"
-_ENGINES = []  # the engine whose step is running (the attention function's target)
+ENGINES = []  # the engine whose step is running (the attention function's target)
 # How far the fp32 check run's logits may part from eager's (relative to eager's largest)
 # where a token differs: fp32 sums in another order, nothing more.
 GAP_FP32 = 1e-3
 
 
-def _register():
+def register():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     def attention(module, query, key, value, attention_mask, **kwargs):
-        return _ENGINES[-1].attention(module, query, key, value, attention_mask, **kwargs)
+        return ENGINES[-1].attention(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register(ENGINE_IMPL, attention)
     # The engine's plans carry the masks: the model needs none built.
@@ -136,14 +136,14 @@ def _serve(model, size, requests, device, dtype, label=None, logits=None, full_k
     engine = Engine(model, page_size=size["page"], num_pages=pages, token_budget=size["budget"],
                     device=device, dtype=dtype, full_kv_dtype=full_kv_dtype)
     model.set_attn_implementation(ENGINE_IMPL)
-    _ENGINES.append(engine)
+    ENGINES.append(engine)
     try:
         if label is None:
             return engine, engine.run(requests, logits=logits)
         with Progress(sum(r.max_new for r in requests), label) as bar:
             return engine, engine.run(requests, progress=bar.update)
     finally:
-        _ENGINES.pop()
+        ENGINES.pop()
 
 
 def main(args):
@@ -156,7 +156,7 @@ def main(args):
     dtype = torch.bfloat16 if gpu and name == "gpu" else torch.float32
     full_kv = getattr(args, "full_kv", None)
     full_kv_dtype = None if full_kv is None else getattr(torch, FULL_KV[full_kv])
-    _register()
+    register()
     model = build_model(size, args.seed, device, dtype)
     requests = make_requests(size, size["requests"], args.seed + 1)
     longest = max(len(r.prompt) + r.max_new for r in requests)

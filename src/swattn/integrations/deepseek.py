@@ -28,7 +28,7 @@ RATES = {"csa": 4, "hca": 128}
 LAYER_KINDS = ("csa", "hca", "sliding")
 
 
-def _v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts, topk_indices,
+def v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts, topk_indices,
                rate):
     """The second key source of a V4 layer, or None for a sliding layer; ValueError naming
     what the kind needs and was not given (or was given and does not take)."""
@@ -77,7 +77,7 @@ def v4_decode(q, swa_cache, swa_table, seq_lens, compressed_cache=None, compress
         k_scale: an fp8 cache's float32 scale(s), shared by both caches and by K and V.
         scale, return_lse, out: as :func:`swattn.decode_attention`'s.
     """
-    second = _v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts,
+    second = v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts,
                         topk_indices, rate)
     return swattn.decode_attention(q, swa_cache, swa_cache, swa_table, seq_lens,
                                    window_left=window_left, sinks=sinks, scale=scale,
@@ -107,7 +107,7 @@ def v4_extend(q, k, swa_cache, swa_table, cu_seqlens, prefix_lens, compressed_ca
         layer_kind, window_left, sinks, rate, k_scale, scale, return_lse, out: as
             :func:`v4_decode`'s.
     """
-    second = _v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts,
+    second = v4_source(layer_kind, compressed_cache, compressed_table, compressed_counts,
                         topk_indices, rate)
     return swattn.extend_attention(q, k, k, swa_cache, swa_cache, swa_table, cu_seqlens,
                                    prefix_lens, window_left=window_left, sinks=sinks,
@@ -115,7 +115,7 @@ def v4_extend(q, k, swa_cache, swa_table, cu_seqlens, prefix_lens, compressed_ca
                                    v_scale=k_scale, return_lse=return_lse, out=out)
 
 
-def _dsa_source(kv_cache, block_table, tokens, topk_indices):
+def dsa_source(kv_cache, block_table, tokens, topk_indices):
     return swattn.SecondKeys(kv_cache, block_table, tokens, rate=1, indices=topk_indices,
                              window=False)
 
@@ -136,7 +136,7 @@ def dsa_decode(q, kv_cache, block_table, seq_lens, topk_indices, *, head_dim_v=5
         head_dim_v: the values' width (V3.2: 512).
         sinks, k_scale, scale, return_lse, out: as :func:`v4_decode`'s.
     """
-    second = _dsa_source(kv_cache, block_table, seq_lens, topk_indices)
+    second = dsa_source(kv_cache, block_table, seq_lens, topk_indices)
     return swattn.decode_attention(q, kv_cache, kv_cache[..., :head_dim_v], block_table,
                                    seq_lens, sinks=sinks, scale=scale, second=second,
                                    k_scale=k_scale, v_scale=k_scale, return_lse=return_lse,
@@ -159,7 +159,7 @@ def dsa_extend(q, k, kv_cache, block_table, cu_seqlens, prefix_lens, topk_indice
         head_dim_v, sinks, k_scale, scale, return_lse, out: as :func:`dsa_decode`'s.
     """
     tokens = prefix_lens + (cu_seqlens[1:] - cu_seqlens[:-1])
-    second = _dsa_source(kv_cache, block_table, tokens.to(prefix_lens.dtype), topk_indices)
+    second = dsa_source(kv_cache, block_table, tokens.to(prefix_lens.dtype), topk_indices)
     return swattn.extend_attention(q, k, k[..., :head_dim_v], kv_cache,
                                    kv_cache[..., :head_dim_v], block_table, cu_seqlens,
                                    prefix_lens, sinks=sinks, scale=scale, second=second,

@@ -830,7 +830,7 @@ def _launcher(spec: ExtendSpec, dtypes):
                   _TENSORS, _INTS, dtypes)
 
 
-def _row_descriptor(t, block_rows, padding="zero"):
+def rows_descriptor(t, block_rows, padding="zero"):
     """A TMA descriptor of ``t`` as rows (:func:`._tma.tma_rows`) read in boxes of
     ``[block_rows, dim]``, made only where a launch needs one (:class:`._launch.Descriptor`);
     None where the copy engine cannot take it (also a head dim off the tile's width)."""
@@ -849,8 +849,8 @@ def descriptors(cfg, k, v, k_cache, v_cache, masked, new=True):
         return none + none
 
     def pair(kt, vt, k_padding):
-        dk = _row_descriptor(kt, cfg.block_n, k_padding)
-        dv = _row_descriptor(vt, cfg.block_n)
+        dk = rows_descriptor(kt, cfg.block_n, k_padding)
+        dv = rows_descriptor(vt, cfg.block_n)
         return (dk, dv) if dk is not None and dv is not None else none
 
     # (an fp8 cache's tiles load through pointers: the copy engine's NaN padding is for

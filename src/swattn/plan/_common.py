@@ -2,6 +2,7 @@
 device copies, and the choices of one-shot calls remembered by what they depend on."""
 
 import importlib
+from types import MappingProxyType
 import os
 from dataclasses import dataclass, replace
 
@@ -37,14 +38,27 @@ class Plan:
     def _fits(self, tensors, *lengths):
         """Whether the run's tensors are what the plan takes: its table (:func:`fits`) and
         the sizes its host lengths set (``_length_problem(*lengths)``)."""
-        return fits(self._table, tensors, self._index) and self._length_problem(*lengths) is None
+        return fits(self.table, tensors, self._index) and self._length_problem(*lengths) is None
 
     def _check_tensors(self, tensors, *lengths):
         """:meth:`_fits`, raising the error that names what is wrong."""
-        check_tensors(self._table, tensors, self._index)
+        check_tensors(self.table, tensors, self._index)
         problem = self._length_problem(*lengths)
         if problem is not None:
             raise ValueError(problem)
+
+    @property
+    def launches(self):
+        """The launches the plan has bound, by what they depend on (read-only): one a kind
+        of run it has seen (sinks or none, the scales' layout, where the values come
+        from)."""
+        return MappingProxyType(self._launches)
+
+    @property
+    def relaunches(self):
+        """How many earlier runs' tensors the plan keeps the launches of (a run on the
+        same tensors relaunches them without checks: :meth:`relaunch_key`)."""
+        return len(self._ready)
 
     def _remember(self, key, ready):
         """Keep a run's launches (``ops._launch.relaunch``'s arguments) under its tensors'

@@ -44,7 +44,7 @@ class DecodePlan(Plan):
         s, kv = spec, spec.kv_dtype
         # The run's tensors (:meth:`_tensors`): the K cache's pages fix the V cache's, the
         # sparse K pool's rows the V pool's.
-        self._table = (
+        self.table = (
             TensorArg("q", dtype, (batch, hq, s.head_dim)),
             TensorArg("k_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim)),
             TensorArg("v_cache", kv, ("pages", s.page_size, s.num_kv_heads, s.head_dim_v)),
@@ -83,7 +83,7 @@ class DecodePlan(Plan):
             # As ExtendPlan.run: the tensors of an earlier run, its launches (the sparse
             # pool's and index list's among them: their contents are the kernels' to mask).
             try:
-                key = self._key(tensors, k_scale, v_scale, sparse)
+                key = self.relaunch_key(tensors, k_scale, v_scale, sparse)
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
@@ -132,7 +132,7 @@ class DecodePlan(Plan):
         tensors = (q, k_cache, v_cache, block_table, sinks, out)
         return (tensors + (lse,)) if self.spec.return_lse else tensors
 
-    def _key(self, tensors, k_scale, v_scale, sparse):
+    def relaunch_key(self, tensors, k_scale, v_scale, sparse):
         """The relaunch key of a run (plan._common.run_key) of the table's ``tensors``,
         the scales, the sparse keys and the lengths' buffer."""
         return run_key(tensors + (k_scale, v_scale) + (() if sparse is None else tuple(sparse))) + (

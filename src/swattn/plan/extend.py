@@ -41,7 +41,7 @@ class ExtendPlan(Plan):
         s, kv = spec, spec.kv_dtype
         # The run's tensors (:meth:`_tensors`): q's rows fix the new rows', the K cache's
         # pages the V cache's.
-        self._table = (
+        self.table = (
             TensorArg("q", dtype, ("rows", s.num_q_heads, s.head_dim)),
             TensorArg("k", dtype, ("rows", s.num_kv_heads, s.head_dim)),
             TensorArg("v", dtype, ("rows", s.num_kv_heads, s.head_dim_v)),
@@ -85,7 +85,7 @@ class ExtendPlan(Plan):
             # engine's buffers, layer after layer; a one-shot call's lengths too) launches
             # what that one assembled.
             try:
-                key = self._key(tensors, k_scale, v_scale)
+                key = self.relaunch_key(tensors, k_scale, v_scale)
                 ready = self._ready.get(key)
             except (AttributeError, RuntimeError, TypeError):
                 key = ready = None  # not plain tensors: the checks below say
@@ -201,7 +201,7 @@ class ExtendPlan(Plan):
             tensors += (lse,)
         return (tensors + (mask,)) if self.spec.masked else tensors
 
-    def _key(self, tensors, k_scale, v_scale):
+    def relaunch_key(self, tensors, k_scale, v_scale):
         """The relaunch key of a run (plan._common.run_key) of the table's ``tensors``,
         the scales and the lengths' buffers."""
         return run_key(tensors + (k_scale, v_scale)) + (
@@ -383,7 +383,7 @@ def _extend_path(device, dtype, kv_dtype, head_dim, head_dim_v, page_size, group
     return "triton", cfg
 
 
-def _chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens,
+def chooses_prefix_rows(cfg, kv_dtype, window_left, keys, num_seqs, max_tokens,
                          attention_chunk=None, ring_table=False):
     """Whether a Hopper plan over an fp8 cache widens its window's visible prefix before the
     kernel (ops.cache.PrefixRowsLaunch; config ``prefix_rows``): under a window, with the
@@ -412,10 +412,10 @@ def _prefix_rows_unfit(cfg, kv_dtype, window_left, keys, attention_chunk=None,
     return None
 
 
-def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens,
+def with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs, max_tokens,
                       attention_chunk=None, ring_table=False):
     """The Hopper config with ``prefix_rows`` as a config dict asks (a ValueError where the
-    plan cannot take it) or as the plan's rule chooses (:func:`_chooses_prefix_rows`, the tight
+    plan cannot take it) or as the plan's rule chooses (:func:`chooses_prefix_rows`, the tight
     bounds only: skip and none walk tiles below the window, which would read other
     sequences' rows)."""
     if isinstance(config, dict) and "prefix_rows" in config:
@@ -427,11 +427,11 @@ def _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs
             if bounds != "tight":
                 raise ValueError("config prefix_rows=True takes the tight bounds only")
         return cfg
-    return replace_spec(cfg, prefix_rows=bounds == "tight" and _chooses_prefix_rows(
+    return replace_spec(cfg, prefix_rows=bounds == "tight" and chooses_prefix_rows(
         cfg, kv_dtype, window_left, keys, num_seqs, max_tokens, attention_chunk, ring_table))
 
 
-def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
+def build_extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_q_heads,
                  num_kv_heads, head_dim, head_dim_v, page_size, window_left, window_right, causal,
                  softcap, scale, keys, return_lse, deterministic, kv_dtype, dtype, device, hopper,
                  bounds, config, max_tokens, fp8_products=False, key_ranges=None,
@@ -467,7 +467,7 @@ def _extend_plan(cu, prefix, indptr, cu_t, prefix_t, indptr_t, num_seqs, *, num_
                              hopper, config, fp8_products,
                              local=positions is not None)
     if path == "hopper":
-        cfg = _with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
+        cfg = with_prefix_rows(cfg, config, kv_dtype, window_left, keys, bounds, num_seqs,
                                 max_tokens, attention_chunk, ring_table)
     spec = _extend.ExtendSpec(
         num_seqs=num_seqs, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
@@ -555,7 +555,7 @@ def plan_extend(cu_seqlens, prefix_lens, *, num_q_heads, num_kv_heads, head_dim,
     if indptr is not None:
         indptr_t = torch.tensor(indptr, dtype=torch.int64)
         indptr_t = indptr_t.to(device, non_blocking=True) if device.type == "cuda" else indptr_t
-    return _extend_plan(
+    return build_extend_plan(
         cu, prefix, indptr, to_device(cu, device), to_device(prefix, device), indptr_t,
         len(prefix), num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, window_left=window_left,
@@ -600,7 +600,7 @@ def plan_key_ranges(cu_seqlens, prefix_lens, key_ranges, *, num_q_heads, num_kv_
         if t.shape[0] < max_tokens:
             raise ValueError(f"{name} has {t.shape[0]} entries, the plan holds {max_tokens} "
                              "tokens")
-    return _extend_plan(
+    return build_extend_plan(
         cu, prefix, None, to_device(cu, device), to_device(prefix, device), None, len(prefix),
         num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
         head_dim_v=head_dim_v, page_size=page_size, window_left=None, window_right=None,
@@ -699,12 +699,12 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
                   positions=positions, ring_table=ring_table)
     if k.shape[1] < 1:
         raise ValueError(f"k must have at least one head, got shape {tuple(k.shape)}")
-    plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
+    plan = build_extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
                         prefix_lens.shape[0], hopper=hopper, **kwargs)
     if plan.path == "hopper" and hopper is None:
         from ..ops import extend_hopper
         if isinstance(extend_hopper.descriptors(plan.spec.config, q, k, v, k_cache, v_cache), str):
-            plan = _extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
+            plan = build_extend_plan(None, None, None, cu_seqlens, prefix_lens, mask_indptr,
                                 prefix_lens.shape[0], hopper=False, **kwargs)
     remember(key, (plan.spec, plan.path, plan._launches, plan._ready))
     return plan

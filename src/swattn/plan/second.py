@@ -94,7 +94,7 @@ class SecondKeysPlan(Plan):
         kv, heads, d, dv = spec.kv_dtype, spec.num_kv_heads, spec.head_dim, spec.head_dim_v
         batch = self.batch
         # The run's tensors (plan._common.TensorArg): the fit and the checks come from here.
-        self._table = (
+        self.table = (
             TensorArg("q", dtype, (rows, hq, d)),
             TensorArg("k_cache", kv, ("pages", spec.page_size, heads, d)),
             TensorArg("v_cache", kv, ("pages", spec.page_size, heads, dv)),
@@ -186,9 +186,9 @@ class SecondKeysPlan(Plan):
                              "limit (plan with num_indices=K)")
         new = (k, v) if s.rows else ()
         indices = (second.indices,) if self.num_indices else ()
-        check_tensors(self._table, (q, k_cache, v_cache, block_table, *new, second.cache,
+        check_tensors(self.table, (q, k_cache, v_cache, block_table, *new, second.cache,
                                     second.values, second.block_table, second.entries,
-                                    *indices, sinks, out, lse)[:len(self._table)],
+                                    *indices, sinks, out, lse)[:len(self.table)],
                       self._index)
         for name, table in (("block_table", block_table),
                             ("second.block_table", second.block_table)):

@@ -503,3 +503,18 @@ def run(progress=None, shapes=SHAPES, variants=VARIANTS):
                             f"({len(compiled['tight'].sass)} instructions).")
     lines += [""] + verdicts
     return "\n".join(lines), ok
+
+
+def kernel(name):
+    """The Triton jit function of one of swattn's kernels by name (``"decode"``,
+    ``"merge"``, ``"second-keys"``, ``"extend"``), for compiles outside a launch (this
+    module's, a test's): the one place that reaches into the kernel modules for them."""
+    from ..ops import decode as ops_decode
+    from ..ops import extend as ops_extend
+    from ..ops import merge as ops_merge
+    kernels = {"decode": ops_decode._decode_kernel, "merge": ops_merge._merge_kernel,
+               "second-keys": ops_decode._second_keys_kernel,
+               "extend": ops_extend._extend_kernel}
+    if name not in kernels:
+        raise ValueError(f"kernel must be one of {sorted(kernels)}, got {name!r}")
+    return kernels[name]
