@@ -12,7 +12,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import DEVICE
 
 from swattn import window

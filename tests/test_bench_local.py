@@ -15,10 +15,19 @@ import torch
 
 import swattn
 from swattn import tiles, window
-from swattn.bench import chunk_peers, decode_peers, extend_peers, harness, peers, predict, report
+from swattn.bench import (
+    chunk_peers,
+    decode_peers,
+    extend_inputs,
+    extend_peers,
+    harness,
+    peers,
+    predict,
+    report,
+    tree_peers,
+)
 from swattn.bench import decode as dbench
 from swattn.bench import extend as ebench
-from swattn.bench import extend_inputs, tree_peers
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, case_variants, main, parse_args
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from swattn import tiles
-from swattn.bench import harness, peers, predict, second_inputs, second_variants
 from swattn.bench import decode as dbench
 from swattn.bench import extend as ebench
+from swattn.bench import harness, peers, predict, second_inputs, second_variants
 from swattn.bench import workloads as wl
 from swattn.bench.cli import build_cases, case_variants, main, parse_args
 from swattn.window import num_tiles, second_limit

@@ -4,15 +4,14 @@ outside every query's chunk and window never read (their entries -1)."""
 
 import pytest
 import torch
+from checks import assert_bounds_identical, assert_matches_reference
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.ops import extend as ops_extend
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import ExtendCase, build_extend, random_tree
-
-from checks import assert_bounds_identical, assert_matches_reference
-from conftest import DEVICE
 
 VARIANTS = ops_extend.BOUNDS
 

@@ -5,17 +5,22 @@ import random
 
 import pytest
 import torch
+from checks import (
+    TOL,
+    assert_bounds_identical,
+    assert_matches_reference,
+    latent_inputs,
+    replay_after,
+    run_fresh,
+)
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
-from swattn.plan import run_decode
 from swattn.ops import decode as ops_decode
-from swattn.ops.config import (DecodeConfig, HopperDecodeConfig, decode_config, head_blocking)
-
+from swattn.ops.config import DecodeConfig, HopperDecodeConfig, decode_config, head_blocking
+from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
-from checks import (TOL, assert_bounds_identical, assert_matches_reference, latent_inputs,
-                    replay_after, run_fresh)
-from conftest import DEVICE
 
 
 def run_all_bounds(tensors, **kwargs):
@@ -278,7 +283,6 @@ def test_latent_cache_reads_values_from_the_key_tiles(head_dim, head_dim_v):
 def test_custom_op_registration():
     """Schema, fake (meta) implementation and the mutation of out/lse, as torch checks them;
     and a whole graph (decode, then merge) under torch.compile."""
-    from swattn import api
     case = DecodeCase([9, 4], window_left=4, sparse_keys=3)
     q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
     k_pool, v_pool, idx = build_sparse(case, DEVICE)

@@ -6,15 +6,14 @@ after replan."""
 
 import pytest
 import torch
+from checks import assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.ops import decode as ops_decode
 from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, rel_err
-
-from checks import assert_bounds_identical, assert_matches_reference, replay_after, run_fresh
-from conftest import DEVICE
 
 SCRIPT = """
 import torch

@@ -5,16 +5,21 @@ spills. Its bit-identity matrix is the decode-hopper-latent family (tests/test_v
 
 import pytest
 import torch
+from checks import (
+    assert_bounds_identical,
+    assert_matches_reference,
+    latent_inputs,
+    replay_after,
+    run_fresh,
+    runs_without_sync,
+)
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.ops import decode_latent
 from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse
-
-from checks import (assert_bounds_identical, assert_matches_reference, latent_inputs, replay_after,
-                    run_fresh, runs_without_sync)
-from conftest import DEVICE
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 

@@ -4,12 +4,11 @@ errors that name what a layer kind needs."""
 
 import pytest
 import torch
+from checks import assert_matches_reference
+from conftest import DEVICE
 
 from swattn import reference
 from swattn.integrations import deepseek
-
-from checks import assert_matches_reference
-from conftest import DEVICE
 
 HQ, D = 4, 32
 

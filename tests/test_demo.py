@@ -26,7 +26,7 @@ def _engine_run(count, max_new, **engine_kw):
     model: (engine, requests, {rid: tokens})."""
     from swattn.demo import SIZES
     from swattn.demo.engine import Engine
-    from swattn.demo.main import ENGINE_IMPL, ENGINES, register, build_model, make_requests
+    from swattn.demo.main import ENGINE_IMPL, ENGINES, build_model, make_requests, register
     size = dict(SIZES["cpu"], layers=2)
     register()
     device = torch.device(DEVICE)

@@ -5,16 +5,16 @@ import random
 
 import pytest
 import torch
+from checks import TOL, assert_bounds_identical, assert_matches_reference
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
-from swattn.plan import run_extend
 from swattn.ops import extend as ops_extend
 from swattn.ops.config import EXTEND_TILINGS
-
+from swattn.plan import run_extend
 from swattn.verify.cases import ExtendCase, build_extend, random_mask, rel_err
-from checks import TOL, assert_bounds_identical, assert_matches_reference
-from conftest import DEVICE
+
 
 def run_all_bounds(case, tensors, **kwargs):
     """The kernel under every bounds variant; asserts they are bit-identical."""

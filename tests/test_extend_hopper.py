@@ -5,13 +5,12 @@ interpreter), and a launch that cannot take it says why. Its results are tested 
 
 import pytest
 import torch
+from checks import run_fresh
+from conftest import DEVICE
 
 from swattn.ops import extend_hopper
 from swattn.plan import run_extend
 from swattn.verify.cases import ExtendCase, build_extend
-
-from checks import run_fresh
-from conftest import DEVICE
 
 SCRIPT = """
 import torch

@@ -8,15 +8,20 @@ import itertools
 
 import pytest
 import torch
+from checks import (
+    TOL,
+    assert_bounds_identical,
+    assert_matches_reference,
+    latent_inputs,
+    replay_after,
+    runs_without_sync,
+)
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend, build_sparse
-
-from checks import (TOL, assert_bounds_identical, assert_matches_reference, latent_inputs,
-                    replay_after, runs_without_sync)
-from conftest import DEVICE
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 IDS = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e5m2: "e5m2"}
@@ -195,7 +200,6 @@ def test_the_custom_ops_take_fp8_caches_and_scales():
     """The fake (meta) implementations of the decode and write_kv ops (the torch.compile
     path) with an fp8 cache and its scales (torch's schema check multiplies inputs, which
     fp8 on the CPU cannot)."""
-    from swattn import api
     case = DecodeCase([9, 4], window_left=4, seed=7)
     (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)

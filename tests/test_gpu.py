@@ -67,6 +67,7 @@ def test_tma_loads_give_the_pointer_loads_bits(page_size, deterministic):
     (new k/v; the cache too over pages of 64) give the same bits as pointer loads, and the
     reference's result, with and without the config's own tiling."""
     from dataclasses import replace
+
     from swattn.ops import extend as ops_extend
     from swattn.ops.config import extend_config
     case = ExtendCase([0, 4100, 9000], [3000, 2049, 700], num_q_heads=32, num_kv_heads=8,

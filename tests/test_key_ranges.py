@@ -5,12 +5,11 @@ Small odd shapes: this runs under Triton's interpreter on CPU."""
 
 import pytest
 import torch
+from checks import assert_bounds_identical
+from conftest import DEVICE
 
 from swattn import reference
 from swattn.plan.extend import build_extend_plan, plan_key_ranges
-
-from checks import assert_bounds_identical
-from conftest import DEVICE
 
 DTYPE = torch.float32 if DEVICE == "cpu" else torch.float16
 

@@ -5,11 +5,10 @@ window.extend_seq_ok, so the tests check the kernels' guard against the contract
 
 import pytest
 import torch
-
 from checks import assert_matches_reference
-from swattn import decode_attention, extend_attention, plan_decode, plan_extend
+
+from swattn import decode_attention, extend_attention, plan_decode, plan_extend, window
 from swattn import reference as ref
-from swattn import window
 
 HQ, HKV, D, PAGE, PAGES = 4, 2, 16, 4, 24
 TABLE_COLS = 4  # 16 keys a block-table row

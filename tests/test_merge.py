@@ -3,12 +3,12 @@ left unread, all -inf rows giving 0 and -inf; and the merge of decode partials."
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.plan import run_decode
 from swattn.verify.cases import DecodeCase, build_decode, build_sparse, rel_err
-from conftest import DEVICE
 
 
 def _parts(num_parts, rows, heads, dv, dtype, seed):
@@ -104,7 +104,6 @@ def test_bad_sinks():
 
 def test_custom_op_registration():
     """Schema, fake implementation and the out/lse mutation, as torch checks them."""
-    from swattn import api
     outs, lses = _parts(2, 4, 3, 16, torch.float16, seed=0)
     outs = [o.nan_to_num() for o in outs]  # opcheck compares runs; NaN != NaN
     torch.library.opcheck(torch.ops.swattn.merge_states.default, (outs, lses, torch.randn(3, device=DEVICE),

@@ -11,10 +11,9 @@ import sys
 
 import pytest
 import torch
+from conftest import DEVICE
 
 from swattn import parallel
-
-from conftest import DEVICE
 
 WORKER = os.path.join(os.path.dirname(__file__), "parallel_worker.py")
 

@@ -5,16 +5,21 @@ bits of a good run."""
 
 import pytest
 import torch
+from checks import assert_matches_reference, runs_without_sync
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.ops import _interpreter
 from swattn.plan import run_decode, run_extend
-from swattn.verify.cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
-                                 rel_err)
-
-from checks import assert_matches_reference, runs_without_sync
-from conftest import DEVICE
+from swattn.verify.cases import (
+    DecodeCase,
+    ExtendCase,
+    build_decode,
+    build_extend,
+    build_sparse,
+    rel_err,
+)
 
 
 def _extend_plan(case, tensors, **kw):

@@ -11,7 +11,6 @@ import torch
 
 from swattn import reference
 
-
 # --------------------------------------------------------------------------------------
 # Inputs: logical per-sequence keys, scattered into a shuffled paged cache.
 # --------------------------------------------------------------------------------------

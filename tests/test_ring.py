@@ -3,13 +3,12 @@ for CUDA graphs (swattn.window.ring_width). The kernels give the linear table's 
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import swattn
 from swattn import window
 from swattn.plan import run_decode, run_extend
 from swattn.verify.cases import DecodeCase, ExtendCase, build_decode, build_extend
-
-from conftest import DEVICE
 
 
 def _ring(table, width, firsts, ends):

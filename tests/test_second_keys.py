@@ -6,13 +6,16 @@ and lengths NaN, plans with replan and a CUDA graph, and the errors that name th
 
 import pytest
 import torch
+from checks import (
+    assert_bounds_identical,
+    assert_matches_reference,
+    replay_after,
+    runs_without_sync,
+)
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
-
-from checks import (assert_bounds_identical, assert_matches_reference, replay_after,
-                    runs_without_sync)
-from conftest import DEVICE
 
 
 def _source(seqs, *, rate, entries, page_size, num_kv_heads, head_dim, dtype, indices=None,

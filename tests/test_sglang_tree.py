@@ -4,13 +4,12 @@ positions (the reference's tree); without them the drop-in keeps SGLang's own se
 (the window from the row index), which a tree shows to differ."""
 
 import torch
+from checks import assert_matches_reference
+from conftest import DEVICE
 
 from swattn import reference
 from swattn.integrations import sglang as sg
 from swattn.verify.cases import random_tree
-
-from checks import assert_matches_reference
-from conftest import DEVICE
 
 
 def test_sglang_tree_verify_over_a_window(seed):

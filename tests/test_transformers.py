@@ -8,8 +8,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 import hf_models  # noqa: E402
-import swattn.integrations.transformers as swattn_hf  # noqa: E402
 from hf_models import PROMPT  # noqa: E402
+
+import swattn.integrations.transformers as swattn_hf  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = DEVICE == "cuda"

@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 transformers = pytest.importorskip("transformers")
 import hf_models  # noqa: E402
-import swattn.integrations.transformers as swattn_hf  # noqa: E402
 from transformers.masking_utils import causal_mask_function  # noqa: E402
+
+import swattn.integrations.transformers as swattn_hf  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32

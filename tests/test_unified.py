@@ -7,15 +7,14 @@ import random
 
 import pytest
 import torch
+from checks import assert_bounds_identical, assert_matches_reference
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
-from swattn.plan import run_extend
 from swattn.ops import extend as ops_extend
+from swattn.plan import run_extend
 from swattn.verify.cases import ExtendCase, build_extend, random_mask
-
-from checks import assert_bounds_identical, assert_matches_reference
-from conftest import DEVICE
 
 
 def _det(*tensors, **kwargs):

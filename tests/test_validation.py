@@ -5,14 +5,18 @@ is checked by the plans: tests/test_plan.py."""
 
 import pytest
 import torch
+from conftest import DEVICE
 
 import swattn
-
 from swattn.plan import _common as plan_common
-from swattn.verify.cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_sparse,
-                                 random_mask)
-
-from conftest import DEVICE
+from swattn.verify.cases import (
+    DecodeCase,
+    ExtendCase,
+    build_decode,
+    build_extend,
+    build_sparse,
+    random_mask,
+)
 
 
 def _on_device(x):

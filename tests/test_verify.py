@@ -4,10 +4,9 @@ variant that differs by one bit, or a result off the reference, is reported."""
 
 import pytest
 import torch
+from conftest import DEVICE
 
 from swattn.verify import identity
-
-from conftest import DEVICE
 
 
 @pytest.mark.parametrize("family", sorted(identity.FAMILIES))

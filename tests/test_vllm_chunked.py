@@ -5,13 +5,12 @@ vLLM-signature drop-in over those batches gives what swattn's own attention_chun
 over the original batch."""
 
 import torch
+from checks import assert_matches_reference
+from conftest import DEVICE
 
 import swattn
 from swattn import reference
 from swattn.integrations.vllm import unified_attention
-
-from checks import assert_matches_reference
-from conftest import DEVICE
 
 
 def virtual_batches(q_lens, seq_lens, block_table, chunk, page_size):
