@@ -10,8 +10,7 @@ import torch
 
 from .ops import cache as _cache
 from .ops import merge as _merge
-from .ops._validate import (FLOAT_DTYPES, check_num_splits, check_scalars, check_sparse,
-                             check_tensor)
+from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_sparse, check_tensor
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
 from .plan._common import check_new_dtype

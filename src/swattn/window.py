@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # --------------------------------------------------------------------------------------
 # Conversions between the conventions of the field.
 # --------------------------------------------------------------------------------------

@@ -11,9 +11,19 @@ import torch
 
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import need_device
-from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
-                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
-                    softmax_scale)
+from .peers import (
+    Prepared,
+    Skip,
+    causal_mask_mod,
+    compiled_flex,
+    empty_out,
+    flashinfer_page_lists,
+    fp8_cache,
+    import_peer,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from . import harness
 from ..ops.config import HOPPER_EXTEND_128_ROWS
 from ..verify.identity import TOLERANCES
+from . import harness, second_variants
 from .chunk_peers import flash_attn_chunk_extend, flashinfer_chunk_extend, vllm_chunk_extend
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
 from .tree_peers import flex_tree, sglang_verify
-from . import second_variants
-
 
 # --------------------------------------------------------------------------------------
 # swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant control).

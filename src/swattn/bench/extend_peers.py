@@ -9,10 +9,19 @@ from __future__ import annotations
 import torch
 
 from ..window import to_flash_attn, to_flashinfer, to_sglang
-from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
-                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
-                    softmax_scale)
-
+from .peers import (
+    Prepared,
+    Skip,
+    causal_mask_mod,
+    compiled_flex,
+    empty_out,
+    flashinfer_page_lists,
+    fp8_cache,
+    import_peer,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 
 # --------------------------------------------------------------------------------------
 # SGLang 0.5.23 Triton kernels, over its token pool (a page-size-1 view of the same pool).

@@ -19,8 +19,13 @@ import shlex
 import subprocess
 
 from .harness import same_function, summarize
-from .predict import (decode_tile_prediction, expected_decode_tiling, expected_tiling, floor_us,
-                      tile_prediction)
+from .predict import (
+    decode_tile_prediction,
+    expected_decode_tiling,
+    expected_tiling,
+    floor_us,
+    tile_prediction,
+)
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
               "graphed", "rel_err", "same_function", "other_fn", "computes", "tflops", "gbps",

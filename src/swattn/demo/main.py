@@ -9,7 +9,8 @@ import torch
 
 from .engine import Engine, Request
 from .report import Progress, summary
-from .sizes import FULL_KV, SIZES as sizes_of
+from .sizes import FULL_KV
+from .sizes import SIZES as sizes_of
 
 ENGINE_IMPL = "swattn_engine"
 _ENGINES = []  # the engine whose step is running (the attention function's target)

@@ -10,8 +10,10 @@ import os
 
 import torch
 
-from ..window import MAX_POSITION
-from ..window import check_window  # noqa: F401  (re-exported for the launchers)
+from ..window import (
+    MAX_POSITION,
+    check_window,  # noqa: F401  (re-exported for the launchers)
+)
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Cache dtypes beside the queries': the cache holds value / scale (k_scale, v_scale).

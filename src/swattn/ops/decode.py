@@ -44,16 +44,30 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
-                      decode_seq_ok, finish, fp8_cached, rows_ok, second_entries_ok,
-                      second_limit, segment_tiles,
-                      load_keys, load_rows, scores_log2, softmax_step, split_tiles,
-                      table_column, table_keys, valid_page)
+from ._common import (
+    FP32_PRODUCTS,
+    PagedCache,
+    decode_chunk_first_key,
+    decode_first_key,
+    decode_seq_ok,
+    finish,
+    fp8_cached,
+    load_keys,
+    load_rows,
+    rows_ok,
+    scores_log2,
+    second_entries_ok,
+    second_limit,
+    segment_tiles,
+    softmax_step,
+    split_tiles,
+    table_column,
+    table_keys,
+    valid_page,
+)
 from ._launch import Launch
-from .config import (BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking,  # noqa: F401
-                     split_width)
+from .config import BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
 from .merge import split_scratch
-
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.

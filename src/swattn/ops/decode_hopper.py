@@ -68,15 +68,30 @@ from collections import namedtuple
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
-                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .. import window
 from ..window import clamp_extent
 from ._common import compile_bound, table_keys
-from ._gluon import (GL_DTYPES, GluonRule, decode_seq_ok, descriptor, device_problem, issue,
-                     operand_layout, poison_descriptor, tile_pages, uniform, weights,
-                     wgmma_layout)
+from ._gluon import (
+    GL_DTYPES,
+    GluonRule,
+    decode_seq_ok,
+    descriptor,
+    device_problem,
+    issue,
+    operand_layout,
+    poison_descriptor,
+    tile_pages,
+    uniform,
+    weights,
+    wgmma_layout,
+)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig, hopper_decode_config

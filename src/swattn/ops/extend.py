@@ -28,16 +28,38 @@ import triton
 import triton.language as tl
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, RowPos, causal_key_end, finish,
-                      first_key_tile, fp8_cached, full_tiles_end, full_tiles_start,
-                      launch_extents, load_keys, load_rows, load_whole, mask_ok, new_lengths,
-                      position_keep, range_bounds, range_keep, right_key_end, row_key_range,
-                      scores_log2, softmax_step, table_column, valid_page, visible,
-                      visible_key_end)
+from ._common import (
+    FP32_PRODUCTS,
+    KeyRange,
+    PagedCache,
+    RowPos,
+    causal_key_end,
+    finish,
+    first_key_tile,
+    fp8_cached,
+    full_tiles_end,
+    full_tiles_start,
+    launch_extents,
+    load_keys,
+    load_rows,
+    load_whole,
+    mask_ok,
+    new_lengths,
+    position_keep,
+    range_bounds,
+    range_keep,
+    right_key_end,
+    row_key_range,
+    scores_log2,
+    softmax_step,
+    table_column,
+    valid_page,
+    visible,
+    visible_key_end,
+)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
-
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own). Adding an argument is an edit to its bundle, not to

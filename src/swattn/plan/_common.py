@@ -8,8 +8,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..ops import config as _config
-from ..ops._validate import (FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars,
-                             expect)
+from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars, expect
 from ..ops.cache import unit_scale
 from ..window import decode_bounds
 

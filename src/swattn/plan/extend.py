@@ -7,13 +7,38 @@ from ..ops import config as _config
 from ..ops import extend as _extend
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
-from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
-                             check_positions, check_window, expect, host_ints)
+from ..ops._validate import (
+    FP8_DTYPES,
+    KEYS,
+    check_extend_lengths,
+    check_int,
+    check_pages_read,
+    check_positions,
+    check_window,
+    expect,
+    host_ints,
+)
 from ..window import check_chunk, row_key_range
-from ._common import (ONE_SHOT, Plan, TensorArg, check_agree, check_cache_dtype, check_common,
-                      check_heads, check_new_dtype, check_rank, check_scales, expect_first,
-                      pages_needed, remember, replace_spec, resolve_device, run_key, scale_args,
-                      to_device)
+from ._common import (
+    ONE_SHOT,
+    Plan,
+    TensorArg,
+    check_agree,
+    check_cache_dtype,
+    check_common,
+    check_heads,
+    check_new_dtype,
+    check_rank,
+    check_scales,
+    expect_first,
+    pages_needed,
+    remember,
+    replace_spec,
+    resolve_device,
+    run_key,
+    scale_args,
+    to_device,
+)
 
 
 class ExtendPlan(Plan):

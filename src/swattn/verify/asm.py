@@ -24,8 +24,7 @@ from triton.compiler import ASTSource
 from triton.tools.disasm import path_to_cuobjdump
 
 from ..ops import extend as ops_extend
-from ..ops.config import (extend_config, hopper_decode_config, hopper_extend_config,
-                          packs_gqa)
+from ..ops.config import extend_config, hopper_decode_config, hopper_extend_config, packs_gqa
 
 TARGET = GPUTarget("cuda", 90, 32)
 _POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_cache": "*bf16", "V_cache": "*bf16",

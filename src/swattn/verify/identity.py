@@ -19,11 +19,20 @@ import torch
 
 from .. import plan as swattn_plan
 from .. import reference
-from ..plan import run_extend, run_decode
 from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
-from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_second,
-                    build_sparse, random_mask, random_tree, rel_err)
+from ..plan import run_decode, run_extend
+from .cases import (
+    DecodeCase,
+    ExtendCase,
+    build_decode,
+    build_extend,
+    build_second,
+    build_sparse,
+    random_mask,
+    random_tree,
+    rel_err,
+)
 
 GPU_WINDOWS = (1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1023, 4096)
 CPU_WINDOWS = (1, 2, 15, 16, 17, 33)
