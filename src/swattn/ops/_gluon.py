@@ -15,7 +15,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
 from ._common import (
-    MAX_POSITION,
+    MAX_POSITION,  # noqa: F401  (read through globals() by extend_seq_ok, decode_seq_ok below)
     compile_bound,
     larger_source,
     maximum_source,

@@ -207,14 +207,6 @@ def compile_second_keys(head_dim=512, head_dim_v=512, group=64, block_h=16, bloc
     return compiled
 
 
-def fingerprints(progress=None):
-    """A digest of the SASS and the registers of each Triton kernel at the shapes of
-    :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes, and of the
-    Gluon (Hopper) kernels at five: compare
-    two trees' fingerprints to show a change leaves those kernels' code as it was
-    (``scripts/sass_fingerprints.py``)."""
-    import hashlib
-    out = {}
 def fingerprint_kernels():
     """``[(name, compile)]``: each Triton kernel at the shapes of :data:`SHAPES` (extend:
     two-stage and deterministic) and four decode shapes, the Gluon (Hopper) kernels at five,

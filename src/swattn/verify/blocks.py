@@ -61,7 +61,10 @@ def loop_layout(loop, prefix_len, grid):
     tile_start, tile_end = np.concatenate(tile_start), np.concatenate(tile_end)
     longest_range = range_end_of(loop, prefix_len, max(grid.extend_lens))
     edges = np.unique(np.concatenate([tile_start, tile_end, [0, longest_range]]))
-    as_array = lambda values: np.asarray(values, dtype=np.int64)
+
+    def as_array(values):
+        return np.asarray(values, dtype=np.int64)
+
     return Layout(calls, as_array(row_start), as_array(row_end), as_array(block_ns),
                   as_array(range_ends), np.concatenate(tile_block), tile_start,
                   np.searchsorted(edges, tile_start), np.searchsorted(edges, tile_end),
