@@ -286,9 +286,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
                            return_lse=return_lse, k_scale=k_scale, v_scale=v_scale, out=out)
     if not torch.compiler.is_compiling():
         return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
-                             attention_chunk=attention_chunk, sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
-                             num_splits=num_splits, return_lse=return_lse, k_scale=k_scale,
-                             v_scale=v_scale, out=out)
+                           attention_chunk=attention_chunk, sinks=sinks, softcap=softcap,
+                           scale=scale, sparse=sparse, num_splits=num_splits,
+                           return_lse=return_lse, k_scale=k_scale, v_scale=v_scale, out=out)
     # Traced by torch.compile: the custom op (see extend_attention).
     check_window(window_left)
     check_chunk(attention_chunk)

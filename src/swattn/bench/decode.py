@@ -167,7 +167,8 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
 VARIANTS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
     Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
-    Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
     Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),

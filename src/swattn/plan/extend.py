@@ -293,9 +293,10 @@ class ExtendPlan(Plan):
         key = (has_sinks, tma_new, tma_cache, scale_strides)
         launch = self._launches.get(key)
         if launch is None:
-            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache,
-                                scale_strides=scale_strides)
-            bind = self._hopper.HopperExtendLaunch if self.path == "hopper" else _extend.ExtendLaunch
+            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new,
+                                tma_cache=tma_cache, scale_strides=scale_strides)
+            bind = (self._hopper.HopperExtendLaunch if self.path == "hopper"
+                    else _extend.ExtendLaunch)
             dtypes = (self.dtype, self.kv_dtype,
                       None if self.mask_indptr is None else self.mask_indptr.dtype)
             launch = self._launches[key] = bind(spec, dtypes)
@@ -678,8 +679,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
         # A call with the key of an earlier one skips the checks its run repeats.
         try:
-            key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1, k.shape[1:], v.shape[1:],
-                   k_cache.shape[1:], k_cache.dtype, prefix_lens.shape[0],
+            key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1,
+                   k.shape[1:], v.shape[1:], k_cache.shape[1:], k_cache.dtype, prefix_lens.shape[0],
                    None if mask_indptr is None else mask_indptr.dtype, options,
                    tuple(map(type, options)), config, q.stride(), k.stride(), v.stride(),
                    k_cache.stride(), v_cache.stride())
@@ -699,7 +700,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     if mask_indptr is not None:
         check_rank("mask_indptr", mask_indptr, 1)
         if mask_indptr.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
+            raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, "
+                            f"got {mask_indptr.dtype}")
         expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (), 1)
     if positions is not None:
         # (one a row of q: read by the kernels only, as the lengths)

@@ -69,7 +69,8 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
     the launcher would pick on an H200; ``flags`` override its feature constexprs
     (USE_MASK, USE_SOFTCAP, RETURN_LSE, ...)."""
     group = shape.num_q_heads // shape.num_kv_heads
-    cfg = extend_config(shape.head_dim, shape.head_dim, group, shape.window_left, "bfloat16", "cuda")
+    cfg = extend_config(shape.head_dim, shape.head_dim, group, shape.window_left, "bfloat16",
+                        "cuda")
     constexprs = dict(
         D=shape.head_dim, DV=shape.head_dim, BLOCK_D=shape.head_dim, BLOCK_DV=shape.head_dim,
         GROUP=group, PACK_GQA=packs_gqa(cfg, group), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
@@ -216,8 +217,10 @@ def fingerprint_kernels():
                for shape in SHAPES for det in (False, True)]
     kernels += [(f"decode d{d} group {g}{' window' if w else ''} {dt}{' split' if sp else ''}",
                  lambda d=d, g=g, w=w, dt=dt, sp=sp: compile_decode(d, g, w, dt, sp))
-                for d, g, w, dt, sp in ((64, 8, True, "bf16", False), (128, 4, True, "bf16", False),
-                                        (128, 4, False, "bf16", False), (64, 8, True, "fp16", True))]
+                for d, g, w, dt, sp in ((64, 8, True, "bf16", False),
+                                        (128, 4, True, "bf16", False),
+                                        (128, 4, False, "bf16", False),
+                                        (64, 8, True, "fp16", True))]
     kernels += [(f"hopper extend d{d}{' sinks' if sk else ''}{' softcap' if sc else ''}",
                  lambda d=d, sk=sk, sc=sc: compile_hopper(d, HAS_SINKS=sk, USE_SOFTCAP=sc)[0])
                 for d, sk, sc in ((64, True, False), (128, False, False), (128, True, True))]
@@ -482,10 +485,11 @@ def run(progress=None, shapes=SHAPES, variants=VARIANTS):
         for variant, bounds, det in variants:
             compiled[variant] = c = compile_extend(shape, bounds, det)
             diff = differing(compiled["tight"].sass, c.sass)
-            lines.append(f"| {shape.name} | {variant} | {len(c.sass)} | {c.registers} | {c.stack} | "
-                         f"{c.local} | {c.shared} | {diff} |")
+            lines.append(f"| {shape.name} | {variant} | {len(c.sass)} | {c.registers} | "
+                         f"{c.stack} | {c.local} | {c.shared} | {diff} |")
             if progress:
-                progress(f"{shape.name} {variant}: {len(c.sass)} instructions, {c.registers} registers")
+                progress(f"{shape.name} {variant}: {len(c.sass)} instructions, "
+                         f"{c.registers} registers")
         if shape.window_left is None and not shape.causal:
             same = compiled["tight"].sass == compiled["none"].sass
             ok = ok and same

@@ -104,7 +104,8 @@ def check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats):
                   - sums[end_row, layout.tile_start_col] + sums[first_row, layout.tile_start_col])
     tiles_vis = tile_count > 0
     block_n = layout.block_n[layout.tile_block]
-    full = (layout.tile_start >= mid_lo[layout.tile_block]) & (layout.tile_start < mid_hi[layout.tile_block])
+    full = ((layout.tile_start >= mid_lo[layout.tile_block])
+            & (layout.tile_start < mid_hi[layout.tile_block]))
     whole = (tile_count == (end_row - first_row) * block_n) & (
         layout.tile_start + block_n <= layout.range_end[layout.tile_block])
     stats["full_tiles"] += int(np.count_nonzero(full))
