@@ -7,8 +7,8 @@ rows flagged, grid order), S and C-A also over an fp8 e4m3 copy of the cache (S-
 C-A-fp8); S's latent cache also with its values as their own copy (``{"copy": True}``: the
 kernel then loads them apart from the keys). One line per config: median us over CUDA-graph
 replays, each after an L2 flush, a workload's configs timed turn by turn
-(harness.interleave), and the largest difference to the first config's output. Used to choose ops.config; the chosen table is recorded in
-benchmarks/results.
+(harness.interleave), and the largest difference to the first config's output. Used to
+choose ops.config; the chosen table is recorded in benchmarks/results.
 
     PYTHONPATH=src python3 scripts/tune.py [A,B,B-prefix,C-A,C-B,S,C-A-fp8,S-fp8]
 """
@@ -98,8 +98,8 @@ def tune_extend(name, configs, prefix, extend_len, page_size, flush):
 
     def prepare(config):
         plan = extend_plan_for(*args, window_left=case.window_left, keys=part or "all",
-                               return_lse=bool(part), config=Config(**dict(zip(EXTEND_FIELDS, config))),
-                               hopper=False)
+                               return_lse=bool(part),
+                               config=Config(**dict(zip(EXTEND_FIELDS, config))), hopper=False)
         out = torch.empty(*inputs.q.shape[:2], case.head_dim_v, dtype=inputs.q.dtype, device="cuda")
         lse = torch.empty(*inputs.q.shape[:2], device="cuda") if part else None
         return (lambda: plan.run(*args[:6], sinks=inputs.sinks, out=out, lse=lse)), out
@@ -138,8 +138,8 @@ def tune_decode(name, configs, flush):
         return (lambda: plan.run(*tensors, sinks=inputs.sinks, sparse=pool, out=out,
                                  **scales)), out
 
-    print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: (BLOCK_N, warps, stages, "
-          "num_splits[, fields])")
+    print(f"# {name} batch {len(case.seq_lens)} context {case.seq_lens[0]}: "
+          "(BLOCK_N, warps, stages, num_splits[, fields])")
     sweep(name, configs, prepare, flush)
 
 

@@ -10,8 +10,7 @@ import torch
 
 from .ops import cache as _cache
 from .ops import merge as _merge
-from .ops._validate import (FLOAT_DTYPES, check_num_splits, check_scalars, check_sparse,
-                             check_tensor)
+from .ops._validate import FLOAT_DTYPES, check_num_splits, check_scalars, check_sparse, check_tensor
 from .plan import run_decode as _run_decode
 from .plan import run_extend as _run_extend
 from .plan._common import check_new_dtype
@@ -287,9 +286,9 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
                            return_lse=return_lse, k_scale=k_scale, v_scale=v_scale, out=out)
     if not torch.compiler.is_compiling():
         return _run_decode(q, k_cache, v_cache, block_table, seq_lens, window_left=window_left,
-                             attention_chunk=attention_chunk, sinks=sinks, softcap=softcap, scale=scale, sparse=sparse,
-                             num_splits=num_splits, return_lse=return_lse, k_scale=k_scale,
-                             v_scale=v_scale, out=out)
+                           attention_chunk=attention_chunk, sinks=sinks, softcap=softcap,
+                           scale=scale, sparse=sparse, num_splits=num_splits,
+                           return_lse=return_lse, k_scale=k_scale, v_scale=v_scale, out=out)
     # Traced by torch.compile: the custom op (see extend_attention).
     check_window(window_left)
     check_chunk(attention_chunk)

@@ -131,7 +131,8 @@ def _add_tiles_arguments(parser):
                         help="L: keys p-L..p are visible (gpt-oss: 127); 'none' = full (default)")
     window.add_argument("--window-right", type=_window_arg, default=None,
                         help="R, with --non-causal: keys up to p+R; 'none' = unbounded (default)")
-    window.add_argument("--non-causal", action="store_true", help="keys after the query are visible")
+    window.add_argument("--non-causal", action="store_true",
+                        help="keys after the query are visible")
     window.add_argument("--attention-chunk", type=_positive, default=None, metavar="C",
                         help="chunked local attention: a query sees only the keys of its own "
                              "chunk of C positions (Llama 4: 8192), on top of the window")
@@ -141,7 +142,8 @@ def _add_tiles_arguments(parser):
     tiling.add_argument("--batch", type=_positive, default=1, help="identical sequences (1)")
     tiling.add_argument("--heads", type=_positive, default=1, help="query heads (1)")
     parser.add_argument("--json", action="store_true",
-                        help='print only {"stage1": {"all": n, "tight": n}, "stage2": ..., "unified": ...}')
+                        help='print only {"stage1": {"all": n, "tight": n}, "stage2": ..., '
+                             '"unified": ...}')
 
 
 def _tiles_error(prog, message):
@@ -155,7 +157,8 @@ def _run_tiles(args):
     prog = args.prog
     causal = not args.non_causal
     if causal and args.window_right is not None:
-        return _tiles_error(prog, "--window-right needs --non-causal (causal already ends at the query)")
+        return _tiles_error(prog, "--window-right needs --non-causal "
+                                  "(causal already ends at the query)")
     modes = [args.workload is not None, args.decode is not None,
              args.prefix is not None or args.extend is not None]
     if sum(modes) != 1:

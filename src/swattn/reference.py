@@ -38,8 +38,9 @@ _SCORE_BUDGET = 1 << 24
 
 
 def visible_mask(q_pos, k_pos, window_left, window_right, causal, chunk=None):
-    """``visible[i, j] = (k_j >= q_i - window_left) & (k_j <= q_i if causal) & (k_j <= q_i + window_right)``,
-    and with ``chunk`` (chunked local attention) ``k_j // chunk == q_i // chunk``.
+    """``visible[i, j] = (k_j >= q_i - window_left) & (k_j <= q_i if causal)
+    & (k_j <= q_i + window_right)``, and with ``chunk`` (chunked local attention)
+    ``k_j // chunk == q_i // chunk``.
 
     ``q_pos`` [n] and ``k_pos`` [m] are absolute positions (integer tensors); the result is
     a dense bool [n, m]. ``None`` leaves a side unbounded. ``window_right`` bounds the
@@ -79,7 +80,8 @@ def gather_keys(k_cache, v_cache, block_table_row, positions):
 
 
 def attend(q, k, v, visible, *, scale, softcap=0.0, sinks=None, dtype=torch.float64):
-    """``o = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})``, ``lse = log sum_j e^{s_j}``.
+    """``o = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})``,
+    ``lse = log sum_j e^{s_j}``.
 
     Dense attention of queries ``q`` [n, Hq, D] to keys ``k`` [m, Hkv, D] / values ``v``
     [m, Hkv, Dv] where ``visible`` [n, m] (bool) or [n, Hq, m] holds; query head ``h``
@@ -263,7 +265,8 @@ def extend_attention(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_
                 visible &= k_idx[None, :] <= q_idx[:, None]
         else:
             # Row-major [new token, key] bits of this sequence.
-            bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(new, prefix + new)
+            bits = mask[mask_starts[b]: mask_starts[b] + new * (prefix + new)].reshape(
+                new, prefix + new)
             visible &= bits.to(device)[:, k_idx]
         if second is not None:
             _second_rows(result, lse, q, start, b, q_pos, seq_k, seq_v, visible, second,
@@ -303,7 +306,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
                      softcap=0.0, scale=None, sparse=None, num_splits=None, return_lse=False,
                      k_scale=None, v_scale=None, out=None, attention_chunk=None, second=None,
                      dtype=torch.float64):
-    """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per sequence.
+    """``o_b = sum_j e^{s_j - m} v_j / (sum_j e^{s_j - m} + e^{sink - m})`` for one token per
+    sequence.
 
     The query of sequence ``b`` is at position ``S - 1`` (``S = seq_lens[b]``; it is already
     in the cache) and sees the cached keys at ``max(0, S - 1 - window_left) .. S - 1``
@@ -351,7 +355,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, window_left=
             chosen = idx[b][idx[b] >= 0].to(torch.int64)
             seq_k = torch.cat([seq_k, k_pool[chosen]])
             seq_v = torch.cat([seq_v, v_pool[chosen]])
-            visible = torch.cat([visible, torch.ones(1, chosen.numel(), dtype=torch.bool, device=device)], 1)
+            visible = torch.cat([visible, torch.ones(1, chosen.numel(), dtype=torch.bool,
+                                                     device=device)], 1)
         if second is not None:
             if not second.window:
                 visible = visible[:, :0]
@@ -403,7 +408,8 @@ def merge_states(outs, lses, sinks=None, *, dtype=torch.float64):
     Returns ``(out, lse)``: ``out`` in ``outs[0].dtype``, ``lse`` float32 without the sink.
     """
     if len(outs) == 0 or len(outs) != len(lses):
-        raise ValueError(f"need as many outs as lses (at least one), got {len(outs)} and {len(lses)}")
+        raise ValueError(f"need as many outs as lses (at least one), "
+                         f"got {len(outs)} and {len(lses)}")
     part_out = torch.stack([o.to(dtype) for o in outs])
     part_lse = torch.stack([s.to(dtype) for s in lses])
     lse = torch.logsumexp(part_lse, dim=0)

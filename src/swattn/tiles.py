@@ -60,7 +60,8 @@ def count_tiles(prefix_len, extend_len, window_left=None, window_right=None, cau
     for name, value in (("prefix_len", prefix_len), ("extend_len", extend_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("batch", batch), ("heads", heads)):
+    for name, value in (("block_m", block_m), ("block_n", block_n), ("batch", batch),
+                        ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     # Window() drops window_right when causal; a causal call that names one is an error.
@@ -187,7 +188,8 @@ def parse_workload(text):
         try:
             prefix_len, extend_len = (int(part) for part in parts)
         except ValueError:
-            raise ValueError(f"workload items must be PREFIX:EXTEND with ints >= 0, got {item!r}") from None
+            raise ValueError(f"workload items must be PREFIX:EXTEND with ints >= 0, "
+                             f"got {item!r}") from None
         if prefix_len < 0 or extend_len < 0:
             raise ValueError(f"workload items must be PREFIX:EXTEND with ints >= 0, got {item!r}")
         shapes.append((prefix_len, extend_len))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # --------------------------------------------------------------------------------------
 # Conversions between the conventions of the field.
 # --------------------------------------------------------------------------------------
@@ -36,7 +35,8 @@ def check_window(window_left, window_right=None, causal=True):
         if value < 0:
             raise ValueError(f"{name} must be >= 0 or None, got {value}")
     if causal and window_right is not None:
-        raise ValueError("window_right applies only with causal=False (causal already ends at the query)")
+        raise ValueError("window_right applies only with causal=False "
+                         "(causal already ends at the query)")
 
 
 def from_hf(sliding_window):
@@ -44,7 +44,8 @@ def from_hf(sliding_window):
     ``window_left = W - 1``. ``None`` (no window) stays ``None``."""
     if sliding_window is None:
         return None
-    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window < 1:
+    if (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
+            or sliding_window < 1):
         raise ValueError(f"sliding_window must be an int >= 1 or None, got {sliding_window!r}")
     return sliding_window - 1
 
@@ -87,7 +88,8 @@ def from_sglang(sliding_window_size):
     """SGLang's ``sliding_window_size`` keeps key ``kv`` for query ``q`` iff
     ``q <= kv + sliding_window_size``: it is ``window_left``. Its kernels apply a window only
     when the size is above 0: 0 and below (-1 by default) are no window."""
-    return None if sliding_window_size is None or sliding_window_size <= 0 else int(sliding_window_size)
+    return (None if sliding_window_size is None or sliding_window_size <= 0
+            else int(sliding_window_size))
 
 
 def to_sglang(window_left):

@@ -27,8 +27,16 @@ import torch
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import need_device
 from .decode_peers import VLLM_SEGMENTS, vllm_threshold_3d
-from .peers import (Prepared, Skip, empty_out, flashinfer_page_lists, import_peer, need_cuda,
-                    poisoner, softmax_scale)
+from .peers import (
+    Prepared,
+    Skip,
+    empty_out,
+    flashinfer_page_lists,
+    import_peer,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 
 _VLLM = "vllm.v1.attention.ops.triton_unified_attention"
 

@@ -40,27 +40,31 @@ METHOD = ("median of repetitions, each one CUDA-graph replay after {flush}; vari
           "first) before timing; FLOPs count visible (query, key) pairs only")
 
 DECODE_METHOD = METHOD.replace("on the first sequence", "on the first 4 sequences").replace(
-    "visible (query, key) pairs only", "the keys each new token sees only (window, plus S's sparse keys)")
+    "visible (query, key) pairs only",
+    "the keys each new token sees only (window, plus S's sparse keys)")
 
 QUICK_CASES = ((4096, 4096), (7168, 1024))
 
 
 def parse_args(argv=None, prog=None):
     p = argparse.ArgumentParser(prog=prog or "python -m swattn.bench",
-                                description="Time swattn's extend and decode kernels against their peers "
-                                            "on one GPU.")
+                                description="Time swattn's extend and decode kernels against "
+                                            "their peers on one GPU.")
     p.add_argument("--workload", default="A,B",
                    help="comma-separated workloads: extend A, B, F, M, L4, T, V4-X; decode C-A, "
                         "C-B, C-F, C-L4, S, V4-CSA, V4-HCA (default A,B)")
     p.add_argument("--out", default=None,
-                   help="output folder (default benchmarks/results/<extend|decode|bench>-<UTC date>)")
+                   help="output folder "
+                        "(default benchmarks/results/<extend|decode|bench>-<UTC date>)")
     p.add_argument("--peers", default=None,
                    help="folder with the peers' sources (default $SWATTN_PEERS or .peers/py)")
-    p.add_argument("--reps", type=int, default=30, help="repetitions per variant per round (default 30)")
+    p.add_argument("--reps", type=int, default=30,
+                   help="repetitions per variant per round (default 30)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batch", type=int, default=None, help="override every workload's batch size")
     p.add_argument("--cases", default=None,
-                   help="override the extend (prefix, new) cases: 'P:E,P:E' (every sequence the same)")
+                   help="override the extend (prefix, new) cases: 'P:E,P:E' "
+                        "(every sequence the same)")
     p.add_argument("--context", default=None,
                    help="override the decode contexts (tokens per sequence, the new one included): "
                         "'4096,32768'")
@@ -76,9 +80,9 @@ def parse_args(argv=None, prog=None):
                         "L2's dirty lines for the timed kernel to write back (the bench's "
                         "old way)")
     p.add_argument("--fp8-config", action="append", default=[], metavar="JSON",
-                   help="add a variant: swattn over the fp8 e4m3 cache on the Hopper path with this "
-                        "config dict (the decode or extend path's fields, e.g. '{\"items\": 1}'); "
-                        "repeatable, keys fp8-config-1, fp8-config-2, ...")
+                   help="add a variant: swattn over the fp8 e4m3 cache on the Hopper path "
+                        "with this config dict (the decode or extend path's fields, "
+                        "e.g. '{\"items\": 1}'); repeatable, keys fp8-config-1, fp8-config-2, ...")
     p.add_argument("--page-size", type=int, default=16, help="paged-cache page size (default 16)")
     p.add_argument("--max-tokens", type=int, default=40960,
                    help="drop cases with more than this many tokens (prefix + new) per sequence "
@@ -156,7 +160,8 @@ def build_cases(args):
             cases += wl.decode_cases(workload, batch=args.batch, contexts=contexts,
                                      page_size=args.page_size)
         else:
-            cases += wl.extend_cases(workload, batch=args.batch, cases=pairs, page_size=args.page_size,
+            cases += wl.extend_cases(workload, batch=args.batch, cases=pairs,
+                                     page_size=args.page_size,
                                      max_tokens_per_seq=args.max_tokens)
     if not cases:
         raise ValueError("no case to run (check --workload, --cases and --max-tokens)")
@@ -237,9 +242,11 @@ def main(argv=None, prog=None):
             return 2
     stem = "extend" if not decode_cases else ("decode" if not extend_cases else "bench")
     out_dir = args.out or os.path.join(
-        "benchmarks", "results", f"{stem}-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
+        "benchmarks", "results",
+        f"{stem}-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M"))
     method = METHOD.format(flush=FLUSHES[args.flush])
-    meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(), method)
+    meta = report.collect_meta(f"{prog or 'python -m swattn.bench'} {shlex.join(argv)}".strip(),
+                               method)
     meta["peers"] = use_peers(args.peers)
     planned = (sum(len(variants(c)) for c in extend_cases)
                + sum(len(decode_variants(c)) for c in decode_cases))
@@ -249,8 +256,8 @@ def main(argv=None, prog=None):
     for case in decode_cases:
         need = decode_bench.footprint(case)
         if free is not None and need > free:
-            harness.log(f"{case.name}: inputs take about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free: "
-                        "it may not fit")
+            harness.log(f"{case.name}: inputs take about {need / 1e9:.1f} GB, "
+                        f"{free / 1e9:.1f} GB free: it may not fit")
     harness.PROGRESS.start(planned * args.rounds)
     flush = harness.Flush(kind=args.flush)
     ceilings = harness.measure_ceilings(flush)

@@ -1,6 +1,7 @@
-"""``swattn bench --parallel``: context-parallel decode and extend (swattn.parallel) timed on 1 or more GPUs: each rank's
-kernel time (``plan.partial``) and merge time (``plan.merge``: the collectives) apart, the
-keys each rank attends to against those of a single GPU, and which ranks launch nothing.
+"""``swattn bench --parallel``: context-parallel decode and extend (swattn.parallel) timed on
+1 or more GPUs: each rank's kernel time (``plan.partial``) and merge time (``plan.merge``: the
+collectives) apart, the keys each rank attends to against those of a single GPU, and which
+ranks launch nothing.
 
 It starts ``--world`` processes itself (one a GPU, NCCL; or gloo on the CPU under the
 interpreter for a smoke run) and prints one markdown row a rank and workload. Each rank
@@ -10,8 +11,8 @@ GPU 0 over gloo: the ranks time their kernels in turns (each rank's kernel at it
 on a machine with one GPU), and the merge times are gloo's through the host, not NCCL's.
 At world 1 on a GPU the plain single-GPU call (``swattn.plan_decode``/``plan_extend`` on the
 whole cache, the plan's own kernel choice) is timed beside it, turn by turn. On a GPU the
-kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after half a second of
-untimed replays (``swattn.bench.harness.interleave``); merge and run are eager calls.
+kernel and the single-GPU call are CUDA-graph replays, each after an L2 flush, after half a
+second of untimed replays (``swattn.bench.harness.interleave``); merge and run are eager calls.
 
     swattn bench --parallel --world 2                       # 128k, every workload
     swattn bench --parallel --world 1                       # the single-GPU baseline

@@ -14,17 +14,32 @@ from __future__ import annotations
 
 import torch
 
-from . import harness
-from .decode_inputs import (CHECK_SEQS, DecodeInputs, build_inputs, footprint,  # noqa: F401
-                            need_device, reference_first)
-from .decode_peers import (SGLANG_DECODE, FLEX_MAX_ELEMENTS, SGLANG_MAX_KV_SPLITS,  # noqa: F401
-                           VLLM_MIN_GRID_2D, VLLM_SEGMENTS, flashinfer_decode, flex_chunks,
-                           flex_decode, sglang_decode, sglang_num_kv_splits, vllm_capture_sizes,
-                           vllm_decode, vllm_threshold_3d)
+from . import harness, second_variants
 from .chunk_peers import flash_attn_chunk_decode, flashinfer_chunk_decode, vllm_chunk_decode
+from .decode_inputs import (  # noqa: F401
+    CHECK_SEQS,
+    DecodeInputs,
+    build_inputs,
+    footprint,
+    need_device,
+    reference_first,
+)
+from .decode_peers import (  # noqa: F401
+    FLEX_MAX_ELEMENTS,
+    SGLANG_DECODE,
+    SGLANG_MAX_KV_SPLITS,
+    VLLM_MIN_GRID_2D,
+    VLLM_SEGMENTS,
+    flashinfer_decode,
+    flex_chunks,
+    flex_decode,
+    sglang_decode,
+    sglang_num_kv_splits,
+    vllm_capture_sizes,
+    vllm_decode,
+    vllm_threshold_3d,
+)
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, fp8_pool, poisoner
-from . import second_variants
-
 
 # --------------------------------------------------------------------------------------
 # swattn's decode.
@@ -106,6 +121,7 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
     (with ``hopper=True`` the dict changes the Hopper path's config)."""
     need_device(inputs)
     import swattn
+
     from .. import reference
     case = inputs.case
     k8, v8, k_scale, v_scale = fp8_cache(inputs.k_cache, inputs.v_cache, fp8, latent=case.latent)
@@ -151,7 +167,8 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None):
 VARIANTS = (
     Variant("swattn tight", "tight", "tight", lambda i: ours(i)),
     Variant("swattn tight (control)", "control", "control", lambda i: ours(i, control=True)),
-    Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn tight, 1 split", "split1", "ours", lambda i: ours(i, num_splits=1)),
     Variant("swattn tight, Triton kernel", "triton", "ours", lambda i: ours(i, hopper=False)),
     Variant("swattn tight, fp8 e4m3 cache", "fp8", "ours", lambda i: ours_fp8(i)),

@@ -124,7 +124,8 @@ def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
     tail = (tail_pos >= dev_lens[:, None]) & (dev_pages[:, None] > 0)
     tail_slots = seq_pages.to(torch.int64).gather(1, last[:, None]) * size + offsets[None, :]
     # Pages wholly below each window: freed by the engine.
-    starts = torch.tensor([case.lowest_key(s) for s in case.seq_lens], dtype=torch.int64, device=device)
+    starts = torch.tensor([case.lowest_key(s) for s in case.seq_lens], dtype=torch.int64,
+                          device=device)
     below = dev_logical[None, :] < (starts // size)[:, None]
     below_pages = seq_pages[below].to(torch.int64)
     for cache, flat in ((k_cache, k_cache.view(-1, hkv, d)), (v_cache, v_cache.view(-1, hkv, dv))):
@@ -144,7 +145,8 @@ def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
         v_pool = v_rows[sparse_row0:]
         share = 2 * case.sparse_keys
         base = torch.arange(batch, device=device)[:, None] * share
-        chosen = torch.rand(batch, share, generator=gen, device=device).argsort(1)[:, :case.sparse_keys] + base
+        chosen = (torch.rand(batch, share, generator=gen, device=device).argsort(1)
+                  [:, :case.sparse_keys] + base)
         holes = torch.rand(batch, case.sparse_keys, generator=gen, device=device).argsort(1)
         invalid = case.sparse_keys - case.sparse_valid
         idx = chosen.scatter(1, holes[:, :invalid], -1).to(torch.int32)
@@ -184,7 +186,8 @@ def reference_first(inputs, sinks=True, sparse=True, count=CHECK_SEQS):
     from .. import reference
     case = inputs.case
     n = min(count, case.batch)
-    out = torch.empty(n, case.num_q_heads, case.head_dim_v, dtype=torch.float64, device=inputs.q.device)
+    out = torch.empty(n, case.num_q_heads, case.head_dim_v, dtype=torch.float64,
+                      device=inputs.q.device)
     extra = None
     if sparse and inputs.sparse is not None:
         k_pool, v_pool, idx = inputs.sparse

@@ -11,9 +11,19 @@ import torch
 
 from ..window import to_flash_attn, to_flashinfer
 from .decode_inputs import need_device
-from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
-                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
-                    softmax_scale)
+from .peers import (
+    Prepared,
+    Skip,
+    causal_mask_mod,
+    compiled_flex,
+    empty_out,
+    flashinfer_page_lists,
+    fp8_cache,
+    import_peer,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 
 SGLANG_MAX_KV_SPLITS = 8  # its default --triton-attention-num-kv-splits
 VLLM_SEGMENTS = 16  # NUM_PAR_SOFTMAX_SEGMENTS of vLLM's triton_attn.py
@@ -94,8 +104,8 @@ def sglang_decode(inputs, *, core_count=None):
     def fn():
         mod.decode_attention_fwd(
             inputs.q, inputs.k_rows, inputs.v_rows, out, kv_indptr, kv_indices, attn_logits,
-            attn_lse, num_kv_splits, SGLANG_MAX_KV_SPLITS, softmax_scale(case), 1.0, 1.0, logit_cap=0.0,
-            sinks=inputs.sinks, has_mla=case.latent, use_pdl=use_pdl, page_size=1,
+            attn_lse, num_kv_splits, SGLANG_MAX_KV_SPLITS, softmax_scale(case), 1.0, 1.0,
+            logit_cap=0.0, sinks=inputs.sinks, has_mla=case.latent, use_pdl=use_pdl, page_size=1,
             uneven_batch=uneven)
 
     what = "all keys" if case.window_left is None else f"last W={case.window_left + 1} keys"
@@ -158,13 +168,14 @@ def vllm_decode(inputs, *, fp8=None):
     if case.page_size != 16:
         raise Skip(f"vLLM's Triton backend runs block size 16, this pool has {case.page_size}")
     if case.head_dim != case.head_dim_v or inputs.sparse is not None:
-        raise Skip(f"vLLM's kernel has one head size for K and V ({case.head_dim}/{case.head_dim_v} "
-                   "here) and no separate sparse rows")
+        raise Skip(f"vLLM's kernel has one head size for K and V "
+                   f"({case.head_dim}/{case.head_dim_v} here) and no separate sparse rows")
     mod = import_peer("vllm.v1.attention.ops.triton_unified_attention")
     device = inputs.q.device
     table = inputs.block_table_full.clone()
     width = table.shape[1]
-    below = torch.arange(width, device=device)[None, :] < (inputs.window_starts() // case.page_size)[:, None]
+    below = (torch.arange(width, device=device)[None, :]
+             < (inputs.window_starts() // case.page_size)[:, None])
     table[below] = inputs.null_page
     table = torch.cat([table, torch.full((case.batch, 2), -1, dtype=torch.int32, device=device)], 1)
     cu_seqlens_q = torch.arange(case.batch + 1, dtype=torch.int32, device=device)
@@ -173,7 +184,8 @@ def vllm_decode(inputs, *, fp8=None):
     padded = 1 << (case.head_dim - 1).bit_length()
     segm_out = torch.empty(threshold, case.num_q_heads, VLLM_SEGMENTS, padded, dtype=torch.float32,
                            device=device)
-    segm_max = torch.empty(threshold, case.num_q_heads, VLLM_SEGMENTS, dtype=torch.float32, device=device)
+    segm_max = torch.empty(threshold, case.num_q_heads, VLLM_SEGMENTS, dtype=torch.float32,
+                           device=device)
     segm_sum = torch.empty_like(segm_max)
     # One query per sequence: one query block each, so the 3D path runs while B <= threshold.
     path = ("3D split-KV, 16 segments" if case.batch <= threshold
@@ -181,10 +193,12 @@ def vllm_decode(inputs, *, fp8=None):
     left, _ = to_flash_attn(case.window_left)
     window = (left, 0) if case.window_left is not None else (-1, -1)
     out = empty_out(inputs)
-    k_cache, v_cache, k_descale, v_descale, mode, want = inputs.k_cache, inputs.v_cache, ones, ones, {}, None
+    k_cache, v_cache, k_descale, v_descale, mode, want = (inputs.k_cache, inputs.v_cache, ones,
+                                                          ones, {}, None)
     if fp8 is not None:
         k_cache, v_cache, k_descale, v_descale, want = _fp8_copy(inputs, fp8, inputs.sinks)
-        mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
+        mode = {"kv_quant_mode":
+                import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
 
     def fn():
         mod.unified_attention(
@@ -235,7 +249,8 @@ def flex_decode(inputs):
     slots = torch.stack([inputs.slots(b, lo, seq_len) for b in range(case.batch)])  # [B, W]
     dense = []
     for cache, dim in ((inputs.k_cache, case.head_dim), (inputs.v_cache, case.head_dim_v)):
-        full = torch.zeros(case.batch, hkv, seq_len, dim, dtype=inputs.q.dtype, device=inputs.q.device)
+        full = torch.zeros(case.batch, hkv, seq_len, dim, dtype=inputs.q.dtype,
+                           device=inputs.q.device)
         full[:, :, lo:] = cache.view(-1, hkv, dim)[slots].permute(0, 2, 1, 3)
         dense.append(full)
     k, v = dense
@@ -243,13 +258,15 @@ def flex_decode(inputs):
 
     block_mask = create_block_mask(causal_mask_mod(seq_len - 1, window_left, chunk), B=None,
                                    H=None, Q_LEN=1, KV_LEN=seq_len, device=inputs.q.device)
-    chunks = flex_chunks(case.batch, hkv * seq_len * max(case.head_dim, case.head_dim_v), FLEX_MAX_ELEMENTS)
+    chunks = flex_chunks(case.batch, hkv * seq_len * max(case.head_dim, case.head_dim_v),
+                         FLEX_MAX_ELEMENTS)
     step = case.batch // chunks
     state = {}
 
     def fn():
-        state["outs"] = [compiled(q[i:i + step], k[i:i + step], v[i:i + step], block_mask=block_mask,
-                                  scale=softmax_scale(case), enable_gqa=True)
+        state["outs"] = [compiled(q[i:i + step], k[i:i + step], v[i:i + step],
+                                  block_mask=block_mask, scale=softmax_scale(case),
+                                  enable_gqa=True)
                          for i in range(0, case.batch, step)]
 
     def result():

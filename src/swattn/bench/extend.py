@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import torch
 
-from . import harness
 from ..ops.config import HOPPER_EXTEND_128_ROWS
 from ..verify.identity import TOLERANCES
+from . import harness, second_variants
 from .chunk_peers import flash_attn_chunk_extend, flashinfer_chunk_extend, vllm_chunk_extend
 from .extend_inputs import build_inputs, reference_first
 from .extend_peers import flashinfer, flex, sglang_extend, sglang_unified, vllm_unified
 from .peers import Prepared, Skip, Variant, empty_out, fp8_cache, need_cuda, poisoner
 from .tree_peers import flex_tree, sglang_verify
-from . import second_variants
-
 
 # --------------------------------------------------------------------------------------
-# swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant control).
+# swattn's extend: the plan's run, as an engine calls it (tight / skip, and the same-variant
+# control).
 # --------------------------------------------------------------------------------------
 
 def extend_plan(inputs, table, *, bounds="tight", deterministic=False, hopper=None, config=None,
@@ -148,7 +147,8 @@ def ours_fp8(inputs, *, fp8=torch.float8_e4m3fn, hopper=None, config=None, fp8_p
     # fp8 products: held to their own tolerance.
     tolerance = TOLERANCES["hopper-fp8-products"] if fp8_products else None
     note = (f"{str(fp8)[6:]} cache (one scale a KV head), {plan_note(plan)}; checked against "
-            "the reference over the same fp8 cache" + (f" within {tolerance:g}" if tolerance else ""))
+            "the reference over the same fp8 cache"
+            + (f" within {tolerance:g}" if tolerance else ""))
     return Prepared(run, lambda: out, note, True, poisoner(out), [plan, k8, v8],
                     host={"plan.run": run}, tiling=plan.tiling(), reference=want, kv_bytes=1,
                     tolerance=tolerance)
@@ -195,12 +195,14 @@ VARIANTS = (
             lambda i: ours_fp8(i, hopper=True, config={"stages": 3})),
     Variant("swattn tight, full layout", "tight-full", "ours",
             lambda i: ours(i, bounds="tight", layout="full")),
-    Variant("swattn skip, full layout", "skip", "ours", lambda i: ours(i, bounds="skip", layout="full")),
+    Variant("swattn skip, full layout", "skip", "ours",
+            lambda i: ours(i, bounds="skip", layout="full")),
     Variant("swattn deterministic", "det", "ours", lambda i: ours(i, deterministic=True)),
     Variant("swattn deterministic skip, full layout", "det-skip", "ours",
             lambda i: ours(i, bounds="skip", layout="full", deterministic=True)),
     Variant("SGLang, window layout", "sglang", "peer", lambda i: sglang_extend(i, layout="window")),
-    Variant("SGLang, full layout", "sglang-full", "peer", lambda i: sglang_extend(i, layout="full")),
+    Variant("SGLang, full layout", "sglang-full", "peer",
+            lambda i: sglang_extend(i, layout="full")),
     Variant("SGLang unified", "sglang-unified", "peer", sglang_unified),
     Variant("vLLM unified", "vllm", "peer", vllm_unified),
     Variant("vLLM unified, fp8 e4m3 pool", "vllm-fp8", "peer",

@@ -9,10 +9,19 @@ from __future__ import annotations
 import torch
 
 from ..window import to_flash_attn, to_flashinfer, to_sglang
-from .peers import (Prepared, Skip, causal_mask_mod, compiled_flex, empty_out,
-                    flashinfer_page_lists, fp8_cache, import_peer, need_cuda, poisoner,
-                    softmax_scale)
-
+from .peers import (
+    Prepared,
+    Skip,
+    causal_mask_mod,
+    compiled_flex,
+    empty_out,
+    flashinfer_page_lists,
+    fp8_cache,
+    import_peer,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 
 # --------------------------------------------------------------------------------------
 # SGLang 0.5.23 Triton kernels, over its token pool (a page-size-1 view of the same pool).
@@ -33,7 +42,8 @@ def _prefix_lists(inputs, layout):
     case = inputs.case
     lists, starts = [], []
     for b, (prefix, _) in enumerate(case.seqs):
-        keep = prefix if (layout == "full" or case.window_left is None) else min(prefix, case.window_left)
+        keep = (prefix if (layout == "full" or case.window_left is None)
+                else min(prefix, case.window_left))
         lists.append(inputs.slots(b, prefix - keep, prefix))
         starts.append(prefix - keep)
     return lists, starts
@@ -205,18 +215,21 @@ def vllm_unified(inputs, *, fp8=None):
     note = "paged 16, pages below the window -> null page"
     if fp8 is not None:
         k_pool, v_pool, k_descale, v_descale, want = _fp8_copy(inputs, fp8, inputs.sinks)
-        mode = {"kv_quant_mode": import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
+        mode = {"kv_quant_mode":
+                import_peer("vllm.v1.kv_cache_interface").KVQuantMode.FP8_PER_TENSOR}
         note += (f"; {str(fp8)[6:]} pool, one scale for the tensor (FP8_PER_TENSOR); checked "
                  "against the reference over the same fp8 pool")
 
     def fn():
         mod.unified_attention(
             q=inputs.q, k=k_pool, v=v_pool, out=out, cu_seqlens_q=inputs.cu_seqlens,
-            max_seqlen_q=max_q, seqused_k=seqused_k, max_seqlen_k=max_k, softmax_scale=softmax_scale(case),
-            causal=True, window_size=window, block_table=table, softcap=0, q_descale=None,
-            k_descale=k_descale, v_descale=v_descale, sinks=inputs.sinks, **mode)
+            max_seqlen_q=max_q, seqused_k=seqused_k, max_seqlen_k=max_k,
+            softmax_scale=softmax_scale(case), causal=True, window_size=window,
+            block_table=table, softcap=0, q_descale=None, k_descale=k_descale,
+            v_descale=v_descale, sinks=inputs.sinks, **mode)
 
-    return Prepared(fn, lambda: out, note, True, poisoner(out), [table, seqused_k, ones, k_pool, v_pool],
+    return Prepared(fn, lambda: out, note, True, poisoner(out),
+                    [table, seqused_k, ones, k_pool, v_pool],
                     reference=want, kv_bytes=1 if fp8 is not None else 2)
 
 

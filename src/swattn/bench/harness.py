@@ -221,8 +221,8 @@ def interleave(replays, reps, rounds, flush, budget_ms=1500.0, label="", warm_ms
                 continue
             times[name].append(samples[name])
             PROGRESS.advance()
-            log(f"{label} | {name} | round {r + 1}/{rounds}: median {np.median(samples[name]):.1f} us "
-                f"over {len(samples[name])} reps")
+            log(f"{label} | {name} | round {r + 1}/{rounds}: "
+                f"median {np.median(samples[name]):.1f} us over {len(samples[name])} reps")
     return times, errors
 
 
@@ -282,13 +282,15 @@ def _copy_kernel(Src, Dst, n, BLOCK: tl.constexpr):
 
 
 def _triton_copy(src, dst, block=8192):
-    _copy_kernel[(triton.cdiv(src.numel(), block),)](src, dst, src.numel(), BLOCK=block, num_warps=8)
+    _copy_kernel[(triton.cdiv(src.numel(), block),)](src, dst, src.numel(), BLOCK=block,
+                                                      num_warps=8)
 
 
 # How the copy ceiling is measured: torch's copy_ (which the first runs found below what the
 # decode kernel itself read: benchmarks/results/2026-12-01-h200-baseline/) and a plain Triton
 # load/store kernel run by the SMs; the fastest is the ceiling, each is reported.
-COPY_METHODS = (("torch copy_ 1 GiB", _torch_copy, 1 << 29), ("torch copy_ 4 GiB", _torch_copy, 1 << 31),
+COPY_METHODS = (("torch copy_ 1 GiB", _torch_copy, 1 << 29),
+                ("torch copy_ 4 GiB", _torch_copy, 1 << 31),
                 ("Triton copy 4 GiB", _triton_copy, 1 << 31))
 
 
@@ -396,7 +398,8 @@ def _prepare(variant, inputs, refs, label, reference):
         if not same:
             res.note += "; no sinks: a different function (checked against a sink-less reference)"
         if not same_sparse:
-            res.note += "; no sparse keys: a different function (checked against a window-only reference)"
+            res.note += ("; no sparse keys: a different function (checked against a window-only "
+                         "reference)")
         if res.computes:
             res.note += f"; {res.computes}: a different function (checked against its reference)"
         log(f"{label} | {variant.name}: rel err {res.rel_err:.2e} ({res.status})")

@@ -21,8 +21,8 @@ def plot(json_path, out_dir=None):
     rows = [r for r in data["rows"] if r.get("median_us") is not None]
     workloads = sorted({r["case"].split(" ")[0] for r in rows})
     meta = data.get("meta", {})
-    title = (f"{meta.get('gpu', '?')}, torch {meta.get('torch', '?')}, triton {meta.get('triton', '?')}, "
-             f"commit {meta.get('commit', '?')}")
+    title = (f"{meta.get('gpu', '?')}, torch {meta.get('torch', '?')}, "
+             f"triton {meta.get('triton', '?')}, commit {meta.get('commit', '?')}")
     written = []
     for workload in workloads:
         mine = [r for r in rows if r["case"].split(" ")[0] == workload]
@@ -33,7 +33,8 @@ def plot(json_path, out_dir=None):
             fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cases)), 4.5))
             width = 0.8 / len(variants)
             for i, variant in enumerate(variants):
-                values = [next((r[metric] for r in mine if r["case"] == c and r["variant"] == variant
+                values = [next((r[metric] for r in mine
+                                if r["case"] == c and r["variant"] == variant
                                 and r.get(metric) is not None), 0.0) for c in cases]
                 ax.bar([x + i * width for x in range(len(cases))], values, width, label=variant)
             ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])

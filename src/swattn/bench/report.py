@@ -19,8 +19,13 @@ import shlex
 import subprocess
 
 from .harness import same_function, summarize
-from .predict import (decode_tile_prediction, expected_decode_tiling, expected_tiling, floor_us,
-                      tile_prediction)
+from .predict import (
+    decode_tile_prediction,
+    expected_decode_tiling,
+    expected_tiling,
+    floor_us,
+    tile_prediction,
+)
 
 CSV_FIELDS = ("case", "variant", "key", "role", "status", "median_us", "p20_us", "p80_us", "reps",
               "graphed", "rel_err", "same_function", "other_fn", "computes", "tflops", "gbps",
@@ -54,7 +59,8 @@ def verdict(ratio, noise):
 
 def _dropped(result, case):
     """What of the case's function a variant leaves out: "" or "sinks", "sparse keys", ..."""
-    sinks, sparse = same_function(result.applies_sinks, getattr(result, "applies_sparse", True), case)
+    sinks, sparse = same_function(result.applies_sinks, getattr(result, "applies_sparse", True),
+                                  case)
     return ", ".join(what for what, kept in (("sinks", sinks), ("sparse keys", sparse)) if not kept)
 
 
@@ -93,12 +99,14 @@ def _rows(case_result, ceilings):
             "tflops": flops / median / 1e6 if median else None,
             "gbps": r_bytes / median / 1e3 if median else None,
             "floor_us": r_floor, "roofline": roofline(r_floor, median), "ratio_best_peer": ratio,
-            "verdict": "fastest peer" if (best is not None and r is best) else verdict(ratio, noise),
+            "verdict": ("fastest peer" if (best is not None and r is best)
+                        else verdict(ratio, noise)),
             "note": r.note, "host_us": dict(getattr(r, "host_us", {}) or {}),
         })
     tight_us = next((row["median_us"] for row in rows if row["role"] == "tight"), None)
     for row in rows:
-        row["ratio_tight"] = row["median_us"] / tight_us if (row["median_us"] and tight_us) else None
+        row["ratio_tight"] = (row["median_us"] / tight_us if (row["median_us"] and tight_us)
+                              else None)
         row["verdict_tight"] = verdict(row["ratio_tight"], noise) if row["role"] != "tight" else ""
     return (flops, nbytes, floor), rows, best, best_us
 
@@ -132,7 +140,8 @@ def case_report(case_result, ceilings):
         "tiles_tight": prediction["tight"], "tiles_skip": prediction["skip"],
         "predicted_tight_over_skip": prediction["ratio"], "measured_tight_over_skip": measured,
         "tiles_chunk_masked_only": prediction["chunk_masked_only"],
-        "tiling": f"{prediction['block_m']}x{prediction['block_n']}", "seconds": case_result.seconds,
+        "tiling": f"{prediction['block_m']}x{prediction['block_n']}",
+        "seconds": case_result.seconds,
     }
     summary["verdict_tight_vs_skip"] = verdict(measured, noise)
     return summary, rows
@@ -162,7 +171,8 @@ def decode_case_report(case_result, ceilings):
         "head_dim": case.head_dim, "head_dim_v": case.head_dim_v,
         "window_left": case.window_left, "sinks": case.sinks, "page_size": case.page_size,
         "attention_chunk": case.attention_chunk,
-        "sparse_keys": case.sparse_keys, "sparse_valid": case.sparse_valid if case.sparse_keys else 0,
+        "sparse_keys": case.sparse_keys,
+        "sparse_valid": case.sparse_valid if case.sparse_keys else 0,
         "keys_per_seq": case.keys() / case.batch,
         "visible_pairs": case.visible_pairs() * case.num_q_heads, "flops": flops, "bytes": nbytes,
         "floor_us": floor, "noise": noise, "best_peer": best.name if best else None,
@@ -204,7 +214,8 @@ def _pct(x):
 def _ratio(x, verdict_text=""):
     if x is None:
         return "-"
-    return f"{x:.2f}x" + (f" ({verdict_text})" if verdict_text in ("no change", "fastest peer") else "")
+    return f"{x:.2f}x" + (f" ({verdict_text})" if verdict_text in ("no change", "fastest peer")
+                          else "")
 
 
 def _cell(text):
@@ -244,7 +255,8 @@ def _header(w, meta, ceilings, rows, kind):
         w(f"- ceilings, measured in this run: bf16 matmul 8192^3 "
           f"{ceilings['matmul_tflops']:.0f} TFLOP/s; device-to-device copy "
           f"{ceilings['copy_gbps']:.0f} GB/s (read + written"
-          + "".join(f"; {size}: {gbps:.0f}" for size, gbps in ceilings.get("copy_gbps_by_method", {}).items())
+          + "".join(f"; {size}: {gbps:.0f}"
+                    for size, gbps in ceilings.get("copy_gbps_by_method", {}).items())
           + ")\n")
     w(f"- method: {meta.get('method', '')}\n\n")
     legend = {}
@@ -252,7 +264,8 @@ def _header(w, meta, ceilings, rows, kind):
         if r["status"] in ("ok", "WRONG") and r["variant"] not in legend:
             legend[r["variant"]] = r["note"]
     if legend:
-        w("Variants: " + "; ".join(f"**{_cell(k)}**: {_cell(v)}" for k, v in legend.items()) + "\n\n")
+        w("Variants: " + "; ".join(f"**{_cell(k)}**: {_cell(v)}" for k, v in legend.items())
+          + "\n\n")
 
 
 def _table(w, columns, items):
@@ -367,7 +380,8 @@ def decode_markdown(meta, ceilings, summaries, rows):
     w("\n## Cases\n\n")
 
     def keys(s):
-        return f"{s['keys_per_seq']:g}" + (f" ({s['sparse_valid']} sparse)" if s["sparse_keys"] else "")
+        return f"{s['keys_per_seq']:g}" + (f" ({s['sparse_valid']} sparse)" if s["sparse_keys"]
+                                           else "")
 
     _table(w, [
         ("case", lambda s: s["case"]),
@@ -430,7 +444,8 @@ def write(out_dir, meta, ceilings, case_results, kind="extend"):
 
 def _run(cmd):
     try:
-        return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=20).stdout.strip()
+        return subprocess.run(cmd, check=False, capture_output=True, text=True,
+                              timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -443,7 +458,8 @@ def git_commit():
     head = _run(["git", "rev-parse", "--short=12", "HEAD"])
     if not head:
         return "none (not a git checkout, or no commit yet)"
-    return head + ("+dirty" if _run(["git", "status", "--porcelain", "--untracked-files=no"]) else "")
+    return head + ("+dirty" if _run(["git", "status", "--porcelain", "--untracked-files=no"])
+                   else "")
 
 
 def collect_meta(command, method=""):
@@ -451,7 +467,8 @@ def collect_meta(command, method=""):
     import torch
     import triton
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).split("\n")[0]
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version",
+                   "--format=csv,noheader"]).split("\n")[0]
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "gpu": gpu, "driver": driver or "unknown", "cuda": torch.version.cuda,
             "torch": torch.__version__, "triton": triton.__version__, "commit": git_commit(),

@@ -105,6 +105,7 @@ def _index_lists(limits, topk, gen, device):
 def build_inputs(case, device="cuda", seed=0, dtype=torch.bfloat16):
     """The tensors of a V4 ``case`` on ``device`` (see :class:`SecondInputs`)."""
     import swattn
+
     from ..window import second_limit
     gen = torch.Generator(device=device).manual_seed(seed)
     hkv, d, source = case.num_kv_heads, case.head_dim, case.second
@@ -146,6 +147,7 @@ def quantized(inputs, fp8=torch.float8_e4m3fn):
     largest magnitude maps to the format's largest value) and shared, as the engine's main
     and compressed caches share it: ``(k8, second8, scale)``."""
     import swattn
+
     from .. import reference
     source = inputs.source
     amax = torch.stack([x.float().nan_to_num(0.0).abs().amax(dim=(0, 1, 3))
@@ -163,6 +165,7 @@ def reference_rows(inputs, *, sinks=True, k_cache=None, second=None, scale=None)
     the cache's and those new tokens'), over ``k_cache`` and ``second`` (default the
     case's; an fp8 copy with its ``scale``). ``sinks=False`` drops the sinks."""
     import swattn
+
     from .. import reference
     k_cache = inputs.k_cache if k_cache is None else k_cache
     second = inputs.source if second is None else second

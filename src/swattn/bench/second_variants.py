@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import torch
 
-from . import harness
 from ..ops import config as _config
+from . import harness
 from .decode_inputs import need_device
 from .decode_peers import FLEX_MAX_ELEMENTS, flex_chunks
-from .peers import (Prepared, Skip, Variant, compiled_flex, empty_out, need_cuda, poisoner,
-                    softmax_scale)
+from .peers import (
+    Prepared,
+    Skip,
+    Variant,
+    compiled_flex,
+    empty_out,
+    need_cuda,
+    poisoner,
+    softmax_scale,
+)
 from .second_inputs import build_inputs, quantized, reference_first, reference_rows
 
 SGLANG_V4_DECODE = "sglang.kernels.ops.attention.dsv4.triton_sparse_decode"

@@ -21,7 +21,7 @@ import torch
 from .decode_inputs import need_device
 from .extend_inputs import reference_first
 from .extend_peers import flex_dense, sglang_extend
-from .peers import (Skip, need_cuda)
+from .peers import Skip, need_cuda
 from .workloads import tree_ancestors, tree_depths
 
 # What SGLang's kernel computes on a tree, beside the case's function.

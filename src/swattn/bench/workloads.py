@@ -1,4 +1,5 @@
-"""The named workloads (``docs/design.md`` tabulates them), in one place, and the work each case does.
+"""The named workloads (``docs/design.md`` tabulates them), in one place, and the work each case
+does.
 
 A :class:`Workload` is one row of that table (model shape, window, chunk, sinks, batch and
 its (prefix, new) cases or decode contexts, a draft tree). :func:`extend_cases` turns an
@@ -118,8 +119,8 @@ WORKLOADS = {
         Workload("C-A", "gpt-oss decode", "decode", 16, 2, 64, 64, 128, True, 64, context=32768),
         Workload("C-B", "Mistral-style decode", "decode", 32, 8, 128, 128, 4096, False, 64,
                  context=32768),
-        Workload("C-F", "gpt-oss-120b at TP4, full-attention layer, decode", "decode", 16, 2, 64, 64,
-                 None, True, 64, context=32768,
+        Workload("C-F", "gpt-oss-120b at TP4, full-attention layer, decode", "decode", 16, 2, 64,
+                 64, None, True, 64, context=32768,
                  note="the full layers beside C-A's window layers: window_left=None"),
         Workload("M", "gpt-oss-120b TP4 prefill mix", "mix", 16, 2, 64, 64, 128, True, 8,
                  cases=((0, 4096), (4096, 4096)), window_layers=18, full_layers=18,

@@ -67,7 +67,8 @@ class Engine:
         self.num_q_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         self.window_left = from_hf(cfg.sliding_window)
-        self.layer_kinds = ["window" if t == "sliding_attention" else "full" for t in cfg.layer_types]
+        self.layer_kinds = ["window" if t == "sliding_attention" else "full"
+                            for t in cfg.layer_types]
         shape = (num_pages, page_size, self.num_kv_heads, self.head_dim)
         self.caches = []
         for kind in self.layer_kinds:  # unwritten rows are NaN: a read of one would show
@@ -146,7 +147,8 @@ class Engine:
                                        block_n=t["block_n"], heads=t["heads"])
         layers = self.layer_kinds.count("window")
         self.stats["tiles"] += layers * (counts["stage1"]["tight"] + counts["stage2"]["tight"])
-        self.stats["tiles_unbounded"] += layers * (counts["stage1"]["all"] + counts["stage2"]["all"])
+        self.stats["tiles_unbounded"] += layers * (counts["stage1"]["all"]
+                                                   + counts["stage2"]["all"])
 
     def attention(self, module, query, key, value, attention_mask, scaling=None, s_aux=None,
                   **kwargs):

@@ -9,7 +9,8 @@ import torch
 
 from .engine import Engine, Request
 from .report import Progress, summary
-from .sizes import FULL_KV, SIZES as sizes_of
+from .sizes import FULL_KV
+from .sizes import SIZES as sizes_of
 
 ENGINE_IMPL = "swattn_engine"
 ENGINES = []  # the engine whose step is running (the attention function's target)
@@ -160,9 +161,10 @@ def main(args):
     model = build_model(size, args.seed, device, dtype)
     requests = make_requests(size, size["requests"], args.seed + 1)
     longest = max(len(r.prompt) + r.max_new for r in requests)
-    print(f"swattn demo: {len(requests)} requests on a gpt-oss-style model ({size['layers']} layers, "
-          f"window {size['window']}, {size['heads']}/{size['kv_heads']} heads of {size['head_dim']}, "
-          f"sinks), {device.type}, {str(dtype)[6:]}"
+    print(f"swattn demo: {len(requests)} requests on a gpt-oss-style model "
+          f"({size['layers']} layers, window {size['window']}, "
+          f"{size['heads']}/{size['kv_heads']} heads of {size['head_dim']}, sinks), "
+          f"{device.type}, {str(dtype)[6:]}"
           + (" under Triton's interpreter" if not gpu else "")
           + (f"; full layers' KV cache {str(full_kv_dtype)[6:]}" if full_kv_dtype else ""))
     if gpu:  # compile each kernel variant before the timed run

@@ -61,7 +61,8 @@ def _rows(engine, requests, rows, checks, longest):
             out.append((f"transformers {name}", f"not run: {row['error']}"))
         else:
             sec = row["seconds"]
-            out.append((f"transformers {name}", f"{sec:.2f} s, {s['generated'] / sec:.1f} tokens/s"))
+            out.append((f"transformers {name}",
+                        f"{sec:.2f} s, {s['generated'] / sec:.1f} tokens/s"))
     out += page_rows(engine)
     if engine.kv_dtypes["full"] != engine.dtype:
         held = sum(c.numel() * c.element_size() for pair in engine.caches for c in pair)

@@ -188,7 +188,8 @@ def _check_mask_function(mask_function):
         return (_overlay_width(windows[0]) if windows else None), None
     raise NotImplementedError(
         "attn_implementation='swattn' serves causal and sliding-window masks with padding; "
-        f"this model asked for another mask ({getattr(mask_function, '__qualname__', mask_function)}): "
+        "this model asked for another mask "
+        f"({getattr(mask_function, '__qualname__', mask_function)}): "
         "packed sequences, block overlays and bidirectional spans are not supported")
 
 

@@ -68,7 +68,8 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
     # prefix_b + i in that sequence's pages.
     seq, i = token_rows(cu_seqlens_q, q.shape[0])
     pos = prefix_lens.to(torch.int64)[seq] + i
-    pages = block_table.to(torch.int64)[seq, (pos // page).clamp(min=0, max=block_table.shape[1] - 1)]
+    pages = block_table.to(torch.int64)[
+        seq, (pos // page).clamp(min=0, max=block_table.shape[1] - 1)]
     slots = pos % page
     k_new, v_new = k[pages, slots], v[pages, slots]
     k_scale = v_scale = None
@@ -80,8 +81,8 @@ def unified_attention(q, k, v, out, cu_seqlens_q, max_seqlen_q, seqused_k, max_s
         k_new, v_new = (x.to(torch.float32) * (1.0 if s is None else s)
                         for x, s in ((k_new, k_scale), (v_new, v_scale)))
         k_new, v_new = k_new.to(q.dtype), v_new.to(q.dtype)
-    extend_attention(q, k_new, v_new, k, v, block_table.to(torch.int32), cu_seqlens_q.to(torch.int32),
-                     prefix_lens, window_left=left,
+    extend_attention(q, k_new, v_new, k, v, block_table.to(torch.int32),
+                     cu_seqlens_q.to(torch.int32), prefix_lens, window_left=left,
                      sinks=None if sinks is None else sinks.to(torch.float32),
                      softcap=float(softcap or 0.0), scale=softmax_scale, out=out,
                      k_scale=k_scale, v_scale=v_scale)

@@ -3,8 +3,9 @@ itself), and the documented rules of the engines it is compared with, each appli
 same steps of the same sequences (``swattn memory-sim``).
 
 A policy is told each step's tokens before the step runs (:meth:`reserve`, ``(seq_id,
-tokens, decode)`` triples: its pages must be there), then that the step finished (:meth:`commit`), and when a sequence is done
-(:meth:`release`); :meth:`held` is the pages it holds in a group. Full-attention groups keep
+tokens, decode)`` triples: its pages must be there), then that the step finished
+(:meth:`commit`), and when a sequence is done (:meth:`release`); :meth:`held` is the pages it
+holds in a group. Full-attention groups keep
 every page in every policy; the policies differ in where a sliding group's first kept page
 is:
 

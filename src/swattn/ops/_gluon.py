@@ -8,16 +8,25 @@ import functools
 from collections import namedtuple
 
 import torch
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .. import window
-from ._common import (MAX_POSITION, compile_bound, larger_source, maximum_source,
-                      minimum_source, new_lengths_source, range_bounds_source, range_keep_source,
-                      table_column_source, tanh_source, visible_source)
+from ._common import (
+    MAX_POSITION,  # noqa: F401  (read through globals() by extend_seq_ok, decode_seq_ok below)
+    compile_bound,
+    larger_source,
+    maximum_source,
+    minimum_source,
+    new_lengths_source,
+    range_bounds_source,
+    range_keep_source,
+    table_column_source,
+    tanh_source,
+    visible_source,
+)
 from ._tma import row_descriptor
 from ._validate import FP8_DTYPES
 

@@ -35,8 +35,8 @@ import numpy as np
 def _as_float64(handle):
     """The float64 values of an interpreter tensor: bf16 (held as uint16 bit patterns) and
     the 8-bit floats converted as the interpreter converts them, everything else cast."""
-    from triton.runtime import interpreter
     import triton.language as tl
+    from triton.runtime import interpreter
 
     data, dtype = handle.data, handle.dtype.scalar
     if dtype == tl.bfloat16:

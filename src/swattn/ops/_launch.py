@@ -51,7 +51,8 @@ class _Compiled:
         if getattr(launch, "__closure__", None):
             # wrap_handle_tensordesc's inner(): the raw launcher, the descriptors'
             # positions and metadata are its free variables.
-            cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in launch.__closure__)))
+            cells = dict(zip(launch.__code__.co_freevars,
+                             (c.cell_contents for c in launch.__closure__)))
             launch = cells["launcher"]
             positions = sorted(cells["tensordesc_indices"])
             metas = cells["tensordesc_meta"]

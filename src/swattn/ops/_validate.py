@@ -10,8 +10,10 @@ import os
 
 import torch
 
-from ..window import MAX_POSITION
-from ..window import check_window  # noqa: F401  (re-exported for the launchers)
+from ..window import (
+    MAX_POSITION,
+    check_window,  # noqa: F401  (re-exported for the launchers)
+)
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Cache dtypes beside the queries': the cache holds value / scale (k_scale, v_scale).
@@ -45,7 +47,8 @@ def check_tensor(name, t, *, dim=None, dtype=None, dtypes=None, device=None, sha
             if want is not None and t.shape[i] != want:
                 raise ValueError(f"{name} must have shape {_fmt(shape)}, got {tuple(t.shape)}")
     if t.dim() and t.stride(-1) != 1 and t.shape[-1] > 1:
-        raise ValueError(f"{name} must be contiguous in its last dimension, got strides {t.stride()}")
+        raise ValueError(f"{name} must be contiguous in its last dimension, "
+                         f"got strides {t.stride()}")
 
 
 def check_device(name, device):
@@ -70,7 +73,8 @@ def expect(name, t, dtype, device_index, shape, lead=0):
     if t.get_device() != device_index:
         raise ValueError(f"{name} must be on the plan's device, got {t.device}")
     if got and got[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(f"{name} must be contiguous in its last dimension, got strides {t.stride()}")
+        raise ValueError(f"{name} must be contiguous in its last dimension, "
+                         f"got strides {t.stride()}")
 
 
 def check_sparse(sparse):
@@ -85,7 +89,8 @@ def check_sparse(sparse):
 def check_scalars(softcap, scale):
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
         raise ValueError(f"softcap must be a float >= 0 (0 = off), got {softcap!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or scale <= 0):
         raise ValueError(f"scale must be a float > 0 or None, got {scale!r}")
 
 
@@ -107,7 +112,8 @@ def check_num_splits(num_splits):
 
 def check_sinks(sinks, num_q_heads, q):
     if sinks is not None:
-        check_tensor("sinks", sinks, dim=1, dtype=torch.float32, device=q.device, shape=(num_q_heads,))
+        check_tensor("sinks", sinks, dim=1, dtype=torch.float32, device=q.device,
+                     shape=(num_q_heads,))
 
 
 def host_ints(name, values):
@@ -124,7 +130,8 @@ def host_ints(name, values):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{name} must hold ints, got {type(v).__name__}")
         return list(values)
-    raise TypeError(f"{name} must be a list of ints or a 1-D integer tensor, got {type(values).__name__}")
+    raise TypeError(f"{name} must be a list of ints or a 1-D integer tensor, "
+                    f"got {type(values).__name__}")
 
 
 def check_extend_lengths(cu, prefix, mask_indptr=None):
@@ -150,8 +157,9 @@ def check_extend_lengths(cu, prefix, mask_indptr=None):
         for b, p in enumerate(prefix):
             e = cu[b + 1] - cu[b]
             if mask_indptr[b] < 0 or mask_indptr[b + 1] - mask_indptr[b] < e * (p + e):
-                raise ValueError(f"mask_indptr gives sequence {b} {mask_indptr[b + 1] - mask_indptr[b]} "
-                                 f"mask entries, it needs E*(P+E) = {e * (p + e)}")
+                raise ValueError(f"mask_indptr gives sequence {b} "
+                                 f"{mask_indptr[b + 1] - mask_indptr[b]} mask entries, "
+                                 f"it needs E*(P+E) = {e * (p + e)}")
 
 
 def check_positions(positions, cu):
@@ -186,7 +194,8 @@ def check_pages_read(block_table, num_pages, reads, ring=False):
     else:
         table = torch.tensor(block_table, dtype=torch.int64)
     if table.shape[0] < len(reads):
-        raise ValueError(f"block_table has {table.shape[0]} rows, the batch has {len(reads)} sequences")
+        raise ValueError(f"block_table has {table.shape[0]} rows, "
+                         f"the batch has {len(reads)} sequences")
     width = table.shape[1]
     for b, (first, end) in enumerate(reads):
         if ring and end - first > width:

@@ -57,8 +57,10 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
         o_dv = tl.arange(0, BLOCK_DV)
         m_k = (o_h < num_kv_heads)[:, None] & (o_d < D)[None, :]
         m_v = (o_h < num_kv_heads)[:, None] & (o_dv < DV)[None, :]
-        b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :], mask=m_k)  # [BH, BD]
-        b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :], mask=m_v)  # [BH, BDV]
+        b_k = tl.load(K + i_t * stride_kt + o_h[:, None] * stride_kh + o_d[None, :],
+                      mask=m_k)  # [BH, BD]
+        b_v = tl.load(V + i_t * stride_vt + o_h[:, None] * stride_vh + o_dv[None, :],
+                      mask=m_v)  # [BH, BDV]
         if K_cache.dtype.element_ty.is_fp8() or CODES is not None:
             ks = tl.load(k_scale + o_h * K_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
             vs = tl.load(v_scale + o_h * V_SCALE_STRIDE, mask=o_h < num_kv_heads, other=1.0)
@@ -78,7 +80,8 @@ def _write_kv_kernel(K, V, K_cache, V_cache, slot_mapping, k_scale, v_scale,
 def check_write_kv(k, v, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
     check_tensor("k", k, dim=3, dtypes=(torch.float16, torch.bfloat16, torch.float32), first=True)
     num_tokens, num_kv_heads, head_dim = k.shape
-    check_tensor("v", v, dim=3, dtype=k.dtype, device=k.device, shape=(num_tokens, num_kv_heads, None))
+    check_tensor("v", v, dim=3, dtype=k.dtype, device=k.device,
+                 shape=(num_tokens, num_kv_heads, None))
     cache_dtype = k_cache.dtype if k_cache.dtype in FP8_DTYPES else k.dtype
     check_tensor("k_cache", k_cache, dim=4, dtype=cache_dtype, device=k.device,
                  shape=(None, None, num_kv_heads, head_dim))

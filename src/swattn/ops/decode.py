@@ -44,20 +44,35 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, PagedCache, decode_chunk_first_key, decode_first_key,
-                      decode_seq_ok, finish, fp8_cached, rows_ok, second_entries_ok,
-                      second_limit, segment_tiles,
-                      load_keys, load_rows, scores_log2, softmax_step, split_tiles,
-                      table_column, table_keys, valid_page)
+from ._common import (
+    FP32_PRODUCTS,
+    PagedCache,
+    decode_chunk_first_key,
+    decode_first_key,
+    decode_seq_ok,
+    finish,
+    fp8_cached,
+    load_keys,
+    load_rows,
+    rows_ok,
+    scores_log2,
+    second_entries_ok,
+    second_limit,
+    segment_tiles,
+    softmax_step,
+    split_tiles,
+    table_column,
+    table_keys,
+    valid_page,
+)
 from ._launch import Launch
-from .config import (BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking,  # noqa: F401
-                     split_width)
+from .config import BOUNDS, DecodeConfig, HopperDecodeConfig, dot_side, head_blocking, split_width  # noqa: F401
 from .merge import split_scratch
-
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own); the cache travels as _common.PagedCache.
-TritonDecodeFlags = namedtuple("TritonDecodeFlags", "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV "
+TritonDecodeFlags = namedtuple("TritonDecodeFlags",
+                               "BLOCK_N USE_SOFTCAP SKIP EVEN_D EVEN_D2 EVEN_DV "
                                "SPLIT_D CARRY FLAG_UNREAD V_IN_K RING")  # constexprs
 # A tile's offsets and masks: keys [BN], the head's main columns [BD], its tail [BD2] (with
 # SPLIT_D), the value columns [BDV].
@@ -252,7 +267,8 @@ def _store(acc, m_i, l_i, i_row, i_split, head, m_h, o_dv, m_dv, sinks, outputs,
         if HAS_SINKS:
             sink_log2 = tl.load(sinks + head, mask=m_h, other=0.0) * 1.4426950408889634
         o, lse = finish(acc, m_i, l_i, sink_log2, HAS_SINKS)
-        p_o = outputs.out + i_row * outputs.stride_ob + head[:, None] * outputs.stride_oh + o_dv[None, :]
+        p_o = (outputs.out + i_row * outputs.stride_ob + head[:, None] * outputs.stride_oh
+               + o_dv[None, :])
         tl.store(p_o, o.to(outputs.out.dtype.element_ty), mask=m_h[:, None] & m_dv[None, :])
         if RETURN_LSE:
             tl.store(outputs.lse + i_row * outputs.stride_lb + head, lse, mask=m_h)
@@ -268,8 +284,9 @@ def _decode_kernel(
     page_size, num_pages, pool_rows, num_sparse, cached_keys, ring, num_splits, head_programs,
     qk_scale,
     softcap,
-    window_left, attention_chunk, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
-    SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
+    window_left, attention_chunk, D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_D2: tl.constexpr, SPLIT_D: tl.constexpr, BLOCK_DV: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_H: tl.constexpr, HEAD_BLOCKS: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, USE_SOFTCAP: tl.constexpr,
     HAS_SPARSE: tl.constexpr, WRITE_PARTIAL: tl.constexpr, RETURN_LSE: tl.constexpr,
     TIGHT: tl.constexpr, SKIP: tl.constexpr, CARRY: tl.constexpr, FLAG_UNREAD: tl.constexpr,

@@ -68,15 +68,30 @@ from collections import namedtuple
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
-                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .. import window
 from ..window import clamp_extent
 from ._common import compile_bound, table_keys
-from ._gluon import (GL_DTYPES, GluonRule, decode_seq_ok, descriptor, device_problem, issue,
-                     operand_layout, poison_descriptor, tile_pages, uniform, weights,
-                     wgmma_layout)
+from ._gluon import (
+    GL_DTYPES,
+    GluonRule,
+    decode_seq_ok,
+    descriptor,
+    device_problem,
+    issue,
+    operand_layout,
+    poison_descriptor,
+    tile_pages,
+    uniform,
+    weights,
+    wgmma_layout,
+)
 from ._launch import Descriptor, Launch
 from ._validate import FP8_DTYPES
 from .config import HopperDecodeConfig, hopper_decode_config
@@ -766,7 +781,8 @@ def descriptors(cfg, q, k_cache, v_cache):
     kc, vc, poison = lazy_descriptors(cfg, q, k_cache, v_cache)
     kc, vc = kc.attempt(), vc.attempt()
     if kc is None or vc is None:
-        return "the copy engine cannot take the cache's strides (rows of heads * dim, 16-byte aligned)"
+        return ("the copy engine cannot take the cache's strides "
+                "(rows of heads * dim, 16-byte aligned)")
     return kc, vc, poison
 
 
@@ -812,7 +828,8 @@ def _launcher(spec, dtype):
         K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
         ITEMS=cfg.items, attention_chunk=clamp_extent(spec.attention_chunk or 1),
         USE_CHUNK=spec.attention_chunk is not None, RING=spec.ring)
-    return Launch(_hopper_decode_kernel, fixed, {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
+    return Launch(_hopper_decode_kernel, fixed,
+                  {"num_warps": cfg.num_warps, "maxnreg": cfg.maxnreg},
                   _TENSORS, _INTS, (dtype, kv_dtype))
 
 
@@ -840,7 +857,7 @@ class HopperDecodeLaunch:
             (-(-num_items // self.items), self.num_splits, 1),
             (descs[0], descs[1], descs[2], q, block_table, seq_lens,
              lse_t if sinks is None else sinks, out, lse_t, part_o, part_lse, *scales),
-            (qs[0], qs[1], block_table.stride(0), os_[0], os_[1], 0 if lse is None else lse.stride(0),
-             *ps, k_cache.shape[0] * k_cache.shape[1], num_items,
-             table_keys(block_table, k_cache.shape[1], self.ring),
+            (qs[0], qs[1], block_table.stride(0), os_[0], os_[1],
+             0 if lse is None else lse.stride(0), *ps, k_cache.shape[0] * k_cache.shape[1],
+             num_items, table_keys(block_table, k_cache.shape[1], self.ring),
              block_table.shape[1] if self.ring else 1))

@@ -41,16 +41,26 @@ from collections import namedtuple
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from ..window import clamp_extent
 from ._common import table_keys
 from ._gluon import GluonRule, decode_seq_ok, device_problem, table_column, uniform, weights
 from ._launch import Launch
 from .config import LatentDecodeConfig
-from .decode_hopper import (DecodeStore, HopperDecodeFlags, Split, decode_chunk_first_key,
-                            decode_first_key, finish_hopper_decode, split_tiles)
+from .decode_hopper import (
+    DecodeStore,
+    HopperDecodeFlags,
+    Split,
+    decode_chunk_first_key,
+    decode_first_key,
+    finish_hopper_decode,
+    split_tiles,
+)
 from .merge import split_scratch
 
 # The paged cache as the tile rows are found in it (the sequence's block-table row, the

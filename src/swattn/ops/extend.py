@@ -7,8 +7,8 @@ new tokens' own keys, into one online-softmax state. Both loops start at the fir
 tile that can hold a visible key (``window.first_key_tile``) and end at the last one any
 row sees, so a chunk over a long prefix costs what its window costs, whatever prefix the
 block table covers; inside, the tiles every row sees whole (``window.full_tile_range``)
-run without the mask. ``bounds="skip"`` (every tile, matrix work skipped where fully masked: SGLang's
-SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so the
+run without the mask. ``bounds="skip"`` (every tile, matrix work skipped where fully masked:
+SGLang's SKIP_TILE) and ``bounds="none"`` (every tile, all work under the mask) exist so the
 claim that the bounds change nothing is checked bit for bit.
 
 With ``key_ranges`` (stage 1 alone, no window or causal rule) each query row sees its own
@@ -28,16 +28,38 @@ import triton
 import triton.language as tl
 
 from ..window import clamp_extent
-from ._common import (FP32_PRODUCTS, KeyRange, PagedCache, RowPos, causal_key_end, finish,
-                      first_key_tile, fp8_cached, full_tiles_end, full_tiles_start,
-                      launch_extents, load_keys, load_rows, load_whole, mask_ok, new_lengths,
-                      position_keep, range_bounds, range_keep, right_key_end, row_key_range,
-                      scores_log2, softmax_step, table_column, valid_page, visible,
-                      visible_key_end)
+from ._common import (
+    FP32_PRODUCTS,
+    KeyRange,
+    PagedCache,
+    RowPos,
+    causal_key_end,
+    finish,
+    first_key_tile,
+    fp8_cached,
+    full_tiles_end,
+    full_tiles_start,
+    launch_extents,
+    load_keys,
+    load_rows,
+    load_whole,
+    mask_ok,
+    new_lengths,
+    position_keep,
+    range_bounds,
+    range_keep,
+    right_key_end,
+    row_key_range,
+    scores_log2,
+    softmax_step,
+    table_column,
+    valid_page,
+    visible,
+    visible_key_end,
+)
 from ._launch import Descriptor, Launch
 from ._tma import row_descriptor, tma_rows
 from .config import BOUNDS, Config, HopperExtendConfig, dot_side, packs_gqa  # noqa: F401
-
 
 # The arguments the tile loops share, bundled once by the kernel (a namedtuple compiles to
 # its fields: no code of its own). Adding an argument is an edit to its bundle, not to
@@ -315,7 +337,8 @@ def _new_tiles(start, stop, b_q, m_i, l_i, acc, q_local, lowest_key, seq, new, r
                                rule.window_right, flags.USE_WINDOW, flags.IS_CAUSAL,
                                flags.USE_RIGHT, True)
             if flags.USE_MASK:
-                bits = tl.load(rule.mask + seq.mask_row[:, None] + (seq.prefix_len + k_pos)[None, :],
+                bits = tl.load(rule.mask + seq.mask_row[:, None]
+                               + (seq.prefix_len + k_pos)[None, :],
                                mask=keep, other=0)
                 keep = keep & (bits != 0)
             tok = (seq.seq_start + k_pos).to(tl.int64)
@@ -381,26 +404,31 @@ def _unified_tiles(start, stop, b_q, m_i, l_i, acc, q_pos, key_start, key_end, l
                     in_prefix[:, None],
                     load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached, lanes.m_d,
                               flags.EVEN_D).to(b_q.dtype),
-                    fp8_cached(load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
+                    fp8_cached(load_rows(new.k
+                                         + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
                                          + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D),
                                new.k_scale, flags.KV).to(b_q.dtype))  # [BN, BD]
                 b_v = tl.where(
                     in_prefix[:, None],
                     load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached, lanes.m_dv,
                               flags.EVEN_DV).to(b_q.dtype),
-                    fp8_cached(load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
+                    fp8_cached(load_rows(new.v
+                                         + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
                                          + o_dv[None, :], m_new, lanes.m_dv, flags.EVEN_DV),
                                new.v_scale, flags.KV).to(b_q.dtype))  # [BN, BDV]
             else:
                 b_k = tl.where(in_prefix[:, None],
                                load_keys(cache.k + slot_k[:, None] + o_d[None, :], m_cached,
                                          lanes.m_d, flags.EVEN_D),
-                               load_rows(new.k + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
-                                         + o_d[None, :], m_new, lanes.m_d, flags.EVEN_D))  # [BN, BD]
+                               load_rows(new.k
+                                         + (tok * new.stride_kt + i_kvh * new.stride_kh)[:, None]
+                                         + o_d[None, :], m_new, lanes.m_d,
+                                         flags.EVEN_D))  # [BN, BD]
                 b_v = tl.where(in_prefix[:, None],
                                load_rows(cache.v + slot_v[:, None] + o_dv[None, :], m_cached,
                                          lanes.m_dv, flags.EVEN_DV),
-                               load_rows(new.v + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
+                               load_rows(new.v
+                                         + (tok * new.stride_vt + i_kvh * new.stride_vh)[:, None]
                                          + o_dv[None, :], m_new, lanes.m_dv,
                                          flags.EVEN_DV))  # [BN, BDV]
             m_i, l_i, acc = _fold_tile(b_q, b_k, b_v, keep, m_i, l_i, acc, rule, flags, MASKED)
@@ -547,7 +575,8 @@ def _extend_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
     if USE_MASK:
-        mask_row = tl.load(mask_indptr + i_seq).to(tl.int64) + rows.to(tl.int64) * (prefix_len + extend_len)
+        mask_row = (tl.load(mask_indptr + i_seq).to(tl.int64)
+                    + rows.to(tl.int64) * (prefix_len + extend_len))
     else:
         mask_row = rows
 
@@ -660,12 +689,12 @@ def _extend_kernel(
                                               start), stop)
             m_i, l_i, acc = _prefix_tiles(start, cached_end, b_q, m_i, l_i, acc, q_pos, lowest_key,
                                           seq, cache, rule, lanes, flags, part != 1)
-            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos, key_start,
-                                           key_end, lowest_key, seq, cache, new, rule, lanes,
-                                           flags, part != 1)
-            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i, acc,
-                                       q_local, lowest_key - prefix_len, seq, new, rule, lanes,
-                                       flags, part != 1)
+            m_i, l_i, acc = _unified_tiles(cached_end, new_start, b_q, m_i, l_i, acc, q_pos,
+                                           key_start, key_end, lowest_key, seq, cache, new, rule,
+                                           lanes, flags, part != 1)
+            m_i, l_i, acc = _new_tiles(new_start - prefix_len, stop - prefix_len, b_q, m_i, l_i,
+                                       acc, q_local, lowest_key - prefix_len, seq, new, rule,
+                                       lanes, flags, part != 1)
 
     if DO_PREFIX and not UNIFIED:
         # Stage 1: prefix keys [0, prefix_len), absolute positions, through the block table:
@@ -794,9 +823,9 @@ class ExtendSpec:
         return self.num_q_heads // self.num_kv_heads
 
 
-_TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens", "sinks",
-            "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc", "desc_vc", "k_scale",
-            "v_scale", "key_lo", "key_hi", "positions")
+_TENSORS = ("Q", "K", "V", "K_cache", "V_cache", "block_table", "cu_seqlens", "prefix_lens",
+            "sinks", "mask", "mask_indptr", "Out", "Lse", "desc_k", "desc_v", "desc_kc",
+            "desc_vc", "k_scale", "v_scale", "key_lo", "key_hi", "positions")
 _INTS = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh", "stride_kcp",
          "stride_kcs", "stride_kch", "stride_vcp", "stride_vcs", "stride_vch", "stride_bt",
          "stride_ot", "stride_oh", "stride_lt", "num_pages", "num_tokens", "prefix_keys",

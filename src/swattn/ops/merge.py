@@ -50,17 +50,19 @@ def _merge_kernel(Parts_o, Parts_lse, sinks, Out, Lse,
     if not FINITE:
         m_part = m_s & (b_lse > float("-inf"))
     p_o = Parts_o + o_s[:, None].to(tl.int64) * stride_os + i_n * stride_on + i_h * stride_oh
-    b_o = tl.load(p_o + o_dv[None, :],
-                  mask=m_part[:, None] & (o_dv < DV)[None, :], other=0.0).to(tl.float32)  # [BS, BDV]
+    b_o = tl.load(p_o + o_dv[None, :], mask=m_part[:, None] & (o_dv < DV)[None, :],
+                  other=0.0).to(tl.float32)  # [BS, BDV]
     denom = l
     if HAS_SINKS:
         denom = l + tl.exp(tl.load(sinks + i_h) - m_safe)
     # l is 0 where no part saw a key, NaN where a part is NaN (a key it could not read):
     # that reaches o and lse.
     o = tl.where(l == 0.0, 0.0, tl.sum(w[:, None] * b_o, 0) / denom)  # [BDV]
-    tl.store(Out + i_n * stride_n + i_h * stride_h + o_dv, o.to(Out.dtype.element_ty), mask=o_dv < DV)
+    tl.store(Out + i_n * stride_n + i_h * stride_h + o_dv, o.to(Out.dtype.element_ty),
+             mask=o_dv < DV)
     if RETURN_LSE:
-        tl.store(Lse + i_n * stride_lse_n + i_h, tl.where(l == 0.0, float("-inf"), m_safe + tl.log(l)))
+        tl.store(Lse + i_n * stride_lse_n + i_h,
+                 tl.where(l == 0.0, float("-inf"), m_safe + tl.log(l)))
 
 
 @functools.lru_cache(maxsize=128)
@@ -146,9 +148,11 @@ def check_merge(outs, lses, sinks, out, lse):
                      shape=(rows, heads))
     check_sinks(sinks, heads, first)
     if out is not None:
-        check_tensor("out", out, dim=3, dtype=first.dtype, device=first.device, shape=(rows, heads, dv))
+        check_tensor("out", out, dim=3, dtype=first.dtype, device=first.device,
+                     shape=(rows, heads, dv))
     if lse is not None:
-        check_tensor("lse", lse, dim=2, dtype=torch.float32, device=first.device, shape=(rows, heads))
+        check_tensor("lse", lse, dim=2, dtype=torch.float32, device=first.device,
+                     shape=(rows, heads))
 
 
 def merge_states(outs, lses, sinks=None, out=None, lse=None):

@@ -9,8 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..ops import config as _config
-from ..ops._validate import (FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars,
-                             expect)
+from ..ops._validate import FLOAT_DTYPES, FP8_DTYPES, check_device, check_int, check_scalars, expect
 from ..ops.cache import unit_scale
 from ..window import decode_bounds
 
@@ -179,10 +178,12 @@ def resolve_device(device):
 def check_common(num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, softcap, scale,
                   dtype, kv_dtype, hopper, bounds):
     for name, value in (("num_q_heads", num_q_heads), ("num_kv_heads", num_kv_heads),
-                        ("head_dim", head_dim), ("head_dim_v", head_dim_v), ("page_size", page_size)):
+                        ("head_dim", head_dim), ("head_dim_v", head_dim_v),
+                        ("page_size", page_size)):
         check_int(name, value, 1)
     if num_q_heads % num_kv_heads:
-        raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        raise ValueError(f"num_q_heads ({num_q_heads}) must be a multiple of "
+                         f"num_kv_heads ({num_kv_heads})")
     check_scalars(softcap, scale)
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")

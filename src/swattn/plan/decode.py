@@ -7,14 +7,38 @@ from ..ops import config as _config
 from ..ops import decode as _decode
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
-from ..ops._validate import (check_int, check_lengths, check_num_splits, check_pages_read,
-                             check_sparse, check_window, expect, host_ints)
+from ..ops._validate import (
+    check_int,
+    check_lengths,
+    check_num_splits,
+    check_pages_read,
+    check_sparse,
+    check_window,
+    expect,
+    host_ints,
+)
 from ..ops.merge import MergeLaunch
 from ..window import check_chunk, decode_bounds
-from ._common import (ONE_SHOT, Plan, TensorArg, check_agree, check_cache_dtype, check_common,
-                      check_heads, check_rank, check_scales, check_tensors, expect_first,
-                      pages_needed, remember, replace_spec, resolve_device, run_key, scale_args,
-                      to_device)
+from ._common import (
+    ONE_SHOT,
+    Plan,
+    TensorArg,
+    check_agree,
+    check_cache_dtype,
+    check_common,
+    check_heads,
+    check_rank,
+    check_scales,
+    check_tensors,
+    expect_first,
+    pages_needed,
+    remember,
+    replace_spec,
+    resolve_device,
+    run_key,
+    scale_args,
+    to_device,
+)
 
 
 class DecodePlan(Plan):

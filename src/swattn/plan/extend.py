@@ -7,13 +7,38 @@ from ..ops import config as _config
 from ..ops import extend as _extend
 from ..ops._common import kernel_scale
 from ..ops._launch import relaunch
-from ..ops._validate import (FP8_DTYPES, KEYS, check_extend_lengths, check_int, check_pages_read,
-                             check_positions, check_window, expect, host_ints)
+from ..ops._validate import (
+    FP8_DTYPES,
+    KEYS,
+    check_extend_lengths,
+    check_int,
+    check_pages_read,
+    check_positions,
+    check_window,
+    expect,
+    host_ints,
+)
 from ..window import check_chunk, row_key_range
-from ._common import (ONE_SHOT, Plan, TensorArg, check_agree, check_cache_dtype, check_common,
-                      check_heads, check_new_dtype, check_rank, check_scales, expect_first,
-                      pages_needed, remember, replace_spec, resolve_device, run_key, scale_args,
-                      to_device)
+from ._common import (
+    ONE_SHOT,
+    Plan,
+    TensorArg,
+    check_agree,
+    check_cache_dtype,
+    check_common,
+    check_heads,
+    check_new_dtype,
+    check_rank,
+    check_scales,
+    expect_first,
+    pages_needed,
+    remember,
+    replace_spec,
+    resolve_device,
+    run_key,
+    scale_args,
+    to_device,
+)
 
 
 class ExtendPlan(Plan):
@@ -268,9 +293,10 @@ class ExtendPlan(Plan):
         key = (has_sinks, tma_new, tma_cache, scale_strides)
         launch = self._launches.get(key)
         if launch is None:
-            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new, tma_cache=tma_cache,
-                                scale_strides=scale_strides)
-            bind = self._hopper.HopperExtendLaunch if self.path == "hopper" else _extend.ExtendLaunch
+            spec = replace_spec(self.spec, has_sinks=has_sinks, tma_new=tma_new,
+                                tma_cache=tma_cache, scale_strides=scale_strides)
+            bind = (self._hopper.HopperExtendLaunch if self.path == "hopper"
+                    else _extend.ExtendLaunch)
             dtypes = (self.dtype, self.kv_dtype,
                       None if self.mask_indptr is None else self.mask_indptr.dtype)
             launch = self._launches[key] = bind(spec, dtypes)
@@ -653,8 +679,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
         # too: 3 and 3.0 hash alike) and the strides (whether the copy engine takes them).
         # A call with the key of an earlier one skips the checks its run repeats.
         try:
-            key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1, k.shape[1:], v.shape[1:],
-                   k_cache.shape[1:], k_cache.dtype, prefix_lens.shape[0],
+            key = ("extend", q.shape[1:], q.dtype, q.get_device() if q.is_cuda else -1,
+                   k.shape[1:], v.shape[1:], k_cache.shape[1:], k_cache.dtype, prefix_lens.shape[0],
                    None if mask_indptr is None else mask_indptr.dtype, options,
                    tuple(map(type, options)), config, q.stride(), k.stride(), v.stride(),
                    k_cache.stride(), v_cache.stride())
@@ -674,7 +700,8 @@ def extend_plan_for(q, k, v, k_cache, v_cache, block_table, cu_seqlens, prefix_l
     if mask_indptr is not None:
         check_rank("mask_indptr", mask_indptr, 1)
         if mask_indptr.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, got {mask_indptr.dtype}")
+            raise TypeError(f"mask_indptr must be torch.int32 or torch.int64, "
+                            f"got {mask_indptr.dtype}")
         expect("mask_indptr", mask_indptr, mask_indptr.dtype, dev, (), 1)
     if positions is not None:
         # (one a row of q: read by the kernels only, as the lengths)

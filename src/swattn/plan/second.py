@@ -19,12 +19,28 @@ import torch
 from ..ops import config as _config
 from ..ops import decode as _decode
 from ..ops._common import kernel_scale
-from ..ops._validate import (FP8_DTYPES, check_int, check_lengths, check_num_splits,
-                             check_window, expect, host_ints)
+from ..ops._validate import (
+    FP8_DTYPES,
+    check_int,
+    check_lengths,
+    check_num_splits,
+    check_window,
+    expect,
+    host_ints,
+)
 from ..ops.merge import MergeLaunch
 from ..window import MAX_POSITION, check_chunk
-from ._common import (Plan, TensorArg, check_common, check_scales, check_tensors,
-                      replace_spec, resolve_device, scale_args, to_device)
+from ._common import (
+    Plan,
+    TensorArg,
+    check_common,
+    check_scales,
+    check_tensors,
+    replace_spec,
+    resolve_device,
+    scale_args,
+    to_device,
+)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,7 @@ from triton.compiler import ASTSource
 from triton.tools.disasm import path_to_cuobjdump
 
 from ..ops import extend as ops_extend
-from ..ops.config import (extend_config, hopper_decode_config, hopper_extend_config,
-                          packs_gqa)
+from ..ops.config import extend_config, hopper_decode_config, hopper_extend_config, packs_gqa
 
 TARGET = GPUTarget("cuda", 90, 32)
 _POINTERS = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_cache": "*bf16", "V_cache": "*bf16",
@@ -70,7 +69,8 @@ def compile_extend(shape, bounds, deterministic=False, **flags):
     the launcher would pick on an H200; ``flags`` override its feature constexprs
     (USE_MASK, USE_SOFTCAP, RETURN_LSE, ...)."""
     group = shape.num_q_heads // shape.num_kv_heads
-    cfg = extend_config(shape.head_dim, shape.head_dim, group, shape.window_left, "bfloat16", "cuda")
+    cfg = extend_config(shape.head_dim, shape.head_dim, group, shape.window_left, "bfloat16",
+                        "cuda")
     constexprs = dict(
         D=shape.head_dim, DV=shape.head_dim, BLOCK_D=shape.head_dim, BLOCK_DV=shape.head_dim,
         GROUP=group, PACK_GQA=packs_gqa(cfg, group), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
@@ -208,14 +208,6 @@ def compile_second_keys(head_dim=512, head_dim_v=512, group=64, block_h=16, bloc
     return compiled
 
 
-def fingerprints(progress=None):
-    """A digest of the SASS and the registers of each Triton kernel at the shapes of
-    :data:`SHAPES` (extend: two-stage and deterministic) and four decode shapes, and of the
-    Gluon (Hopper) kernels at five: compare
-    two trees' fingerprints to show a change leaves those kernels' code as it was
-    (``scripts/sass_fingerprints.py``)."""
-    import hashlib
-    out = {}
 def fingerprint_kernels():
     """``[(name, compile)]``: each Triton kernel at the shapes of :data:`SHAPES` (extend:
     two-stage and deterministic) and four decode shapes, the Gluon (Hopper) kernels at five,
@@ -225,8 +217,10 @@ def fingerprint_kernels():
                for shape in SHAPES for det in (False, True)]
     kernels += [(f"decode d{d} group {g}{' window' if w else ''} {dt}{' split' if sp else ''}",
                  lambda d=d, g=g, w=w, dt=dt, sp=sp: compile_decode(d, g, w, dt, sp))
-                for d, g, w, dt, sp in ((64, 8, True, "bf16", False), (128, 4, True, "bf16", False),
-                                        (128, 4, False, "bf16", False), (64, 8, True, "fp16", True))]
+                for d, g, w, dt, sp in ((64, 8, True, "bf16", False),
+                                        (128, 4, True, "bf16", False),
+                                        (128, 4, False, "bf16", False),
+                                        (64, 8, True, "fp16", True))]
     kernels += [(f"hopper extend d{d}{' sinks' if sk else ''}{' softcap' if sc else ''}",
                  lambda d=d, sk=sk, sc=sc: compile_hopper(d, HAS_SINKS=sk, USE_SOFTCAP=sc)[0])
                 for d, sk, sc in ((64, True, False), (128, False, False), (128, True, True))]
@@ -491,10 +485,11 @@ def run(progress=None, shapes=SHAPES, variants=VARIANTS):
         for variant, bounds, det in variants:
             compiled[variant] = c = compile_extend(shape, bounds, det)
             diff = differing(compiled["tight"].sass, c.sass)
-            lines.append(f"| {shape.name} | {variant} | {len(c.sass)} | {c.registers} | {c.stack} | "
-                         f"{c.local} | {c.shared} | {diff} |")
+            lines.append(f"| {shape.name} | {variant} | {len(c.sass)} | {c.registers} | "
+                         f"{c.stack} | {c.local} | {c.shared} | {diff} |")
             if progress:
-                progress(f"{shape.name} {variant}: {len(c.sass)} instructions, {c.registers} registers")
+                progress(f"{shape.name} {variant}: {len(c.sass)} instructions, "
+                         f"{c.registers} registers")
         if shape.window_left is None and not shape.causal:
             same = compiled["tight"].sass == compiled["none"].sass
             ok = ok and same

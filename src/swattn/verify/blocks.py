@@ -61,7 +61,10 @@ def loop_layout(loop, prefix_len, grid):
     tile_start, tile_end = np.concatenate(tile_start), np.concatenate(tile_end)
     longest_range = range_end_of(loop, prefix_len, max(grid.extend_lens))
     edges = np.unique(np.concatenate([tile_start, tile_end, [0, longest_range]]))
-    as_array = lambda values: np.asarray(values, dtype=np.int64)
+
+    def as_array(values):
+        return np.asarray(values, dtype=np.int64)
+
     return Layout(calls, as_array(row_start), as_array(row_end), as_array(block_ns),
                   as_array(range_ends), np.concatenate(tile_block), tile_start,
                   np.searchsorted(edges, tile_start), np.searchsorted(edges, tile_end),
@@ -101,7 +104,8 @@ def check_blocks(layout, sums, lo, hi, mid_lo, mid_hi, stats):
                   - sums[end_row, layout.tile_start_col] + sums[first_row, layout.tile_start_col])
     tiles_vis = tile_count > 0
     block_n = layout.block_n[layout.tile_block]
-    full = (layout.tile_start >= mid_lo[layout.tile_block]) & (layout.tile_start < mid_hi[layout.tile_block])
+    full = ((layout.tile_start >= mid_lo[layout.tile_block])
+            & (layout.tile_start < mid_hi[layout.tile_block]))
     whole = (tile_count == (end_row - first_row) * block_n) & (
         layout.tile_start + block_n <= layout.range_end[layout.tile_block])
     stats["full_tiles"] += int(np.count_nonzero(full))

@@ -83,7 +83,8 @@ def build_extend(case: ExtendCase, device="cpu"):
     for e in case.extend_lens:
         cu.append(cu[-1] + e)
     tensors = (q, k, v, k_cache, v_cache, block_table,
-               torch.tensor(cu, dtype=torch.int32), torch.tensor(case.prefix_lens, dtype=torch.int32))
+               torch.tensor(cu, dtype=torch.int32),
+               torch.tensor(case.prefix_lens, dtype=torch.int32))
     return tuple(t.to(device) for t in tensors)
 
 

@@ -12,7 +12,8 @@ def add_arguments(parser):
     parser.add_argument("--out", default=None, help="folder for the markdown tables")
     parser.add_argument("--limit", type=int, default=None, help="first N configurations only")
     parser.add_argument("--asm", action="store_true",
-                        help="compile the bounds variants for sm_90 and compare their SASS (no GPU needed)")
+                        help="compile the bounds variants for sm_90 and compare their SASS "
+                             "(no GPU needed)")
     parser.add_argument("--fingerprints", nargs="?", const="-", default=None, metavar="FILE",
                         help="with --asm: a digest of every kernel's SASS and its registers, "
                              "printed, or written as JSON to FILE")
@@ -25,8 +26,8 @@ def add_arguments(parser):
     parser.add_argument("--family", default=None,
                         help="kernel families to run, comma-separated (extend, unified, decode, "
                              "extend-fp8, unified-fp8, decode-fp8, decode-latent, extend-chunk, "
-                             "unified-chunk, decode-chunk, extend-tree, unified-tree, decode-second, "
-                             "extend-second, hopper, "
+                             "unified-chunk, decode-chunk, extend-tree, unified-tree, "
+                             "decode-second, extend-second, hopper, "
                              "decode-hopper, hopper-fp8, decode-hopper-fp8, hopper-fp8-products, "
                              "hopper-fp8-prefix-rows, decode-hopper-latent; "
                              "default all, the hopper ones on an sm_90 GPU only)")
@@ -57,11 +58,13 @@ def run(args):
         from . import fp8_accuracy
         return fp8_accuracy.run(device)
     from . import identity
-    scope = "GPU matrix" if device == "cuda" else "reduced CPU matrix (interpreter, fp16, small shapes)"
+    scope = ("GPU matrix" if device == "cuda"
+             else "reduced CPU matrix (interpreter, fp16, small shapes)")
 
     def progress(row):
         print(f"{'ok ' if row.ok else 'BAD'} {row.name}: tight-skip {row.max_abs_tight_skip:.1e} "
-              f"tight-none {row.max_abs_tight_none:.1e} err {row.err_tight:.1e} ({row.seconds:.1f}s)",
+              f"tight-none {row.max_abs_tight_none:.1e} err {row.err_tight:.1e} "
+              f"({row.seconds:.1f}s)",
               file=sys.stderr, flush=True)
 
     tables, ok = [], True
@@ -121,7 +124,8 @@ def _emit(report, out_dir, name, echo=True):
 
 def _run(identity, device, args, family, progress):
     if family not in identity.FAMILIES:
-        raise SystemExit(f"swattn verify: --family takes {','.join(identity.FAMILIES)}, got {family!r}")
+        raise SystemExit(f"swattn verify: --family takes {','.join(identity.FAMILIES)}, "
+                         f"got {family!r}")
     if args.jobs > 1 and device == "cuda":
         import concurrent.futures
         import multiprocessing

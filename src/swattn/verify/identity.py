@@ -19,11 +19,20 @@ import torch
 
 from .. import plan as swattn_plan
 from .. import reference
-from ..plan import run_extend, run_decode
 from ..ops import decode as ops_decode
 from ..ops import extend as ops_extend
-from .cases import (DecodeCase, ExtendCase, build_decode, build_extend, build_second,
-                    build_sparse, random_mask, random_tree, rel_err)
+from ..plan import run_decode, run_extend
+from .cases import (
+    DecodeCase,
+    ExtendCase,
+    build_decode,
+    build_extend,
+    build_second,
+    build_sparse,
+    random_mask,
+    random_tree,
+    rel_err,
+)
 
 GPU_WINDOWS = (1, 15, 16, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257, 1023, 4096)
 CPU_WINDOWS = (1, 2, 15, 16, 17, 33)
@@ -80,13 +89,15 @@ def extend_matrix(gpu=True):
             heads = (8, 2) if gpu else (4, 2)
             case = ExtendCase(prefixes, extends, num_q_heads=heads[0], num_kv_heads=heads[1],
                               head_dim=head_dim, head_dim_v=head_dim_v, dtype=dtype,
-                              page_size=page_sizes[(i + j) % 3], window_left=w - 1, seed=100 * i + j)
+                              page_size=page_sizes[(i + j) % 3], window_left=w - 1,
+                              seed=100 * i + j)
             kwargs = _feature_kwargs(feature, case, w)
             if feature == "full-attention-bounds":
                 case.window_left = None
             pack = j % 2 == 1
             name = (f"W{w} {feature} d{head_dim}/{head_dim_v} {str(dtype)[6:]} "
-                    f"BM{tiling[0]}xBN{tiling[1]}{' gqa-packed' if pack else ''} ps{case.page_size}")
+                    f"BM{tiling[0]}xBN{tiling[1]}{' gqa-packed' if pack else ''} "
+                    f"ps{case.page_size}")
             rows.append((name, case, kwargs, tiling + (pack,)))
     return rows
 
@@ -144,7 +155,8 @@ def _max_abs(a, b):
     NaN counts as a difference, an equal pair of -inf does not."""
     worst = 0.0
     for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
-        if not torch.equal(torch.isinf(x), torch.isinf(y)) or torch.isnan(x).any() or torch.isnan(y).any():
+        if (not torch.equal(torch.isinf(x), torch.isinf(y)) or torch.isnan(x).any()
+                or torch.isnan(y).any()):
             return float("inf")
         fin = torch.isfinite(x)
         if fin.any():
@@ -553,9 +565,12 @@ FAMILIES = {
                      lambda row, device: _run_extend_row(row, device, True)),
     "hopper": (hopper_matrix, lambda row, device: _run_extend_row(row, device, False)),
     "decode-hopper": (hopper_decode_matrix, _run_decode_row),
-    "extend-fp8": (_fp8_rows(extend_matrix), lambda row, device: _run_extend_row(row, device, False)),
-    "unified-fp8": (_fp8_rows(unified_matrix), lambda row, device: _run_extend_row(row, device, True)),
-    "hopper-fp8": (_fp8_rows(hopper_matrix), lambda row, device: _run_extend_row(row, device, False)),
+    "extend-fp8": (_fp8_rows(extend_matrix),
+                   lambda row, device: _run_extend_row(row, device, False)),
+    "unified-fp8": (_fp8_rows(unified_matrix),
+                    lambda row, device: _run_extend_row(row, device, True)),
+    "hopper-fp8": (_fp8_rows(hopper_matrix),
+                   lambda row, device: _run_extend_row(row, device, False)),
     "decode-fp8": (_fp8_rows(decode_matrix), _run_decode_row),
     "decode-latent": (_latent_rows, _run_decode_row),
     "decode-hopper-latent": (latent_hopper_matrix, _run_decode_row),
@@ -636,7 +651,8 @@ def _ref_err(x, want):
 
 def format_rows(rows, title):
     lines = [f"### {title}", "",
-             "| configuration | max_abs tight-skip | max_abs tight-none | rel err tight | rel err skip | ok |",
+             "| configuration | max_abs tight-skip | max_abs tight-none | rel err tight "
+             "| rel err skip | ok |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r.name} | {r.max_abs_tight_skip:.1e} | {r.max_abs_tight_none:.1e} | "

@@ -115,7 +115,8 @@ class Grid:
     def windows(self):
         lefts = tuple(self.window_lefts) + (None,)
         causal = [Window(left, None, True) for left in lefts]
-        return causal + [Window(left, right, False) for right in self.window_rights for left in lefts]
+        return causal + [Window(left, right, False)
+                         for right in self.window_rights for left in lefts]
 
     def chunk_windows(self):
         lefts = tuple(self.chunk_window_lefts) + (None,)
@@ -236,7 +237,8 @@ def prove_loop(loop, grid=DEFAULT_GRID, bounds_fn=key_bounds, full_fn=full_tile_
             lo, hi = np.asarray(bounds, dtype=np.int64).reshape(-1, 2).T
             mids = [full_fn(loop, prefix_len, extend_len, block_start, block_m, block_n, window,
                             int(a), int(b))
-                    for (extend_len, block_start, block_m, block_n), a, b in zip(layout.calls, lo, hi)]
+                    for (extend_len, block_start, block_m, block_n), a, b
+                    in zip(layout.calls, lo, hi)]
             mid_lo, mid_hi = np.asarray(mids, dtype=np.int64).reshape(-1, 2).T
             if chunked:
                 check_chunk_spans(layout, window.chunk, prefix_len,
