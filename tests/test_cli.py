@@ -105,7 +105,8 @@ def test_prove_quick_json(capsys):
     assert status == 0 and result["ok"] is True and result["violations"] == 0
     assert set(result["loops"]) == {"stage1", "stage2", "unified", "ranges", "decode",
                                     "decode-splits", "stage1-chunk", "stage2-chunk",
-                                    "unified-chunk", "decode-chunk", "decode-splits-chunk"}
+                                    "unified-chunk", "decode-chunk", "decode-splits-chunk",
+                                    "second", "second-splits"}
 
 
 @pytest.mark.parametrize("argv,expected", [([], []), (["--no-check"], ["--no_check"]),

@@ -2,9 +2,9 @@
 device copies, and the choices of one-shot calls remembered by what they depend on."""
 
 import importlib
-from types import MappingProxyType
 import os
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import torch
 
