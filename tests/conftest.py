@@ -29,7 +29,8 @@ def poison_empty(monkeypatch):
 
 def pytest_addoption(parser):
     parser.addoption("--seed", type=int, default=0,
-                     help="the seed of the tests that take one (other random inputs, the same checks)")
+                     help="the seed of the tests that take one "
+                          "(other random inputs, the same checks)")
 
 
 @pytest.fixture

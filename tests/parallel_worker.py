@@ -157,10 +157,12 @@ if FP8:
 if EXTEND:
     want = swattn.extend_attention(on(q), on(k), on(v), on(ref_k), on(ref_v), on(ref_table),
                                    on(cu), on(torch.tensor(prefix, dtype=torch.int32)),
-                                   window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
+                                   window_left=window, attention_chunk=chunk, sinks=on(sinks),
+                                   **scales)
 else:
     want = swattn.decode_attention(on(q), on(ref_k), on(ref_v), on(ref_table), on(seq_lens),
-                                   window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
+                                   window_left=window, attention_chunk=chunk, sinks=on(sinks),
+                                   **scales)
 sizes = dict(group=dist.group.WORLD, layout=layout, num_q_heads=hq, num_kv_heads=hkv,
              head_dim=D, page_size=page, window_left=window, dtype=q.dtype, device=dev,
              kv_dtype=FP8, attention_chunk=chunk)
@@ -224,7 +226,8 @@ if EXTEND:
     want2 = swattn.extend_attention(on(q[rows]), on(k[rows]), on(v[rows]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(new2)]), on(cu2),
                                     on(torch.tensor(prefix2, dtype=torch.int32)),
-                                    window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
+                                    window_left=window, attention_chunk=chunk, sinks=on(sinks),
+                                   **scales)
     result.update(replan_err=rel_err(again[:len(rows)], want2),
                   replan_nan=bool(torch.isnan(again).any()),
                   pad_zero=bool((again[len(rows):] == 0).all()))
@@ -239,7 +242,8 @@ else:
     want2 = swattn.decode_attention(on(q[:len(short)]), on(ref_k), on(ref_v),
                                     on(ref_table[:len(short)]),
                                     on(torch.tensor(short, dtype=torch.int32)),
-                                    window_left=window, attention_chunk=chunk, sinks=on(sinks), **scales)
+                                    window_left=window, attention_chunk=chunk, sinks=on(sinks),
+                                   **scales)
     result.update(replan_err=rel_err(again, want2), replan_nan=bool(torch.isnan(again).any()))
 print(json.dumps(result), flush=True)
 # Every rank done with the group before any leaves, and no teardown of gloo's threads at

@@ -42,8 +42,10 @@ def test_decode_workloads_in_the_registry():
     assert (cb.kind, cb.num_q_heads, cb.num_kv_heads, cb.head_dim, cb.window_left, cb.sinks,
             cb.batch, cb.context) == ("decode", 32, 8, 128, 4095, False, 64, 32768)
     assert (s.kind, s.num_q_heads, s.num_kv_heads, s.head_dim, s.head_dim_v, s.window_left, s.sinks,
-            s.batch, s.context, s.sparse_keys) == ("sparse_decode", 64, 1, 576, 512, 127, True, 64, 32768, 512)
-    assert (cf.kind, cf.window_left, cf.sinks, cf.num_q_heads, cf.head_dim) == ("decode", None, True, 16, 64)
+            s.batch, s.context, s.sparse_keys) == ("sparse_decode", 64, 1, 576, 512, 127, True, 64,
+                                                   32768, 512)
+    assert (cf.kind, cf.window_left, cf.sinks, cf.num_q_heads, cf.head_dim) == (
+        "decode", None, True, 16, 64)
     case, = wl.decode_cases("c-a")
     assert case.name == "C-A S32768" and case.batch == 64 and case.uniform and case.kind == "decode"
     small = wl.decode_cases("S", batch=2, contexts=wl.parse_contexts("100, 4096"), page_size=1)
@@ -134,18 +136,21 @@ def test_inputs_poison_what_nobody_may_read():
     assert torch.isfinite(rows_k[written]).all() and torch.isnan(rows_k[~written]).all()
     assert torch.isnan(inp.v_cache.view(-1, 2 * 32)[~written]).all()
     # A -1 page id addresses the NaN page before the cache, -1 pool row the NaN row before it.
-    assert torch.isnan(inp.k_rows[:inp.cache_row0]).all() and torch.isnan(inp.v_rows[:inp.cache_row0]).all()
+    assert torch.isnan(inp.k_rows[:inp.cache_row0]).all()
+    assert torch.isnan(inp.v_rows[:inp.cache_row0]).all()
     assert torch.isnan(inp.k_rows[inp.sparse_row0 - 1]).all()
     assert inp.k_cache.data_ptr() == inp.k_rows[inp.cache_row0:].data_ptr()
     # Sparse: distinct rows of the sequence's share, 2 of 32 entries -1, unnamed rows NaN.
     k_pool, v_pool, idx = inp.sparse
     assert idx.shape == (3, 32) and idx.dtype == torch.int32
-    assert k_pool.data_ptr() == inp.k_rows[inp.sparse_row0:].data_ptr() and k_pool.shape[0] == 3 * 64
+    assert k_pool.data_ptr() == inp.k_rows[inp.sparse_row0:].data_ptr()
+    assert k_pool.shape[0] == 3 * 64
     for b in range(3):
         row = idx[b]
         assert int((row == -1).sum()) == 2
         valid = row[row >= 0]
-        assert len(set(valid.tolist())) == 30 and all(64 * b <= r < 64 * (b + 1) for r in valid.tolist())
+        assert len(set(valid.tolist())) == 30
+        assert all(64 * b <= r < 64 * (b + 1) for r in valid.tolist())
     named = torch.zeros(k_pool.shape[0], dtype=torch.bool)
     named[idx[idx >= 0].long()] = True
     assert torch.isfinite(k_pool[named]).all() and torch.isnan(k_pool[~named]).all()
@@ -206,7 +211,8 @@ def test_sglang_split_helper_under_the_interpreter(with_peers):
 ADAPTER_CASES = {
     "window": _case(lens=(70, 9, 50, 33), window_left=20, page_size=16),
     "full": _case(lens=(70, 9, 50, 33), window_left=None, page_size=16),
-    "sparse": _case(lens=(45, 20, 31), window_left=7, heads=(16, 1), dims=(80, 64), sparse=32, page_size=16),
+    "sparse": _case(lens=(45, 20, 31), window_left=7, heads=(16, 1), dims=(80, 64), sparse=32,
+                    page_size=16),
 }
 
 
@@ -214,7 +220,8 @@ def _check(prepared, inp):
     prepared.poison()
     prepared.fn()
     out = prepared.result()
-    ref = dbench.reference_first(inp, sinks=prepared.applies_sinks, sparse=prepared.applies_sparse, count=99)
+    ref = dbench.reference_first(inp, sinks=prepared.applies_sinks,
+                                 sparse=prepared.applies_sparse, count=99)
     assert torch.isfinite(out).all()
     return harness.relative_error(out, ref)
 
@@ -233,7 +240,8 @@ def test_sglang_decode_adapter_matches_the_reference(with_peers, name):
 @interpreter
 def test_sglang_decode_adapter_on_the_latent_head_dims(with_peers):
     """576/512 takes SGLang's split 512 + 64 (rope) path; fp16 under the interpreter."""
-    case = _case(lens=(45, 20), window_left=7, heads=(16, 1), dims=(576, 512), sparse=32, page_size=16)
+    case = _case(lens=(45, 20), window_left=7, heads=(16, 1), dims=(576, 512), sparse=32,
+                 page_size=16)
     inp = dbench.build_inputs(case, "cpu", seed=4, dtype=torch.float16)
     assert _check(dbench.sglang_decode(inp, core_count=8), inp) < 2e-3
 
@@ -300,7 +308,8 @@ def test_run_case_over_the_decode_variants(with_peers, monkeypatch):
         return original(c, device, seed, dtype=torch.float32)
 
     monkeypatch.setattr(dbench, "build_inputs", build)
-    result = dbench.run_case(case, dbench.VARIANTS, reps=2, rounds=1, flush=lambda: None, device="cpu")
+    result = dbench.run_case(case, dbench.VARIANTS, reps=2, rounds=1, flush=lambda: None,
+                             device="cpu")
     by = {v.key: v for v in result.variants}
     assert by["sglang"].status == by["vllm"].status == "ok"
     assert by["sglang"].rel_err < 1e-5 and by["vllm"].rel_err < 1e-5
@@ -316,12 +325,15 @@ def test_run_case_over_the_decode_variants(with_peers, monkeypatch):
 
 def test_peers_skip_cleanly_when_not_importable(monkeypatch):
     inp = dbench.build_inputs(_case(page_size=16), "cpu")
-    for module in (dbench.SGLANG_DECODE, "vllm.v1.attention.ops.triton_unified_attention", "flashinfer"):
+    for module in (dbench.SGLANG_DECODE, "vllm.v1.attention.ops.triton_unified_attention",
+                   "flashinfer"):
         monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with pytest.raises(peers.Skip, match="import sglang.kernels.ops.attention.decode_attention failed"):
+    with pytest.raises(peers.Skip,
+                       match="import sglang.kernels.ops.attention.decode_attention failed"):
         dbench.sglang_decode(inp)
-    with pytest.raises(peers.Skip, match="import vllm.v1.attention.ops.triton_unified_attention failed"):
+    with pytest.raises(peers.Skip,
+                       match="import vllm.v1.attention.ops.triton_unified_attention failed"):
         dbench.vllm_decode(inp)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
     with pytest.raises(peers.Skip, match="import flashinfer failed"):
@@ -358,7 +370,8 @@ def test_decode_variant_keys():
     assert [v.key for v in peers.select(dbench.VARIANTS, ["split1", "flex"], known)] == \
         [k for k in keys if k not in ("split1", "flex")]
     assert "split1" not in {v.key for v in ebench.VARIANTS}
-    assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)  # a decode-only key
+    # (a decode-only key)
+    assert peers.select(ebench.VARIANTS, ["split1"], known) == list(ebench.VARIANTS)
     with pytest.raises(ValueError, match="unknown variant"):
         peers.select(dbench.VARIANTS, ["nope"], known)
 
@@ -371,11 +384,16 @@ def _fake_decode_result(name="S"):
     case, = wl.decode_cases(name)
     V = harness.VariantResult
     variants = [
-        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True, rounds_us=[[6.0, 6.1], [6.0]]),
-        V("swattn tight (control)", "control", "control", rel_err=3e-3, graphed=True, rounds_us=[[6.1, 6.0], [6.0]]),
-        V("swattn skip, full layout", "skip", "ours", rel_err=3e-3, graphed=True, rounds_us=[[60.0], [61.0]]),
-        V("swattn tight, 1 split", "split1", "ours", rel_err=3e-3, graphed=True, rounds_us=[[12.0], [12.0]]),
-        V("SGLang decode", "sglang", "peer", rel_err=4e-3, graphed=True, rounds_us=[[20.0], [20.0]]),
+        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True,
+          rounds_us=[[6.0, 6.1], [6.0]]),
+        V("swattn tight (control)", "control", "control", rel_err=3e-3, graphed=True,
+          rounds_us=[[6.1, 6.0], [6.0]]),
+        V("swattn skip, full layout", "skip", "ours", rel_err=3e-3, graphed=True,
+          rounds_us=[[60.0], [61.0]]),
+        V("swattn tight, 1 split", "split1", "ours", rel_err=3e-3, graphed=True,
+          rounds_us=[[12.0], [12.0]]),
+        V("SGLang decode", "sglang", "peer", rel_err=4e-3, graphed=True,
+          rounds_us=[[20.0], [20.0]]),
         V("vLLM unified", "vllm", "peer", status="skipped", note="vLLM's kernel has one head size"),
         V("FlexAttention", "flex", "peer", rel_err=5e-3, applies_sinks=False, applies_sparse=False,
           graphed=True, note="dense", rounds_us=[[9.0], [9.0]]),
@@ -408,21 +426,24 @@ def test_decode_case_report():
     summary, rows = report.case_report(_fake_decode_result(), ANCHOR_CEILINGS)
     by = {r["key"]: r for r in rows}
     # Flex drops the sinks and the sparse keys: SGLang is the fastest peer of the same function.
-    assert summary["best_peer"] == "SGLang decode" and by["flex"]["other_fn"] == "sinks, sparse keys"
+    assert summary["best_peer"] == "SGLang decode"
+    assert by["flex"]["other_fn"] == "sinks, sparse keys"
     assert by["tight"]["ratio_best_peer"] == pytest.approx(6.0 / 20.0)
     assert summary["tight_over_skip"] == pytest.approx(6.0 / 60.5)
     assert summary["tight_over_one_split"] == pytest.approx(0.5)
     assert summary["verdict_tight_vs_one_split"] == "faster"
     assert by["control"]["verdict_tight"] == "no change"
     s, = wl.decode_cases("S")
-    assert (summary["flops"], summary["bytes"], summary["keys_per_seq"]) == (s.flops(), s.bytes_moved(), 608)
+    assert (summary["flops"], summary["bytes"], summary["keys_per_seq"]) == (
+        s.flops(), s.bytes_moved(), 608)
     assert by["tight"]["gbps"] == pytest.approx(s.bytes_moved() / 6.0 / 1e3)
     assert by["tight"]["roofline"] == pytest.approx(summary["floor_us"] / 6.0)
 
 
 def test_decode_tables_are_written(tmp_path):
     meta = {"date": "2026-12-01", "gpu": "H200", "driver": "1", "cuda": "12", "torch": "t",
-            "triton": "3.6", "commit": "abc", "command": "python -m swattn.bench --workload C-A,C-B,S"}
+            "triton": "3.6", "commit": "abc",
+            "command": "python -m swattn.bench --workload C-A,C-B,S"}
     results = [_fake_decode_result("C-A"), _fake_decode_result("S")]
     text = report.write(str(tmp_path), meta, ANCHOR_CEILINGS, results, kind="decode")
     assert text.startswith("# swattn decode attention benchmark")
@@ -463,8 +484,10 @@ def test_cli_parses_decode_workloads():
     args = parse_args(["--workload", "C-A,C-B,S", "--batch", "2", "--context", "64,1000"])
     extend, decode = split_cases(build_cases(args))
     assert extend == [] and [(c.name, c.batch) for c in decode] == [
-        ("C-A S64", 2), ("C-A S1000", 2), ("C-B S64", 2), ("C-B S1000", 2), ("S S64", 2), ("S S1000", 2)]
-    extend, decode = split_cases(build_cases(parse_args(["--workload", "A,C-B", "--cases", "64:32"])))
+        ("C-A S64", 2), ("C-A S1000", 2), ("C-B S64", 2), ("C-B S1000", 2), ("S S64", 2),
+        ("S S1000", 2)]
+    extend, decode = split_cases(build_cases(parse_args(["--workload", "A,C-B",
+                                                         "--cases", "64:32"])))
     assert [c.name for c in extend] == ["A P64 E32"] and [c.name for c in decode] == ["C-B S32768"]
     default = wl.extend_cases("A") + wl.extend_cases("B")
     assert [c.name for c in build_cases(parse_args([]))] == [c.name for c in default]
@@ -501,8 +524,9 @@ def test_main_runs_the_decode_rows(monkeypatch, tmp_path, capsys):
     kinds = []
     monkeypatch.setattr(harness, "Flush", lambda kind: kinds.append(kind) or (lambda: None))
     monkeypatch.setattr(harness, "measure_ceilings", lambda flush: ANCHOR_CEILINGS)
-    monkeypatch.setattr(report, "collect_meta", lambda command, method="": {"command": command, "gpu": "fake",
-                                                                            "method": method})
+    monkeypatch.setattr(report, "collect_meta",
+                        lambda command, method="": {"command": command, "gpu": "fake",
+                                                    "method": method})
     seen = []
 
     def fake_run_case(case, variants, **kwargs):
@@ -526,5 +550,6 @@ def test_main_runs_the_decode_rows(monkeypatch, tmp_path, capsys):
     assert cli.main(["--workload", "C-A", "--out", str(tmp_path), "--flush", "dirty"]) == 0
     assert kinds[-1] == "dirty" and "256 MB write that flushes L2" in capsys.readouterr().out
     assert cli.main(["--workload", "C-A", "--skip", "nope"]) == 2
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (_ for _ in ()).throw(RuntimeError("no GPU")))
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda: (_ for _ in ()).throw(RuntimeError("no GPU")))
     assert cli.main(["--workload", "C-A", "--out", str(tmp_path)]) == 2

@@ -24,7 +24,8 @@ WINDOWS = [None, 0, 1, 3, 7, 16]
 
 
 def _case(seqs, window_left=3, sinks=True, heads=(4, 2), dims=(8, 8), page_size=4):
-    return wl.Case("T", heads[0], heads[1], dims[0], dims[1], window_left, sinks, tuple(seqs), page_size)
+    return wl.Case("T", heads[0], heads[1], dims[0], dims[1], window_left, sinks, tuple(seqs),
+                   page_size)
 
 
 # --------------------------------------------------------------------------------------
@@ -89,7 +90,8 @@ def test_cli_quick_and_overrides():
     assert (args.workload, args.reps, args.rounds) == ("A", 10, 2)
     assert [c.seqs[0] for c in build_cases(args)] == [(4096, 4096), (7168, 1024)]
     args = parse_args(["--workload", "A,B", "--batch", "2", "--cases", "64:32"])
-    assert [(c.workload, c.batch, c.seqs[0]) for c in build_cases(args)] == [("A", 2, (64, 32)), ("B", 2, (64, 32))]
+    assert [(c.workload, c.batch, c.seqs[0]) for c in build_cases(args)] == [
+        ("A", 2, (64, 32)), ("B", 2, (64, 32))]
 
 
 # --------------------------------------------------------------------------------------
@@ -122,7 +124,8 @@ def test_flops_and_bytes_of_a_ragged_case():
 
 
 def test_anchor_floors():
-    """The floors at the H200's ceilings (791 TFLOP/s, 4266 GB/s): A P8192 E8192 71 us, B 2085/2780 us."""
+    """The floors at the H200's ceilings (791 TFLOP/s, 4266 GB/s): A P8192 E8192 71 us,
+    B 2085/2780 us."""
     ceilings = {"matmul_tflops": 791.0, "copy_gbps": 4266.0}
     floors = {c.name: report.floor_us(c.flops(), c.bytes_moved(), ceilings)
               for c in wl.extend_cases("A") + wl.extend_cases("B")}
@@ -155,7 +158,8 @@ def _direct_tiles(case, bm, bn):
         for bounds in total:
             for start in range(0, e, bm):
                 for loop in ("stage1", "stage2"):
-                    total[bounds] += window.num_tiles(*window.key_bounds(loop, p, e, start, bm, bn, w, bounds), bn)
+                    total[bounds] += window.num_tiles(
+                        *window.key_bounds(loop, p, e, start, bm, bn, w, bounds), bn)
     return total["tight"] * case.num_q_heads, total["all"] * case.num_q_heads
 
 
@@ -192,7 +196,8 @@ def test_tile_prediction_follows_the_kernel_that_runs():
                               window_left=127, dtype=torch.float16, device=DEVICE,
                               config={"block_m": 64, "block_n": 32, "pack_gqa": True})
     packed = plan.tiling()
-    assert packed == {"block_m": 64, "block_n": 32, "tokens_per_block": 8, "heads": case.num_kv_heads}
+    assert packed == {"block_m": 64, "block_n": 32, "tokens_per_block": 8,
+                      "heads": case.num_kv_heads}
     pred = report.tile_prediction(case, tiling=packed)
     assert pred["tokens_per_block"] == pred["block_m"] // 8 and pred["block_n"] == 32
     assert pred["ratio"] < 0.05
@@ -313,7 +318,8 @@ def test_summary_noise_and_reps():
     assert stats["median_us"] == 11.0 and stats["reps"] == 5
     assert stats["p20_us"] == pytest.approx(np.percentile([9, 10, 11, 12, 13], 20))
     assert stats["round_medians_us"] == [11.0, 11.0]
-    assert harness.noise_floor([[100.0] * 3, [100.0] * 3], [[101.0] * 3, [98.0] * 3]) == pytest.approx(0.02)
+    assert harness.noise_floor([[100.0] * 3, [100.0] * 3],
+                               [[101.0] * 3, [98.0] * 3]) == pytest.approx(0.02)
     assert harness.reps_for(100.0, 30, 1500.0) == 30
     assert harness.reps_for(100_000.0, 30, 1500.0) == 15
     assert harness.reps_for(1e7, 30, 1500.0) == 5
@@ -323,13 +329,17 @@ def _fake_result():
     case = wl.extend_cases("A", cases=[(8192, 8192)])[0]
     V = harness.VariantResult
     variants = [
-        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True, rounds_us=[[150.0, 152.0], [151.0]],
+        V("swattn tight", "tight", "tight", rel_err=3e-3, graphed=True,
+          rounds_us=[[150.0, 152.0], [151.0]],
           host_us={"plan.run": 9.5, "plan.run (eager)": 151.0, "one-shot": 21.0,
                    "one-shot (eager)": 152.0},
           tiling={"block_m": 64, "block_n": 64, "tokens_per_block": 64, "heads": 64}),
-        V("swattn tight (control)", "control", "control", rel_err=3e-3, graphed=True, rounds_us=[[152.0, 153.0], [150.0]]),
-        V("swattn skip, full layout", "skip", "ours", rel_err=3e-3, graphed=True, rounds_us=[[900.0], [910.0]]),
-        V("vLLM unified", "vllm", "peer", rel_err=4e-3, graphed=True, rounds_us=[[1040.0], [1044.0]]),
+        V("swattn tight (control)", "control", "control", rel_err=3e-3, graphed=True,
+          rounds_us=[[152.0, 153.0], [150.0]]),
+        V("swattn skip, full layout", "skip", "ours", rel_err=3e-3, graphed=True,
+          rounds_us=[[900.0], [910.0]]),
+        V("vLLM unified", "vllm", "peer", rel_err=4e-3, graphed=True,
+          rounds_us=[[1040.0], [1044.0]]),
         V("FlexAttention", "flex", "peer", rel_err=5e-3, applies_sinks=False, graphed=True,
           note="no sinks | dense", rounds_us=[[345.0], [346.0]]),
         V("SGLang, full layout", "sglang-full", "peer", status="skipped", note="import failed"),
@@ -394,7 +404,8 @@ def _ref_variant(scale=1.0, leave_nan=False, fail=False):
     def build(inputs):
         from swattn import reference
         case = inputs.case
-        out = torch.empty(inputs.q.shape[0], case.num_q_heads, case.head_dim_v, dtype=inputs.q.dtype)
+        out = torch.empty(inputs.q.shape[0], case.num_q_heads, case.head_dim_v,
+                          dtype=inputs.q.dtype)
 
         def fn():
             if fail:
@@ -402,8 +413,9 @@ def _ref_variant(scale=1.0, leave_nan=False, fail=False):
             if leave_nan:
                 return
             ref = reference.extend_attention(
-                inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool, inputs.block_table_window,
-                inputs.cu_seqlens, inputs.prefix_lens, window_left=case.window_left, sinks=inputs.sinks)
+                inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool,
+                inputs.block_table_window, inputs.cu_seqlens, inputs.prefix_lens,
+                window_left=case.window_left, sinks=inputs.sinks)
             out.copy_(ref * scale)
 
         return peers.Prepared(fn, lambda: out, "fake", True, lambda: out.fill_(float("nan")))
@@ -419,11 +431,15 @@ def _raise(exc):
 def test_run_case_records_every_variant_and_keeps_going(monkeypatch):
     monkeypatch.setattr(harness, "capture", lambda fn, warmup=2: (fn, True, ""))
     times = iter(range(1000))
-    monkeypatch.setattr(harness, "measure", lambda replay, reps, flush: [100.0 + next(times) % 2] * reps)
+    monkeypatch.setattr(harness, "measure",
+                        lambda replay, reps, flush: [100.0 + next(times) % 2] * reps)
     V = peers.Variant
-    variants = [V("tight", "tight", "tight", _ref_variant()), V("control", "control", "control", _ref_variant()),
-                V("wrong", "w", "peer", _ref_variant(scale=0.5)), V("unwritten", "n", "peer", _ref_variant(leave_nan=True)),
-                V("crash", "c", "peer", _ref_variant(fail=True)), V("boom", "b", "peer", _raise(RuntimeError("no"))),
+    variants = [V("tight", "tight", "tight", _ref_variant()),
+                V("control", "control", "control", _ref_variant()),
+                V("wrong", "w", "peer", _ref_variant(scale=0.5)),
+                V("unwritten", "n", "peer", _ref_variant(leave_nan=True)),
+                V("crash", "c", "peer", _ref_variant(fail=True)),
+                V("boom", "b", "peer", _raise(RuntimeError("no"))),
                 V("skipped", "s", "peer", _raise(peers.Skip("not here")))]
     case = _case([(13, 5), (6, 5)], window_left=5)
     result = ebench.run_case(case, variants, reps=3, rounds=2, flush=lambda: None, device="cpu")
@@ -489,8 +505,10 @@ def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
     real_gpu = torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(harness, "Flush", lambda kind: (lambda: None))
-    monkeypatch.setattr(harness, "measure_ceilings", lambda flush: {"matmul_tflops": 791.0, "copy_gbps": 4266.0})
-    monkeypatch.setattr(report, "collect_meta", lambda command, method="": {"command": command, "gpu": "fake"})
+    monkeypatch.setattr(harness, "measure_ceilings",
+                        lambda flush: {"matmul_tflops": 791.0, "copy_gbps": 4266.0})
+    monkeypatch.setattr(report, "collect_meta",
+                        lambda command, method="": {"command": command, "gpu": "fake"})
     seen = []
 
     def fake_run_case(case, variants, **kwargs):
@@ -502,7 +520,8 @@ def test_main_writes_the_tables(monkeypatch, tmp_path, capsys):
         return res
 
     monkeypatch.setattr(harness, "run_case", fake_run_case)
-    assert cli.main(["--quick", "--out", str(tmp_path), "--skip", "flex", "--peers", str(tmp_path)]) == 0
+    assert cli.main(["--quick", "--out", str(tmp_path), "--skip", "flex",
+                     "--peers", str(tmp_path)]) == 0
     assert [s[0] for s in seen] == ["A P4096 E4096", "A P7168 E1024"]
     assert "flex" not in seen[0][1] and seen[0][2:] == (10, 2)
     text = capsys.readouterr().out

@@ -56,7 +56,8 @@ def _matrix(count, seed):
                           sparse_keys=rng.choice([0, 0, 5, 17]), seed=i)
         kw = {"num_splits": rng.choice([1, 1, 2, 3, None])}
         if rng.random() < 0.3:
-            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(i)).to(DEVICE)
+            kw["sinks"] = torch.randn(case.num_q_heads,
+                                      generator=torch.Generator().manual_seed(i)).to(DEVICE)
         if rng.random() < 0.3:
             kw["softcap"] = 5.0
         if rng.random() < 0.3:
@@ -78,7 +79,8 @@ def _matrix(count, seed):
 MATRIX = _matrix(20, seed=4321)
 
 
-@pytest.mark.parametrize("case", MATRIX, ids=[f"{c.id()}-{sorted(c.kwargs, key=str)}" for c in MATRIX])
+@pytest.mark.parametrize("case", MATRIX,
+                         ids=[f"{c.id()}-{sorted(c.kwargs, key=str)}" for c in MATRIX])
 def test_random_matrix(case):
     check_case(case)
 
@@ -97,22 +99,29 @@ def test_group_cut_into_head_blocks(sparse_keys):
     case = DecodeCase([33, 5, 17], num_q_heads=80, num_kv_heads=2, window_left=14, page_size=4,
                       sparse_keys=sparse_keys, seed=7)
     tensors = build_decode(case, DEVICE)
-    kw = dict(window_left=14, sinks=torch.randn(80, generator=torch.Generator().manual_seed(7)).to(DEVICE),
+    kw = dict(window_left=14,
+              sinks=torch.randn(80, generator=torch.Generator().manual_seed(7)).to(DEVICE),
               return_lse=True)
     if sparse_keys:
         kw["sparse"] = build_sparse(case, DEVICE)
     want = reference.decode_attention(*tensors, **kw)
-    for splits, config in ((1, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)), (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)),
-                           (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3, heads_first=True))):
+    for splits, config in (
+            (1, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)),
+            (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)),
+            (3, DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=3, heads_first=True))):
         got = run_all_bounds(tensors, num_splits=splits, config=config, **kw)
         assert_matches_reference(got, want)
 
 
 def test_head_blocking():
-    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2), 64) == (16, 4)
-    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2), 40) == (16, 3)
-    assert head_blocking(DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2), 8) == (16, 1)
-    assert head_blocking(DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=2), 32) == (32, 1)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2),
+                         64) == (16, 4)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=2),
+                         40) == (16, 3)
+    assert head_blocking(DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2),
+                         8) == (16, 1)
+    assert head_blocking(DecodeConfig(block_h=32, block_n=64, num_warps=4, num_stages=2),
+                         32) == (32, 1)
     # DeepSeek-style heads on the GPU: 16 heads and 16 keys a program.
     assert decode_config(576, 512, 64, torch.bfloat16, "cuda") == DecodeConfig(
         block_h=16, block_n=32, num_warps=4, num_stages=2, flag_unread=True)
@@ -131,7 +140,8 @@ def test_exactly_window_plus_one_keys(page_size, window_left):
     positions = torch.arange(seq_len, device=DEVICE)
     pages, offsets = block_table[0].long()[positions // page_size], positions % page_size
     k_cache[pages, offsets] = 0.0
-    v_cache[pages, offsets] = torch.eye(dv, dtype=v_cache.dtype, device=DEVICE)[positions][:, None, :]
+    v_cache[pages, offsets] = torch.eye(dv, dtype=v_cache.dtype,
+                                        device=DEVICE)[positions][:, None, :]
     for splits in (1, 3):
         out = run_decode(q, k_cache, v_cache, block_table, seq_lens,
                                           window_left=window_left, num_splits=splits)
@@ -171,7 +181,8 @@ def test_splits_equal_single_pass():
 def test_bounds_bit_identical_with_splits():
     """The split chunking is defined on the window for every bounds variant, so skip and
     none (split 0 walks from position 0) give the tight bits at any split count."""
-    case = DecodeCase([65, 33, 7], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=17, seed=13)
+    case = DecodeCase([65, 33, 7], num_q_heads=4, num_kv_heads=2, page_size=16, window_left=17,
+                      seed=13)
     tensors = build_decode(case, DEVICE)
     for splits in (2, 5):
         run_all_bounds(tensors, window_left=17, num_splits=splits, return_lse=True)
@@ -200,7 +211,8 @@ def test_sparse_all_minus_one_is_no_sparse():
 
 def test_sparse_only_sequence():
     """seq_len 0 with sparse keys attends to the sparse keys alone."""
-    check_case(DecodeCase([0, 5], window_left=3, sparse_keys=6, seed=23), num_splits=2, return_lse=True)
+    check_case(DecodeCase([0, 5], window_left=3, sparse_keys=6, seed=23), num_splits=2,
+               return_lse=True)
 
 
 def test_full_block_table_and_trimmed_agree():
@@ -222,7 +234,8 @@ def test_full_block_table_and_trimmed_agree():
 def test_out_argument_is_written_and_returned():
     case = DecodeCase([10, 3], window_left=4)
     tensors = build_decode(case, DEVICE)
-    out = torch.full((2, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype, device=DEVICE)
+    out = torch.full((2, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype,
+                     device=DEVICE)
     got = swattn.decode_attention(*tensors, window_left=4, out=out)
     assert got.data_ptr() == out.data_ptr()
     assert rel_err(out, reference.decode_attention(*tensors, window_left=4)) < TOL
@@ -288,14 +301,15 @@ def test_custom_op_registration():
     k_pool, v_pool, idx = build_sparse(case, DEVICE)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
     lse = torch.zeros(2, 4, device=DEVICE)
-    torch.library.opcheck(torch.ops.swattn.decode_attention.default, (q, k_cache, v_cache, block_table, seq_lens,
-                                           torch.randn(4, device=DEVICE), k_pool, v_pool, idx,
-                                           out, lse, None, None, 4, -1, 0.0, 0.0, 2))
+    torch.library.opcheck(torch.ops.swattn.decode_attention.default,
+                          (q, k_cache, v_cache, block_table, seq_lens,
+                           torch.randn(4, device=DEVICE), k_pool, v_pool, idx,
+                           out, lse, None, None, 4, -1, 0.0, 0.0, 2))
 
     def layer(q, k_cache, v_cache, block_table, seq_lens):
-        o, l = swattn.decode_attention(q * 1.0, k_cache, v_cache, block_table, seq_lens,
+        o, s = swattn.decode_attention(q * 1.0, k_cache, v_cache, block_table, seq_lens,
                                        window_left=4, return_lse=True, num_splits=2)
-        return swattn.merge_states([o, o], [l, l])
+        return swattn.merge_states([o, o], [s, s])
 
     compiled = torch.compile(layer, fullgraph=True, backend="eager")
     for a, b in zip(compiled(q, k_cache, v_cache, block_table, seq_lens),
@@ -343,7 +357,8 @@ BAD_TENSORS = [
 ]
 
 
-@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS, ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
+@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS,
+                         ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
 def test_bad_tensor(name, bad, error, message):
     with pytest.raises(error, match=message):
         swattn.decode_attention(*_replace(name, bad), window_left=4)
@@ -396,17 +411,21 @@ def test_bad_bounds():
 
 def test_decode_config():
     # Up to d128 the Gluon path where the launch can take it (long windows on sm_90).
-    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=128, num_warps=4, num_stages=2, hopper=True)
+    assert decode_config(64, 64, 8, torch.bfloat16, "cuda") == DecodeConfig(
+        block_h=16, block_n=128, num_warps=4, num_stages=2, hopper=True)
     # d128: 64-key tiles in 2 stages (4 programs an SM on the H200), the grid heads first.
-    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=64, num_warps=4, num_stages=2, heads_first=True, hopper=True)
-    assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
+    assert decode_config(128, 128, 4, torch.bfloat16, "cuda") == DecodeConfig(
+        block_h=16, block_n=64, num_warps=4, num_stages=2, heads_first=True, hopper=True)
+    assert decode_config(256, 256, 4, torch.bfloat16, "cuda") == DecodeConfig(
+        block_h=16, block_n=32, num_warps=4, num_stages=2)
     # Unreadable rows flagged in the state where that code ran faster: wide heads (S), and
     # d64 over an fp8 cache (C-A).
     assert decode_config(576, 512, 64, torch.bfloat16, "cuda").flag_unread
     assert decode_config(64, 64, 8, torch.bfloat16, "cuda", torch.float8_e4m3fn).flag_unread
     assert not decode_config(128, 128, 4, torch.bfloat16, "cuda", torch.float8_e4m3fn).flag_unread
     assert decode_config(128, 128, 32, torch.float16, "cuda").block_h == 32
-    assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(block_h=16, block_n=16, num_warps=4, num_stages=1)
+    assert decode_config(16, 8, 3, torch.float16, "cpu") == DecodeConfig(
+        block_h=16, block_n=16, num_warps=4, num_stages=1)
 
 
 def _splits(block_n, *args):
@@ -459,7 +478,8 @@ def compile_sm90(fn, pointers, consts, warps, stages=2):
         if name in pointers or name.startswith("stride_"):
             attrs[(i,)] = [["tt.divisibility", 16]]  # what the JIT specialises typical strides to
     kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs),
-                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+                            target=GPUTarget("cuda", 90, 32),
+                            options=dict(num_warps=warps, num_stages=stages))
     return kernel.asm
 
 bf16 = {n: "*bf16" for n in ("Q", "K_cache", "V_cache", "K_pool", "V_pool", "Out")}
@@ -477,7 +497,8 @@ for d, dv, (bd, bd2), window, sparse, partial, tight in (
         SKIP=not tight, CARRY=not tight, FLAG_UNREAD=d > 128, V_IN_K=d > 128,
         HEADS_FIRST=not tight, PDL=partial), 4)["ptx"]
     assert "mma.sync" in ptx, "the head-group products are not tensor-core dots"
-    assert ("griddepcontrol.launch_dependents" in ptx) == partial, "the split kernel lets the merge start"
+    assert ("griddepcontrol.launch_dependents" in ptx) == partial, (
+        "the split kernel lets the merge start")
 # An fp8 cache under a head of 40 (32 + a tail of 16, its columns masked), unreadable rows
 # flagged (FLAG_UNREAD), sparse keys and splits: what the interpreter runs without the
 # compiler's checks (a function's returns must agree in type, dead branches too).
@@ -558,7 +579,8 @@ def test_gpu_gpt_oss_decode_and_cuda_graph():
     q, k_cache, v_cache, block_table, seq_lens = tensors
     plan = swattn.plan_decode(lens.tolist(), num_q_heads=16, num_kv_heads=2, head_dim=64,
                               page_size=16, window_left=window_left, return_lse=True)
-    out, lse = plan.run(q, k_cache, v_cache, block_table, sinks=sinks)  # compiles outside the capture
+    # (compiles outside the capture)
+    out, lse = plan.run(q, k_cache, v_cache, block_table, sinks=sinks)
     torch.cuda.synchronize()
     check(out, lse, tensors)
     new_lens = lens * 3 // 4
@@ -583,8 +605,8 @@ def test_gpu_deepseek_sparse_window_decode():
     want = reference.decode_attention(*tensors, window_left=127, sinks=sinks, sparse=sparse,
                                       return_lse=True)
     for splits in (None, 1, 4):
-        got = run_all_bounds(tensors, window_left=127, sinks=sinks, sparse=sparse, num_splits=splits,
-                             return_lse=True)
+        got = run_all_bounds(tensors, window_left=127, sinks=sinks, sparse=sparse,
+                             num_splits=splits, return_lse=True)
         assert_matches_reference(got, want)
 
 

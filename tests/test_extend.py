@@ -28,7 +28,8 @@ def check_case(case, block_m=None, block_n=None, **kwargs):
     kw = dict(case.kwargs, **kwargs)
     got = run_all_bounds(case, tensors, block_m=block_m, block_n=block_n, **kw)
     kw.pop("pack_gqa", None)
-    assert_matches_reference(got, reference.extend_attention(*tensors, window_left=case.window_left, **kw))
+    assert_matches_reference(got, reference.extend_attention(*tensors,
+                                                             window_left=case.window_left, **kw))
     return got
 
 
@@ -47,7 +48,8 @@ def _matrix(count, seed):
                           window_left=rng.choice([None, 0, 1, 7, 15, 16, 17, 40]), seed=i)
         kw = {}
         if rng.random() < 0.3:
-            kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(i)).to(DEVICE)
+            kw["sinks"] = torch.randn(case.num_q_heads,
+                                      generator=torch.Generator().manual_seed(i)).to(DEVICE)
         if rng.random() < 0.3:
             kw["softcap"] = 5.0
         if rng.random() < 0.25:
@@ -73,7 +75,8 @@ def test_every_tiling(tiling):
     check_case(case, block_m=tiling[0], block_n=tiling[1])
 
 
-@pytest.mark.parametrize("window_left,prefix", [(0, 5), (15, 16), (16, 15), (16, 16), (17, 33), (200, 9)],
+@pytest.mark.parametrize("window_left,prefix",
+                         [(0, 5), (15, 16), (16, 15), (16, 16), (17, 33), (200, 9)],
                          ids=lambda x: str(x))
 def test_window_around_tile_boundaries(window_left, prefix):
     """Windows and prefixes straddling BN = 16; window_left 200 is wider than the sequence."""
@@ -89,7 +92,8 @@ def test_page_size_1_and_gqa_4(pack_gqa):
 
 @pytest.mark.parametrize("head_dims", [(80, 96), (24, 40)], ids=["d80-dv96", "d24-dv40"])
 def test_head_dims_not_powers_of_two(head_dims):
-    check_case(ExtendCase([19], [21], head_dim=head_dims[0], head_dim_v=head_dims[1], window_left=12),
+    check_case(ExtendCase([19], [21], head_dim=head_dims[0], head_dim_v=head_dims[1],
+                          window_left=12),
                block_m=16, block_n=16)
 
 
@@ -97,7 +101,8 @@ def test_many_ragged_sequences_find_their_blocks():
     """37 sequences of 0 to 5 new tokens: each program finds its sequence from cu_seqlens
     (a prefix sum of block counts over 64 lanes), empty sequences owning no block."""
     rng = random.Random(37)
-    case = ExtendCase([rng.choice([0, 3, 9]) for _ in range(37)], [rng.choice([0, 1, 2, 5]) for _ in range(37)],
+    case = ExtendCase([rng.choice([0, 3, 9]) for _ in range(37)],
+                      [rng.choice([0, 1, 2, 5]) for _ in range(37)],
                       head_dim=16, head_dim_v=16, page_size=4, window_left=6, seed=37)
     got = check_case(case, block_m=16, block_n=16, pack_gqa=False)
     det = run_extend(*build_extend(case, DEVICE), window_left=6, block_m=16,
@@ -142,7 +147,8 @@ def test_keys_prefix_and_new_merge_to_all():
 def test_out_argument_is_written_and_returned():
     case = ExtendCase([10], [7], window_left=4)
     tensors = build_extend(case, DEVICE)
-    out = torch.full((7, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype, device=DEVICE)
+    out = torch.full((7, case.num_q_heads, case.head_dim_v), float("nan"), dtype=case.dtype,
+                     device=DEVICE)
     got = swattn.extend_attention(*tensors, window_left=4, out=out)
     assert got.data_ptr() == out.data_ptr()
     assert rel_err(out, reference.extend_attention(*tensors, window_left=4)) < TOL
@@ -152,7 +158,8 @@ def test_public_function_with_lse():
     case = ExtendCase([12, 3], [5, 9], window_left=7, seed=11)
     tensors = build_extend(case, DEVICE)
     out, lse = swattn.extend_attention(*tensors, window_left=7, return_lse=True, softcap=3.0)
-    ref_out, ref_lse = reference.extend_attention(*tensors, window_left=7, return_lse=True, softcap=3.0)
+    ref_out, ref_lse = reference.extend_attention(*tensors, window_left=7, return_lse=True,
+                                                  softcap=3.0)
     assert rel_err(out, ref_out) < TOL
     assert (lse - ref_lse.to(lse.device)).abs().max().item() < 1e-2
 
@@ -188,7 +195,9 @@ def test_split_and_single_loop_agree():
     from swattn.ops.config import Config
     case = ExtendCase([70, 3], [40, 35], window_left=37, seed=21)
     tensors = build_extend(case, DEVICE)
-    split, single = (run_extend(*tensors, window_left=37, config=Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=s))
+    split, single = (run_extend(*tensors, window_left=37,
+                                config=Config(block_m=16, block_n=16, num_warps=4, num_stages=1,
+                                              pack_gqa=True, split_full=s))
                      for s in (True, False))
     assert torch.equal(split, single)
     assert rel_err(split, reference.extend_attention(*tensors, window_left=37)) < TOL
@@ -206,7 +215,8 @@ def test_tma_and_pointer_loads_agree(deterministic):
     qkv = torch.cat([q, k, v], 1)
     k, v = qkv[:, 4:6], qkv[:, 6:8]
     tensors = (q, k, v, *rest)
-    configs = [Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True, split_full=True, tma=tma) for tma in (True, False)]
+    configs = [Config(block_m=16, block_n=16, num_warps=4, num_stages=1, pack_gqa=True,
+                      split_full=True, tma=tma) for tma in (True, False)]
     assert all(d is not None for d in ops_extend.descriptors(configs[0], k, v, *rest[:2], False))
     with_tma, without = (run_extend(*tensors, window_left=41, config=c,
                                                      deterministic=deterministic)
@@ -223,8 +233,10 @@ def test_tma_only_where_the_copy_engine_can_take_it():
     x = torch.zeros(10, 2, 16, dtype=torch.bfloat16)
     assert ops_extend.rows_descriptor(x, 16) is not None
     assert ops_extend.rows_descriptor(torch.zeros(10, 2, 24, dtype=torch.bfloat16), 16) is None
-    assert ops_extend.rows_descriptor(torch.zeros(10, 2, 19, dtype=torch.bfloat16)[..., :16], 16) is None
-    assert ops_extend.rows_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2], 16) is not None
+    assert ops_extend.rows_descriptor(torch.zeros(10, 2, 19, dtype=torch.bfloat16)[..., :16],
+                                      16) is None
+    assert ops_extend.rows_descriptor(torch.zeros(10, 3, 16, dtype=torch.bfloat16)[:, :2],
+                                      16) is not None
     case = ExtendCase([20], [5], head_dim=16, head_dim_v=16, page_size=4, window_left=None)
     tensors = build_extend(case, "cpu")
     descs = ops_extend.descriptors(cfg, *tensors[1:5], False)
@@ -236,6 +248,12 @@ def test_h200_config_follows_the_page_size():
     tiles and 4 warps; over pages of 16, 128 x 64 and 8 warps (scripts/tune.py). Both take
     the Hopper path where the launch can, and so does gpt-oss's d64."""
     from swattn.ops.config import Config, extend_config
-    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(block_m=64, block_n=64, num_warps=4, num_stages=3, pack_gqa=True, split_full=True, hopper=True)
-    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(block_m=128, block_n=64, num_warps=8, num_stages=3, pack_gqa=True, split_full=True, hopper=True)
-    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(block_m=64, block_n=32, num_warps=4, num_stages=2, pack_gqa=True, split_full=False, hopper=True)
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 64) == Config(
+        block_m=64, block_n=64, num_warps=4, num_stages=3, pack_gqa=True, split_full=True,
+        hopper=True)
+    assert extend_config(128, 128, 4, 4095, torch.bfloat16, "cuda", 16) == Config(
+        block_m=128, block_n=64, num_warps=8, num_stages=3, pack_gqa=True, split_full=True,
+        hopper=True)
+    assert extend_config(64, 64, 8, 127, torch.bfloat16, "cuda", 64) == Config(
+        block_m=64, block_n=32, num_warps=4, num_stages=2, pack_gqa=True, split_full=False,
+        hopper=True)

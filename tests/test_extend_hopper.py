@@ -18,7 +18,8 @@ from dataclasses import replace
 from swattn.ops.config import HOPPER_EXTEND_128_ROWS, hopper_extend_config
 from swattn.verify import asm
 e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
-variants = [dict(), dict(bounds="skip"), dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
+variants = [dict(), dict(bounds="skip"),
+            dict(bounds="none", head_dim=64, dtype="fp16", page_size=64),
             dict(page_size=128, HAS_SINKS=True, USE_SOFTCAP=True, RETURN_LSE=True),
             dict(page_size=32, IS_CAUSAL=False, USE_RIGHT=True, DO_PREFIX=False),
             dict(WARP_SPECIALIZED=False), dict(WARP_SPECIALIZED=False, head_dim=64, page_size=64),
@@ -139,8 +140,9 @@ def test_config_takes_the_hopper_path_for_d64_and_d128():
     assert not any(rows.warp_specialized(*a, True) for a in (("tight", 127), ("skip", 4095),
                                                             ("none", 127)))
     assert extend_hopper.takes_shape(128, 128, 16) and extend_hopper.takes_shape(64, 64, 128)
-    assert not any(extend_hopper.takes_shape(*s) for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8),
-                                                          (128, 128, 48), (128, 128, 96)))
+    assert not any(extend_hopper.takes_shape(*s)
+                   for s in ((128, 64, 16), (96, 96, 16), (128, 128, 8), (128, 128, 48),
+                             (128, 128, 96)))
 
 
 def test_unsupported_plans_say_why(monkeypatch):
@@ -169,10 +171,12 @@ def test_descriptors_say_when_the_copy_engine_cannot_take_the_strides():
     q, k, v, kc, vc, *_ = _tensors(dtype=torch.bfloat16)
     cfg = hopper_extend_config(q.shape[-1], torch.bfloat16)
     # A head dim that is a slice of a wider row: rows 72 elements apart, off 16 bytes.
-    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), k.cpu(), v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), k.cpu(), v.cpu(), kc.cpu(),
+                                                vc.cpu()), tuple)
     # Two heads of three: rows of heads * dim still, 3 * 64 apart.
     heads = torch.zeros(k.shape[0], 3, 64, dtype=torch.bfloat16)[:, :2]
-    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), heads, v.cpu(), kc.cpu(), vc.cpu()), tuple)
+    assert isinstance(extend_hopper.descriptors(cfg, q.cpu(), heads, v.cpu(), kc.cpu(),
+                                                vc.cpu()), tuple)
     odd = torch.zeros(k.shape[0], 2, 72, dtype=torch.bfloat16)[..., :64]
     assert "strides" in extend_hopper.descriptors(cfg, q.cpu(), odd, v.cpu(), kc.cpu(), vc.cpu())
 

@@ -67,8 +67,10 @@ def test_write_kv_stores_what_the_reference_quantizes(fp8, per_head):
         page, row = divmod(slot, 8)
         # Values, not bits: under the interpreter a negative value that rounds to zero is
         # stored as +0 (the GPU stores -0, as torch does).
-        assert torch.equal(k_cache[page, row].float(), reference.quantize(k[t], k_scale, fp8).float())
-        assert torch.equal(v_cache[page, row].float(), reference.quantize(v[t], v_scale, fp8).float())
+        assert torch.equal(k_cache[page, row].float(),
+                           reference.quantize(k[t], k_scale, fp8).float())
+        assert torch.equal(v_cache[page, row].float(),
+                           reference.quantize(v[t], v_scale, fp8).float())
     limit = torch.finfo(fp8).max  # saturated, not inf or NaN
     assert k_cache[0, 0, 0, :2].float().tolist() == [limit, -limit]
     untouched = [s for s in range(32) if s not in written]
@@ -89,7 +91,8 @@ def test_write_kv_stores_what_the_reference_quantizes(fp8, per_head):
 def test_decode_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_head, case, kwargs):
     tensors, k_scale, v_scale = _fp8_decode_inputs(case, fp8, per_head)
     kw = dict(kwargs, window_left=case.window_left, k_scale=k_scale, v_scale=v_scale,
-              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(9)).to(DEVICE))
+              sinks=torch.randn(case.num_q_heads,
+                                generator=torch.Generator().manual_seed(9)).to(DEVICE))
     if case.sparse_keys:
         k_pool, v_pool, idx = build_sparse(case, DEVICE)
         kw["sparse"] = (reference.quantize(k_pool, k_scale, fp8),
@@ -203,12 +206,15 @@ def test_the_custom_ops_take_fp8_caches_and_scales():
     case = DecodeCase([9, 4], window_left=4, seed=7)
     (q, k8, v8, table, lens), k_scale, v_scale = _fp8_decode_inputs(case, torch.float8_e4m3fn, True)
     out = torch.zeros(2, 4, 16, dtype=torch.float16, device=DEVICE)
-    torch.library.opcheck(torch.ops.swattn.decode_attention.default, (q, k8, v8, table, lens, None, None, None, None, out,
-                                           None, k_scale, v_scale, 4, -1, 0.0, 0.0, 1),
+    torch.library.opcheck(torch.ops.swattn.decode_attention.default,
+                          (q, k8, v8, table, lens, None, None, None, None, out,
+                           None, k_scale, v_scale, 4, -1, 0.0, 0.0, 1),
                           test_utils=("test_faketensor",))
-    k = torch.randn(3, 2, 16, generator=torch.Generator().manual_seed(1)).to(torch.float16).to(DEVICE)
+    k = torch.randn(3, 2, 16,
+                    generator=torch.Generator().manual_seed(1)).to(torch.float16).to(DEVICE)
     slots = torch.tensor([0, 5, -1], device=DEVICE)
-    torch.library.opcheck(torch.ops.swattn.write_kv.default, (k, k, k8.clone(), v8.clone(), slots, k_scale, v_scale),
+    torch.library.opcheck(torch.ops.swattn.write_kv.default,
+                          (k, k, k8.clone(), v8.clone(), slots, k_scale, v_scale),
                           test_utils=("test_faketensor",))
 
 
@@ -275,7 +281,8 @@ def test_extend_over_an_fp8_cache_matches_the_dequantized_reference(fp8, per_hea
     tensors, k_scale, v_scale = _fp8_extend_inputs(case, fp8, per_head)
     kw = dict(window_left=case.window_left, k_scale=k_scale, v_scale=v_scale,
               deterministic=deterministic,
-              sinks=torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(8)).to(DEVICE))
+              sinks=torch.randn(case.num_q_heads,
+                                generator=torch.Generator().manual_seed(8)).to(DEVICE))
     got = assert_bounds_identical([run_extend(*tensors, bounds=b, **kw)
                                    for b in ("tight", "skip", "none")])
     want = reference.extend_attention(*tensors, **kw)

@@ -164,8 +164,8 @@ def test_deterministic_chunking_and_repeats(dtype, shape):
         for start, stop in zip(plan, plan[1:]):
             cu = torch.tensor([0, stop - start], dtype=torch.int32, device="cuda")
             prefix = torch.tensor([start], dtype=torch.int32, device="cuda")
-            outs.append(swattn.extend_attention(q[start:stop], k[start:stop], v[start:stop], k_cache,
-                                                v_cache, block_table, cu, prefix,
+            outs.append(swattn.extend_attention(q[start:stop], k[start:stop], v[start:stop],
+                                                k_cache, v_cache, block_table, cu, prefix,
                                                 window_left=window_left, sinks=sinks,
                                                 deterministic=True))
             pos = torch.arange(start, stop, device="cuda")
@@ -180,7 +180,8 @@ def test_deterministic_chunking_and_repeats(dtype, shape):
         assert torch.equal(prefill([0, length]), whole)
 
 
-@pytest.mark.parametrize("shape", [(16, 2, 64, 127), (32, 8, 128, 4095)], ids=["gpt-oss", "mistral"])
+@pytest.mark.parametrize("shape", [(16, 2, 64, 127), (32, 8, 128, 4095)],
+                         ids=["gpt-oss", "mistral"])
 def test_deterministic_bits_do_not_depend_on_the_batch(shape):
     """deterministic=True at real sizes: one request alone, and first, in the middle and
     last of batches of other requests (its cache pages elsewhere in the pool), gives the
@@ -210,8 +211,10 @@ def test_deterministic_bits_do_not_depend_on_the_batch(shape):
         got = swattn.extend_attention(q, k, v, k_cache, v_cache, block_table, cu, prefix,
                                       window_left=window, sinks=sinks, deterministic=True,
                                       return_lse=True)
-        assert torch.equal(got[0][rows], want[0]) and torch.equal(got[1][rows], want[1]), (prefixes, extends)
-    assert rel_err(want[0], reference.extend_attention(*alone, window_left=window, sinks=sinks)) < 1e-2
+        assert torch.equal(got[0][rows], want[0]) and torch.equal(got[1][rows], want[1]), (
+            prefixes, extends)
+    assert rel_err(want[0],
+                   reference.extend_attention(*alone, window_left=window, sinks=sinks)) < 1e-2
 
 
 HOPPER_CASES = {

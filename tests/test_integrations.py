@@ -65,7 +65,8 @@ def _sglang_case(seed, heads=(4, 2), dim=16, batch=3):
     sinks = torch.randn(hq, generator=g).to(DEVICE)
     masks = [torch.rand(e, p + e, generator=g) < 0.6 for p, e in zip(prefix, extend)]
     return dict(prefix=prefix, extend=extend, k_buffer=k_buffer, v_buffer=v_buffer, lists=lists,
-                kv_indptr=kv_indptr.to(DEVICE), kv_indices=torch.cat(lists).to(torch.int64).to(DEVICE),
+                kv_indptr=kv_indptr.to(DEVICE),
+                kv_indices=torch.cat(lists).to(torch.int64).to(DEVICE),
                 qo_indptr=qo_indptr.to(DEVICE), q=q, k=k, v=v, sinks=sinks, masks=masks)
 
 
@@ -107,7 +108,8 @@ SGLANG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("opts", SGLANG_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+@pytest.mark.parametrize("opts", SGLANG_CASES,
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
 def test_sglang_extend_against_dense(opts, seed):
     c = _sglang_case(seed)
     out = torch.full_like(c["q"], float("nan"))
@@ -116,7 +118,8 @@ def test_sglang_extend_against_dense(opts, seed):
     if opts.get("mask"):
         mask = torch.cat([m.flatten() for m in c["masks"]]).to(torch.int8).to(DEVICE)
         sizes = [m.numel() for m in c["masks"]]
-        mask_indptr = torch.tensor([0] + list(torch.tensor(sizes).cumsum(0)), dtype=torch.int64).to(DEVICE)
+        mask_indptr = torch.tensor([0] + list(torch.tensor(sizes).cumsum(0)),
+                                   dtype=torch.int64).to(DEVICE)
     window = opts.get("window")
     sg.extend_attention_fwd(
         c["q"], c["k"], c["v"], out, c["k_buffer"], c["v_buffer"], c["qo_indptr"], c["kv_indptr"],
@@ -140,7 +143,8 @@ def test_sglang_over_an_fp8_pool(fp8, seed):
     def stored(x, s):
         return (x.float() / s).to(fp8)
 
-    c8 = dict(c, k_buffer=stored(c["k_buffer"], scales[0]), v_buffer=stored(c["v_buffer"], scales[1]))
+    c8 = dict(c, k_buffer=stored(c["k_buffer"], scales[0]),
+              v_buffer=stored(c["v_buffer"], scales[1]))
     read = dict(c, **{n: (stored(c[n], s).float() * s).to(DTYPE)
                       for n, s in (("k_buffer", scales[0]), ("v_buffer", scales[1]),
                                    ("k", scales[0]), ("v", scales[1]))})
@@ -186,7 +190,8 @@ def test_sglang_window_zero_is_none_and_identity_indices(seed):
     c = _sglang_case(seed)
     assert torch.equal(_sglang_call(c, sliding_window_size=0), _sglang_call(c))
     c["kv_indices"] = torch.arange(int(c["kv_indptr"][-1]), device=DEVICE)
-    c["lists"] = [c["kv_indices"][int(a):int(b)].cpu() for a, b in zip(c["kv_indptr"][:-1], c["kv_indptr"][1:])]
+    c["lists"] = [c["kv_indices"][int(a):int(b)].cpu()
+                  for a, b in zip(c["kv_indptr"][:-1], c["kv_indptr"][1:])]
     dense = _sglang_call(c)
     assert _rel(dense, _sglang_want(c)[0]) < TOL
     garbage = torch.zeros_like(c["kv_indices"])
@@ -277,7 +282,8 @@ def _vllm_want(c, window, softcap, sinks):
     return torch.cat(outs)
 
 
-@pytest.mark.parametrize("window,softcap,sinks", [(None, 0.0, False), (9, 0.0, True), (20, 4.0, True)])
+@pytest.mark.parametrize("window,softcap,sinks",
+                         [(None, 0.0, False), (9, 0.0, True), (20, 4.0, True)])
 def test_vllm_unified_against_dense(window, softcap, sinks, seed):
     c = _vllm_case(seed)
     pad = 3  # rows past the batch (a padded CUDA-graph size) are left alone

@@ -16,7 +16,8 @@ from swattn.memory import (
 
 
 def _memory(pages=32, page=4, window=7, chunk=8, schedule=None, **kwargs):
-    groups = [LayerGroup("full", page, pages), LayerGroup("window", page, pages, window_left=window),
+    groups = [LayerGroup("full", page, pages),
+              LayerGroup("window", page, pages, window_left=window),
               LayerGroup("chunk", page, pages, attention_chunk=chunk)]
     return KVMemory(groups, schedule or Schedule(8, max_drafts=2, lag=1), **kwargs)
 

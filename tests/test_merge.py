@@ -60,7 +60,8 @@ def test_large_sink_and_one_part_dominating():
 def test_decode_partials_merge_to_the_whole():
     """The window alone and the sparse keys alone (a sequence of length 0), each sink-free
     with its lse, merged with the sinks, equal one decode over both."""
-    case = DecodeCase([33, 9, 1], num_q_heads=8, num_kv_heads=2, window_left=14, sparse_keys=7, seed=3)
+    case = DecodeCase([33, 9, 1], num_q_heads=8, num_kv_heads=2, window_left=14, sparse_keys=7,
+                      seed=3)
     q, k_cache, v_cache, block_table, seq_lens = build_decode(case, DEVICE)
     sparse = build_sparse(case, DEVICE)
     sinks = torch.randn(8).to(DEVICE)
@@ -68,8 +69,8 @@ def test_decode_partials_merge_to_the_whole():
                                               window_left=14, return_lse=True)
     sparse_part = run_decode(q, k_cache, v_cache, block_table, torch.zeros_like(seq_lens),
                                               window_left=14, sparse=sparse, return_lse=True)
-    merged, lse = swattn.merge_states([window_part[0], sparse_part[0]], [window_part[1], sparse_part[1]],
-                                      sinks=sinks)
+    merged, lse = swattn.merge_states([window_part[0], sparse_part[0]],
+                                      [window_part[1], sparse_part[1]], sinks=sinks)
     whole, whole_lse = reference.decode_attention(q, k_cache, v_cache, block_table, seq_lens,
                                                   window_left=14, sparse=sparse, sinks=sinks,
                                                   return_lse=True)
@@ -106,5 +107,6 @@ def test_custom_op_registration():
     """Schema, fake implementation and the out/lse mutation, as torch checks them."""
     outs, lses = _parts(2, 4, 3, 16, torch.float16, seed=0)
     outs = [o.nan_to_num() for o in outs]  # opcheck compares runs; NaN != NaN
-    torch.library.opcheck(torch.ops.swattn.merge_states.default, (outs, lses, torch.randn(3, device=DEVICE),
-                                          torch.zeros_like(outs[0]), torch.zeros_like(lses[0])))
+    torch.library.opcheck(torch.ops.swattn.merge_states.default,
+                          (outs, lses, torch.randn(3, device=DEVICE),
+                           torch.zeros_like(outs[0]), torch.zeros_like(lses[0])))

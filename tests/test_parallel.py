@@ -100,8 +100,9 @@ def test_parallel_equals_the_single_process_call(case, world):
         assert took_sparse, results
 
 
-@pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
-                                           (parallel.Contiguous(5), 3)])
+@pytest.mark.parametrize("layout, world",
+                         [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
+                          (parallel.Contiguous(5), 3)])
 def test_the_window_is_one_run_of_local_positions_on_every_rank(layout, world):
     """The layouts' arithmetic against a brute-force deal of positions: how many of [0, n)
     a rank holds, for every n, and that those are the rank's first local positions."""
@@ -160,8 +161,9 @@ def test_gpu_parallel_over_nccl(case):
         assert [r["launched"] for r in sorted(results, key=lambda r: r["rank"])] == [True, False]
 
 
-@pytest.mark.parametrize("layout, world", [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
-                                           (parallel.Interleaved(3), 3), (parallel.Contiguous(5), 3)])
+@pytest.mark.parametrize("layout, world",
+                         [(parallel.Interleaved(1), 3), (parallel.Interleaved(4), 2),
+                          (parallel.Interleaved(3), 3), (parallel.Contiguous(5), 3)])
 def test_run_bounds_hold_for_every_full_window(layout, world):
     """run_bounds' fewest and most positions a rank holds in n consecutive ones, against every
     window of a brute-force deal (the plan's window width and sparse width rest on them)."""

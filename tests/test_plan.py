@@ -309,7 +309,8 @@ BAD_IDS = [-1, 10 ** 6, 2 ** 31 - 1, -(2 ** 31)]
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["two-stage", "single-pass"])
 @pytest.mark.parametrize("bad_id", BAD_IDS, ids=lambda x: f"id{x}")
-@pytest.mark.parametrize("window_left,page_size,tma", [(9, 4, True), (None, 16, True), (None, 16, False)],
+@pytest.mark.parametrize("window_left,page_size,tma",
+                         [(9, 4, True), (None, 16, True), (None, 16, False)],
                          ids=["masked-tiles", "mask-free-tiles-tma", "mask-free-tiles-pointers"])
 def test_extend_bad_page_gives_nan_rows(window_left, page_size, tma, bad_id, deterministic):
     """A visible page's entry replaced by an id outside the cache (-1, past it, the int32
@@ -440,7 +441,8 @@ def test_interpreter_dot_does_not_depend_on_the_rows_place():
 
     def dot(x, y, dtype=tl.float16):
         acc = TensorHandle(np.zeros((x.shape[0], y.shape[1]), np.float32), tl.float32)
-        return _interpreter._dot(None, TensorHandle(x, dtype), TensorHandle(y, dtype), acc, None, None).data
+        return _interpreter._dot(None, TensorHandle(x, dtype), TensorHandle(y, dtype), acc, None,
+                                 None).data
 
     base = dot(a, b)
     for shift in range(1, 16):
@@ -450,7 +452,8 @@ def test_interpreter_dot_does_not_depend_on_the_rows_place():
     bits = torch.from_numpy(a).bfloat16().view(torch.int16).numpy().view(np.uint16)
     bf16 = dot(bits, torch.from_numpy(b).bfloat16().view(torch.int16).numpy().view(np.uint16),
                tl.bfloat16)
-    want = (torch.from_numpy(a).bfloat16().double() @ torch.from_numpy(b).bfloat16().double()).float()
+    want = (torch.from_numpy(a).bfloat16().double()
+            @ torch.from_numpy(b).bfloat16().double()).float()
     assert rel_err(torch.from_numpy(bf16), want) < 1e-6
 
 

@@ -14,7 +14,8 @@ from swattn.window import causal_key_end, first_key_tile, key_bounds, right_key_
 EXTEND_LOOPS = ("stage1", "stage2", "unified")
 
 
-def copy_of_key_bounds(first_tile=first_key_tile, causal_end=causal_key_end, right_end=right_key_end):
+def copy_of_key_bounds(first_tile=first_key_tile, causal_end=causal_key_end,
+                       right_end=right_key_end):
     """``key_bounds`` (tight) rebuilt from swappable primitives, so a test can plant a bug
     in one of them."""
 
@@ -78,9 +79,11 @@ def test_true_bounds_prove_with_witnesses(true_result):
         assert stats["witnesses"] > 0
         assert stats["tiles_below_floor"] > 0, "the check below the floor must not be vacuous"
     assert true_result["loops"]["stage2"]["tiles_past_end"] > 0
-    assert true_result["loops"]["unified"]["configs"] == 2 * true_result["loops"]["stage1"]["configs"]
+    assert (true_result["loops"]["unified"]["configs"]
+            == 2 * true_result["loops"]["stage1"]["configs"])
     decode = true_result["loops"]["decode"]
-    assert decode["violations"] == 0 and decode["loose"] == 0 and decode["witnesses"] == decode["configs"]
+    assert decode["violations"] == 0 and decode["loose"] == 0
+    assert decode["witnesses"] == decode["configs"]
 
 
 def test_counts_are_deterministic(true_result):
@@ -127,7 +130,9 @@ def test_planted_off_by_one_is_a_violation(bug, loops):
 def test_floor_one_tile_low_is_loose_not_violating():
     """A floor one tile too low skips nothing visible but walks a dead tile: a loose
     floor, which the prover also fails."""
-    low = lambda q, L, n: max(first_key_tile(q, L, n) - n, 0)
+    def low(q, L, n):
+        return max(first_key_tile(q, L, n) - n, 0)
+
     result = _quick_unchunked(bounds_fn=copy_of_key_bounds(first_tile=low))
     assert result["violations"] == 0
     assert all(result["loops"][loop]["loose_floors"] > 0 for loop in EXTEND_LOOPS)
@@ -137,7 +142,9 @@ def test_floor_one_tile_low_is_loose_not_violating():
 def test_unaligned_floor_is_a_bad_bound():
     """A floor at the first visible key itself is conservative but leaves the 0-aligned
     tile grid the kernels (and deterministic mode) rely on."""
-    unaligned = lambda q, L, n: max(q - L, 0)
+    def unaligned(q, L, n):
+        return max(q - L, 0)
+
     result = _quick_unchunked(bounds_fn=copy_of_key_bounds(first_tile=unaligned))
     assert sum(result["loops"][loop]["bad_bounds"] for loop in EXTEND_LOOPS) > 0
     assert result["ok"] is False
@@ -182,7 +189,8 @@ def _split_off_grid(seq_len, window_left, block_n, num_splits, i_split, aligned=
     return (max(start, lo), stop) if aligned and i_split == 0 else (start, stop)
 
 
-@pytest.mark.parametrize("bug,field", [(_split_floor, "violations"), (_split_off_grid, "bad_bounds")],
+@pytest.mark.parametrize("bug,field",
+                         [(_split_floor, "violations"), (_split_off_grid, "bad_bounds")],
                          ids=["splits-floor", "aligned-start-off-grid"])
 def test_planted_split_bug(bug, field):
     result = _quick_unchunked(split_fn=bug)
@@ -194,8 +202,9 @@ def test_prover_evaluates_the_mask_predicate(monkeypatch):
     """The prover brute-forces ``visible`` rather than re-deriving intervals: a predicate
     that keeps one key too many (L + 1 back) makes the true bounds fail."""
     true_visible = prove.visible
-    monkeypatch.setattr(prove, "visible", lambda q, k, left, right, causal, chunk=None: true_visible(
-        q, k, None if left is None else left + 1, right, causal, chunk))
+    monkeypatch.setattr(prove, "visible",
+                        lambda q, k, left, right, causal, chunk=None: true_visible(
+                            q, k, None if left is None else left + 1, right, causal, chunk))
     result = prove.prove_loop("unified", prove.QUICK_GRID)
     assert result["violations"] > 0
 
@@ -241,7 +250,8 @@ def test_mask_free_tiles_are_whole_on_the_true_bounds(true_result):
         assert true_result["loops"][loop]["partial_full_tiles"] == 0, loop
 
 
-def _full_range_from_first_row(loop, prefix_len, extend_len, block_start, block_m, block_n, win, lo, hi):
+def _full_range_from_first_row(loop, prefix_len, extend_len, block_start, block_m, block_n, win,
+                               lo, hi):
     """Bug: the mask-free run starts at the loop's first tile (the first row's floor), not
     at the last row's lowest key, so it takes in tiles the later rows only partly see."""
     mid_lo, mid_hi = window.full_tile_range(loop, prefix_len, extend_len, block_start, block_m,

@@ -34,7 +34,8 @@ def build_cache(keys, values, lowest, page_size, gen):
             if (page + 1) * page_size <= lowest[b]:
                 continue
             block_table[b, page] = phys = physical.pop()
-            for j in range(max(page * page_size, lowest[b]), min((page + 1) * page_size, len(seq_k))):
+            for j in range(max(page * page_size, lowest[b]),
+                           min((page + 1) * page_size, len(seq_k))):
                 k_cache[phys, j % page_size] = seq_k[j]
                 v_cache[phys, j % page_size] = seq_v[j]
     return k_cache, v_cache, block_table
@@ -227,7 +228,8 @@ def one_hot_extend(prefix, new):
             block_table, cu, prefix_lens)
 
 
-@pytest.mark.parametrize("convention,window_left,expected", CONVENTIONS, ids=[c[0] for c in CONVENTIONS])
+@pytest.mark.parametrize("convention,window_left,expected", CONVENTIONS,
+                         ids=[c[0] for c in CONVENTIONS])
 def test_window_keeps_keys_of_each_convention(convention, window_left, expected):
     prefix, new = 6, 7
     out = reference.extend_attention(*one_hot_extend(prefix, new), window_left=window_left)
@@ -236,10 +238,12 @@ def test_window_keeps_keys_of_each_convention(convention, window_left, expected)
         for h in range(2):
             seen = set(torch.nonzero(out[i, h] > 0).flatten().tolist())
             assert seen == expected(p), (convention, p)
-            assert torch.allclose(out[i, h][list(seen)], torch.tensor(1.0 / len(seen), dtype=torch.float64))
+            assert torch.allclose(out[i, h][list(seen)],
+                                  torch.tensor(1.0 / len(seen), dtype=torch.float64))
 
 
-@pytest.mark.parametrize("convention,window_left,expected", CONVENTIONS, ids=[c[0] for c in CONVENTIONS])
+@pytest.mark.parametrize("convention,window_left,expected", CONVENTIONS,
+                         ids=[c[0] for c in CONVENTIONS])
 @pytest.mark.parametrize("seq_len", [1, 4, 13])
 def test_decode_window_keeps_keys_of_each_convention(convention, window_left, expected, seq_len):
     args, _, _ = make_decode([seq_len], hq=1, hkv=1, d=3, dv=seq_len, page_size=1)
@@ -279,7 +283,8 @@ def test_prefix_and_new_partials_merge_to_all(window_left, use_sinks):
                                                   return_lse=True)
     parts = [reference.extend_attention(*args, window_left=window_left, keys=keys, return_lse=True)
              for keys in ("new", "prefix")]
-    merged, merged_lse = reference.merge_states([o for o, _ in parts], [s for _, s in parts], sinks=sinks)
+    merged, merged_lse = reference.merge_states([o for o, _ in parts], [s for _, s in parts],
+                                                sinks=sinks)
     # The partial lse is float32 (the contract), so the merge is exact to float32 only.
     assert_same(merged, whole, atol=1e-6)
     torch.testing.assert_close(merged_lse, whole_lse, rtol=1e-6, atol=1e-6)
@@ -317,9 +322,11 @@ def test_merge_states_skips_empty_parts_even_with_nan():
 @pytest.mark.parametrize("page_size", [1, 16], ids=lambda p: f"page{p}")
 def test_poisoned_cache_is_never_read(page_size):
     """build_cache puts -1 below the window, NaN in rows below it and past the end."""
-    args, full_k, full_v = make_extend([(65, 5), (40, 1), (17, 13)], page_size=page_size, window_left=9)
+    args, full_k, full_v = make_extend([(65, 5), (40, 1), (17, 13)], page_size=page_size,
+                                       window_left=9)
     assert (args[5] == -1).any() and torch.isnan(args[3]).any()
-    out, lse = reference.extend_attention(*args, window_left=9, sinks=random_sinks(4), return_lse=True)
+    out, lse = reference.extend_attention(*args, window_left=9, sinks=random_sinks(4),
+                                          return_lse=True)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
     assert_same(out, brute_extend(args, full_k, full_v, window_left=9, sinks=random_sinks(4))[0])
 
@@ -374,7 +381,8 @@ def test_all_true_mask_is_non_causal():
     args, _, _ = make_extend(SEQS_MASK)
     mask, indptr = flat_mask([[[True] * (p + e)] * e for p, e in SEQS_MASK])
     plain = reference.extend_attention(*args, causal=False)
-    assert_same(reference.extend_attention(*args, causal=False, mask=mask, mask_indptr=indptr), plain)
+    assert_same(reference.extend_attention(*args, causal=False, mask=mask, mask_indptr=indptr),
+                plain)
     assert not torch.allclose(plain, reference.extend_attention(*args))
 
 
@@ -424,7 +432,8 @@ def test_decode_equals_extend_of_last_token(window_left):
 
 def test_sparse_all_none_equals_no_sparse():
     dargs, _, _ = make_decode([7, 13], window_left=4)
-    pool_k, pool_v = torch.randn(9, 2, 5, dtype=torch.float64), torch.randn(9, 2, 3, dtype=torch.float64)
+    pool_k = torch.randn(9, 2, 5, dtype=torch.float64)
+    pool_v = torch.randn(9, 2, 3, dtype=torch.float64)
     idx = torch.full((2, 5), -1, dtype=torch.int32)
     got = reference.decode_attention(*dargs, window_left=4, sparse=(pool_k, pool_v, idx))
     assert torch.equal(got, reference.decode_attention(*dargs, window_left=4))
@@ -445,10 +454,12 @@ def test_sparse_copy_of_window_counts_twice():
     assert_same(twice, base)
     torch.testing.assert_close(twice_lse, base_lse + math.log(2.0))
     sinks = random_sinks(4)
-    with_sink = reference.decode_attention(*dargs, window_left=window_left, sparse=sparse, sinks=sinks)
+    with_sink = reference.decode_attention(*dargs, window_left=window_left, sparse=sparse,
+                                           sinks=sinks)
     z = torch.exp(base_lse.double())
     # z comes from the float32 lse, hence the float32-level tolerance.
-    assert_same(with_sink, base * (2 * z / (2 * z + torch.exp(sinks.double())))[..., None], atol=1e-6)
+    assert_same(with_sink, base * (2 * z / (2 * z + torch.exp(sinks.double())))[..., None],
+                atol=1e-6)
 
 
 def test_sparse_matches_brute_force():

@@ -17,7 +17,8 @@ def test_seed_gpt_oss_chunk_over_cached_prefix():
     assert counts["stage1"]["tight"] + counts["stage2"]["tight"] == 256
     change = tiles.predicted_change(counts)
     assert change["two_stage"] == pytest.approx(256 / 382 - 1)
-    assert change["unified"] == pytest.approx(counts["unified"]["tight"] / counts["unified"]["all"] - 1)
+    assert change["unified"] == pytest.approx(
+        counts["unified"]["tight"] / counts["unified"]["all"] - 1)
 
 
 def test_hand_counted_stage2():
@@ -63,7 +64,8 @@ def test_parse_workload():
             tiles.parse_workload(bad)
 
 
-@pytest.mark.parametrize("causal,right", [(True, None), (False, None)], ids=["causal", "non-causal"])
+@pytest.mark.parametrize("causal,right", [(True, None), (False, None)],
+                         ids=["causal", "non-causal"])
 @pytest.mark.parametrize("prefix_len,extend_len", [(0, 1), (129, 63), (4096, 300)],
                          ids=lambda v: str(v))
 def test_full_attention_tight_equals_all(causal, right, prefix_len, extend_len):
@@ -94,7 +96,8 @@ def test_decode_reads_exactly_window(window_left, block_n):
     counts = tiles.count_decode([seq_len], window_left, block_n)
     lo = seq_len - 1 - window_left
     assert counts["keys"] == {"all": seq_len, "tight": window_left + 1, "aligned": window_left + 1}
-    assert counts["tiles"] == {"all": -(-seq_len // block_n), "tight": -(-(window_left + 1) // block_n),
+    assert counts["tiles"] == {"all": -(-seq_len // block_n),
+                               "tight": -(-(window_left + 1) // block_n),
                                "aligned": -(-seq_len // block_n) - lo // block_n}
 
 
@@ -138,7 +141,8 @@ def test_tight_count_is_the_tiles_holding_a_visible_key(loop, prefix_len, extend
                                                          block_m, block_n):
     """For the causal loops that start at a query's own coordinates, the tight model walks
     exactly the tiles that hold a visible key: none wasted, none missing."""
-    counts = tiles.count_tiles(prefix_len, extend_len, window_left, block_m=block_m, block_n=block_n)
+    counts = tiles.count_tiles(prefix_len, extend_len, window_left, block_m=block_m,
+                               block_n=block_n)
     assert counts[loop]["tight"] == _tiles_holding_visible(loop, prefix_len, extend_len,
                                                            window_left, block_m, block_n)
 

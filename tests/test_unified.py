@@ -28,20 +28,23 @@ CASES = [
     ExtendCase([3, 0], [40, 7], window_left=0, page_size=16, seed=4),
 ]
 FEATURES = [{}, {"sinks": True}, {"softcap": 4.0}, {"causal": False, "window_right": 5},
-            {"mask": True}, {"keys": "prefix", "return_lse": True}, {"keys": "new", "return_lse": True}]
+            {"mask": True}, {"keys": "prefix", "return_lse": True},
+            {"keys": "new", "return_lse": True}]
 
 
 def _kwargs(feature, case):
     kw = dict(feature)
     if kw.pop("sinks", False):
-        kw["sinks"] = torch.randn(case.num_q_heads, generator=torch.Generator().manual_seed(case.seed)).to(DEVICE)
+        kw["sinks"] = torch.randn(case.num_q_heads,
+                                  generator=torch.Generator().manual_seed(case.seed)).to(DEVICE)
     if kw.pop("mask", False):
         mask, indptr = random_mask(case.prefix_lens, case.extend_lens, case.seed)
         kw.update(mask=mask.to(DEVICE), mask_indptr=indptr.to(DEVICE))
     return kw
 
 
-@pytest.mark.parametrize("feature", FEATURES, ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()) or "plain")
+@pytest.mark.parametrize("feature", FEATURES,
+                         ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()) or "plain")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id())
 def test_against_reference_and_bounds_identical(case, feature):
     """tight, skip and none give the same bits: a fully masked tile leaves the running
@@ -50,7 +53,8 @@ def test_against_reference_and_bounds_identical(case, feature):
     kw = _kwargs(feature, case)
     got = assert_bounds_identical([_det(*tensors, window_left=case.window_left, bounds=b, **kw)
                                    for b in ops_extend.BOUNDS])
-    assert_matches_reference(got, reference.extend_attention(*tensors, window_left=case.window_left, **kw))
+    assert_matches_reference(got, reference.extend_attention(*tensors,
+                                                             window_left=case.window_left, **kw))
 
 
 def _sequence(length, heads=(4, 2), dims=(16, 16), seed=0):
@@ -66,8 +70,10 @@ def _prefill_in_chunks(q, k, v, bounds, window_left, page_size, pages, **kw):
     earlier ones through the cache (written with swattn.write_kv) and to itself."""
     length, hkv, d = k.shape
     dev = k.device
-    k_cache = torch.full((max(pages) + 2, page_size, hkv, d), float("nan"), dtype=k.dtype, device=dev)
-    v_cache = torch.full((max(pages) + 2, page_size, hkv, v.shape[2]), float("nan"), dtype=v.dtype, device=dev)
+    k_cache = torch.full((max(pages) + 2, page_size, hkv, d), float("nan"), dtype=k.dtype,
+                         device=dev)
+    v_cache = torch.full((max(pages) + 2, page_size, hkv, v.shape[2]), float("nan"),
+                         dtype=v.dtype, device=dev)
     block_table = torch.tensor([pages], dtype=torch.int32, device=dev)
     outs = []
     for start, stop in zip(bounds, bounds[1:]):
@@ -76,7 +82,8 @@ def _prefill_in_chunks(q, k, v, bounds, window_left, page_size, pages, **kw):
         outs.append(_det(q[start:stop], k[start:stop], v[start:stop], k_cache, v_cache, block_table,
                          cu, prefix, window_left=window_left, **kw))
         pos = torch.arange(start, stop, device=dev)
-        slots = torch.tensor(pages, dtype=torch.int64, device=dev)[pos // page_size] * page_size + pos % page_size
+        slots = (torch.tensor(pages, dtype=torch.int64, device=dev)[pos // page_size] * page_size
+                 + pos % page_size)
         swattn.write_kv(k[start:stop], v[start:stop], k_cache, v_cache, slots)
     return torch.cat(outs)
 
@@ -163,7 +170,8 @@ def test_write_kv_stores_bits_and_skips_minus_one():
 
 
 @pytest.mark.parametrize("bad,error,message", [
-    (lambda a: a.update(slot_mapping=a["slot_mapping"].int()), TypeError, "slot_mapping must be torch.int64"),
+    (lambda a: a.update(slot_mapping=a["slot_mapping"].int()), TypeError,
+     "slot_mapping must be torch.int64"),
     (lambda a: a.update(v=a["v"][:1]), ValueError, "v must have shape"),
     (lambda a: a.update(k_cache=a["k_cache"].float()), TypeError, "k_cache must be torch.float16"),
 ], ids=["slot-dtype", "v-rows", "cache-dtype"])
@@ -191,7 +199,8 @@ def test_write_kv_never_writes_outside_the_cache():
     assert torch.equal(k_cache.view(-1, 2, 16)[5], k[1])
     assert torch.isnan(store[0]).all() and torch.isnan(store[4]).all()
     assert torch.isnan(v_store[0]).all() and torch.isnan(v_store[4]).all()
-    assert torch.isnan(k_cache.view(-1, 2, 16)[:5]).all() and torch.isnan(k_cache.view(-1, 2, 16)[6:]).all()
+    assert torch.isnan(k_cache.view(-1, 2, 16)[:5]).all()
+    assert torch.isnan(k_cache.view(-1, 2, 16)[6:]).all()
 
 
 def test_public_deterministic_flag():

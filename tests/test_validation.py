@@ -61,7 +61,8 @@ BAD_TENSORS = [
 ]
 
 
-@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS, ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
+@pytest.mark.parametrize("name,bad,error,message", BAD_TENSORS,
+                         ids=[f"{b[0]}-{b[3]}" for b in BAD_TENSORS])
 def test_bad_tensor(name, bad, error, message):
     with pytest.raises(error, match=message):
         _call(_replace(name, bad))
@@ -77,9 +78,11 @@ BAD_KWARGS = [
     ({"keys": "old"}, ValueError, "keys must be one of"),
     ({"sinks": torch.zeros(3)}, ValueError, "sinks must have shape"),
     ({"sinks": torch.zeros(4, dtype=torch.float16)}, TypeError, "sinks must be torch.float32"),
-    ({"mask": torch.ones(5, dtype=torch.bool)}, ValueError, "the plan was made without mask_indptr"),
+    ({"mask": torch.ones(5, dtype=torch.bool)}, ValueError,
+     "the plan was made without mask_indptr"),
     ({"mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)}, ValueError, "mask is required"),
-    ({"mask": torch.ones(5, dtype=torch.int32), "mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)},
+    ({"mask": torch.ones(5, dtype=torch.int32),
+      "mask_indptr": torch.tensor([0, 2, 5], dtype=torch.int32)},
      TypeError, "mask must be torch.bool"),
     ({"out": torch.empty(8, 4, 15, dtype=torch.float16)}, ValueError, "out must have shape"),
 ]

@@ -17,7 +17,8 @@ def test_hf_keeps_w_keys_the_querys_own_included(sliding_window):
     left = window.from_hf(sliding_window)
     for p in POSITIONS:
         # transformers' sliding mask: key j kept iff j <= p and p - j < W
-        want = {j for j in POSITIONS if j <= p and (sliding_window is None or p - j < sliding_window)}
+        want = {j for j in POSITIONS
+                if j <= p and (sliding_window is None or p - j < sliding_window)}
         assert _keys(p, left) == want
     assert window.to_hf(left) == sliding_window
 
