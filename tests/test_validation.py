@@ -8,7 +8,6 @@ import torch
 from conftest import DEVICE
 
 import swattn
-from swattn.plan import _common as plan_common
 from swattn.verify.cases import (
     DecodeCase,
     ExtendCase,
@@ -262,7 +261,7 @@ def test_errors_name_the_argument_that_differs(kind, name, dim):
     path has not seen and on one it has (its checks are then the run's)."""
     expected = NAMED[kind].get((name, dim), name)
     function, args, kwargs = _grown(kind, name, dim)
-    plan_common.ONE_SHOT.clear()
+    swattn.plan.forget_one_shot()
     first = _error(function, args, kwargs)
     _, good_args, good_kwargs = _one_shot_call(kind)
     # The good call's choice, remembered: a call with its sizes skips the checks it made.

@@ -19,14 +19,27 @@ one-shot call (sizes from the call's tensors, the lengths neither read nor copie
 module, the one-shot calls with the verification options (``run_extend``, ``run_decode``).
 """
 
-from ._common import replace_spec
+from ..ops import _launch
+from ._common import ONE_SHOT, replace_spec
 from .decode import DecodePlan, decode_plan_for, plan_decode
 from .extend import ExtendPlan, extend_plan_for, plan_extend, plan_key_ranges
 from .second import SecondKeys, SecondKeysPlan, plan_second_keys
 
 __all__ = ["ExtendPlan", "DecodePlan", "plan_extend", "plan_decode", "plan_key_ranges",
            "extend_plan_for", "decode_plan_for", "run_extend", "run_decode", "SecondKeys",
-           "SecondKeysPlan", "plan_second_keys"]
+           "SecondKeysPlan", "plan_second_keys", "forget_one_shot", "compiled_launchers"]
+
+
+def forget_one_shot():
+    """Forget the choices one-shot calls remembered by their sizes (the next call of each
+    size plans, and checks, from scratch)."""
+    ONE_SHOT.clear()
+
+
+def compiled_launchers():
+    """How many compiled kernels the plans' direct launcher holds (ops._launch): a run on a
+    layout an earlier run compiled adds none."""
+    return len(_launch._COMPILED)
 
 
 def _tiling(config, **fields):
