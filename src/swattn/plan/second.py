@@ -109,7 +109,7 @@ class SecondKeysPlan(Plan):
         self._hq = hq = spec.num_kv_heads * spec.group
         kv, heads, d, dv = spec.kv_dtype, spec.num_kv_heads, spec.head_dim, spec.head_dim_v
         batch = self.batch
-        # The run's tensors (plan._common.TensorArg): the fit and the checks come from here.
+        # The run's tensors (plan._common.TensorArg): its checks come from here.
         self.table = (
             TensorArg("q", dtype, (rows, hq, d)),
             TensorArg("k_cache", kv, ("pages", spec.page_size, heads, d)),
