@@ -6,12 +6,29 @@ window.extend_seq_ok, so the tests check the kernels' guard against the contract
 import pytest
 import torch
 from checks import assert_matches_reference
+from conftest import DEVICE
 
-from swattn import decode_attention, extend_attention, plan_decode, plan_extend, window
+import swattn
+from swattn import plan_decode, plan_extend, window
 from swattn import reference as ref
 
 HQ, HKV, D, PAGE, PAGES = 4, 2, 16, 4, 24
 TABLE_COLS = 4  # 16 keys a block-table row
+
+
+def _on_device(call):
+    """``call`` with its tensors on the suite's device (the cases are built on the host, so
+    the same draws serve the interpreter and a GPU) and its results back on the host."""
+    def moved(*args, **kwargs):
+        def to(x):
+            return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+        result = call(*map(to, args), **{k: to(v) for k, v in kwargs.items()})
+        return tuple(r.cpu() for r in result) if isinstance(result, tuple) else result.cpu()
+    return moved
+
+
+extend_attention = _on_device(swattn.extend_attention)
+decode_attention = _on_device(swattn.decode_attention)
 
 
 def _extend_inputs(num_tokens, num_seqs, seed):
@@ -147,7 +164,7 @@ def test_plans_refuse_positions_past_the_limit():
     naming the argument (the kernels' int32 bounds would overflow)."""
     with pytest.raises(ValueError, match="prefix_lens"):
         plan_extend([0, 4], [window.MAX_POSITION - 2], num_q_heads=HQ, num_kv_heads=HKV,
-                    head_dim=D, page_size=PAGE, dtype=torch.float32, device="cpu")
+                    head_dim=D, page_size=PAGE, dtype=torch.float32, device=DEVICE)
     with pytest.raises(ValueError, match="seq_lens"):
         plan_decode([window.MAX_POSITION + 1], num_q_heads=HQ, num_kv_heads=HKV, head_dim=D,
-                    page_size=PAGE, dtype=torch.float32, device="cpu")
+                    page_size=PAGE, dtype=torch.float32, device=DEVICE)

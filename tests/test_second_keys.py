@@ -350,3 +350,13 @@ def test_deepseek_v4_shape(indexed):
     want = reference.decode_attention(q, k_cache, k_cache, table, seq_lens, window_left=127,
                                       sinks=sinks, second=second)
     assert_matches_reference(got, want)
+
+
+def test_values_wider_than_the_keys_need_their_own_cache():
+    """Values as the keys' first columns need as many columns: a ValueError naming
+    second.values, before any launch."""
+    q, k_cache, table, seq_lens, second, sinks = _decode_case(indexed=True, head_dim=48)
+    v_cache = torch.randn(*k_cache.shape[:3], 64, dtype=k_cache.dtype, device=DEVICE)
+    with pytest.raises(ValueError, match="second.values"):
+        swattn.decode_attention(q, k_cache, v_cache, table, seq_lens, window_left=9,
+                                second=second)

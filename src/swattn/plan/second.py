@@ -197,6 +197,10 @@ class SecondKeysPlan(Plan):
         _check_source(second)
         if not s.rows and (k is not None or v is not None):
             raise ValueError("k and v are an extend's new tokens: a decode plan takes none")
+        if second.values is None and s.head_dim_v > s.head_dim:
+            raise ValueError(f"second.values is None (the values are the keys' first "
+                             f"{s.head_dim_v} columns), but the keys have {s.head_dim}: give "
+                             "second.values")
         if not self.num_indices and second.indices is not None:
             raise ValueError("second.indices given, but the plan takes every entry up to the "
                              "limit (plan with num_indices=K)")

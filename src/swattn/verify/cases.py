@@ -206,7 +206,7 @@ def build_sparse(case: DecodeCase, device="cpu"):
 
 
 def build_second(seqs, positions, rate, num_indices, *, entries, page_size, num_kv_heads,
-                 head_dim, dtype, seed, window=True, device="cpu"):
+                 head_dim, dtype, seed, window=True, head_dim_v=None, device="cpu"):
     """A second key source for ``seqs`` sequences of ``entries`` entries each (a
     ``swattn.SecondKeys``): a second paged cache whose slots past a sequence's entries are
     NaN, its block table with the columns past them -1, and with ``num_indices`` an index
@@ -218,11 +218,15 @@ def build_second(seqs, positions, rate, num_indices, *, entries, page_size, num_
     pages_each = max(-(-max(entries, default=1) // page_size), 1) + 1
     num_pages = seqs * pages_each + 2
     cache = torch.randn(num_pages, page_size, num_kv_heads, head_dim, generator=g)
+    values = None
+    if head_dim_v is not None and head_dim_v > head_dim:
+        values = torch.randn(num_pages, page_size, num_kv_heads, head_dim_v, generator=g)
     table = torch.randperm(num_pages, generator=g)[:seqs * pages_each]
     table = table.reshape(seqs, pages_each).to(torch.int32)
     for b, held in enumerate(entries):
         for e in range(held, pages_each * page_size):
-            cache[table[b, e // page_size], e % page_size] = float("nan")
+            for t in (cache, values) if values is not None else (cache,):
+                t[table[b, e // page_size], e % page_size] = float("nan")
         table[b, -(-held // page_size):] = -1
     indices = None
     if num_indices:
@@ -234,4 +238,5 @@ def build_second(seqs, positions, rate, num_indices, *, entries, page_size, num_
         indices = torch.stack(rows).to(torch.int32).to(device)
     return SecondKeys(cache.to(dtype).to(device), table.to(device),
                       torch.tensor(entries, dtype=torch.int32, device=device), rate=rate,
-                      indices=indices, window=window)
+                      indices=indices, window=window,
+                      values=None if values is None else values.to(dtype).to(device))

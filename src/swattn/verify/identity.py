@@ -483,7 +483,8 @@ def _run_second_row(row, device, extend):
     second = build_second(len(totals), rows, rate, num_indices,
                           entries=[n // rate for n in totals], page_size=3,
                           num_kv_heads=case.num_kv_heads, head_dim=case.head_dim,
-                          dtype=case.dtype, seed=case.seed, window=window, device=device)
+                          dtype=case.dtype, seed=case.seed, window=window,
+                          head_dim_v=case.head_dim_v, device=device)
     results = {}
     for bounds in ops_decode.BOUNDS:
         plan = swattn_plan.plan_second_keys(
