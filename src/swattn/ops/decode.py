@@ -733,27 +733,34 @@ _INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kch", "st
          "cached_keys", "ring")
 
 
-@functools.lru_cache(maxsize=256)
-def _launcher(spec: DecodeSpec, dtypes):
+def _fixed(spec: DecodeSpec):
+    """The fixed arguments both decode-shaped kernels take (:func:`_decode_kernel`,
+    :func:`_second_keys_kernel`): sizes, tiling, window, chunk, scalars and the flags of the
+    spec they share."""
     cfg = spec.config
     block_h, head_blocks = spec.head_blocking
     block_d, block_d2 = split_width(spec.head_dim)
-    fixed = dict(
+    return dict(
         page_size=spec.page_size, num_splits=spec.num_splits,
         head_programs=spec.num_kv_heads * head_blocks, qk_scale=spec.qk_scale,
         softcap=float(spec.softcap), window_left=clamp_extent(spec.window_left or 0),
+        attention_chunk=clamp_extent(spec.attention_chunk or 1),
         D=spec.head_dim, DV=spec.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
         SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
         BLOCK_H=block_h, HEAD_BLOCKS=head_blocks, BLOCK_N=cfg.block_n,
         USE_WINDOW=spec.window_left is not None, HAS_SINKS=spec.has_sinks,
-        USE_SOFTCAP=spec.softcap > 0, HAS_SPARSE=spec.has_sparse,
-        WRITE_PARTIAL=spec.num_splits > 1, RETURN_LSE=spec.return_lse,
-        TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip", CARRY=cfg.carry,
+        USE_SOFTCAP=spec.softcap > 0, WRITE_PARTIAL=spec.num_splits > 1,
+        RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
         FLAG_UNREAD=cfg.flag_unread or spec.v_in_k, V_IN_K=spec.v_in_k,
-        HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, K_SCALE_STRIDE=spec.scale_strides[0],
-        V_SCALE_STRIDE=spec.scale_strides[1],
-        attention_chunk=clamp_extent(spec.attention_chunk or 1),
-        USE_CHUNK=spec.attention_chunk is not None, RING=spec.ring)
+        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
+        USE_CHUNK=spec.attention_chunk is not None)
+
+
+@functools.lru_cache(maxsize=256)
+def _launcher(spec: DecodeSpec, dtypes):
+    cfg = spec.config
+    fixed = dict(_fixed(spec), HAS_SPARSE=spec.has_sparse, CARRY=cfg.carry,
+                 HEADS_FIRST=cfg.heads_first, PDL=spec.pdl, RING=spec.ring)
     return Launch(_decode_kernel, fixed, {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
                   _TENSORS, _INTS, dtypes)
 
@@ -815,23 +822,8 @@ _SECOND_INTS = ("stride_qb", "stride_qh", "stride_kcp", "stride_kcs", "stride_kc
 @functools.lru_cache(maxsize=256)
 def _second_launcher(spec: DecodeSpec, dtypes):
     cfg = spec.config
-    block_h, head_blocks = spec.head_blocking
-    block_d, block_d2 = split_width(spec.head_dim)
-    fixed = dict(
-        page_size=spec.page_size, num_splits=spec.num_splits,
-        head_programs=spec.num_kv_heads * head_blocks, qk_scale=spec.qk_scale,
-        softcap=float(spec.softcap), window_left=clamp_extent(spec.window_left or 0),
-        attention_chunk=clamp_extent(spec.attention_chunk or 1), rate=spec.second_rate,
-        D=spec.head_dim, DV=spec.head_dim_v, BLOCK_D=block_d, BLOCK_D2=block_d2 or 16,
-        SPLIT_D=block_d2 > 0, BLOCK_DV=dot_side(spec.head_dim_v), GROUP=spec.group,
-        BLOCK_H=block_h, HEAD_BLOCKS=head_blocks, BLOCK_N=cfg.block_n,
-        USE_WINDOW=spec.window_left is not None, WINDOW_KEYS=spec.window_keys,
-        HAS_SINKS=spec.has_sinks, USE_SOFTCAP=spec.softcap > 0,
-        INDEXED=spec.second == "indexed", ROWS=spec.rows, WRITE_PARTIAL=spec.num_splits > 1,
-        RETURN_LSE=spec.return_lse, TIGHT=spec.bounds == "tight", SKIP=spec.bounds == "skip",
-        FLAG_UNREAD=cfg.flag_unread or spec.v_in_k, V_IN_K=spec.v_in_k,
-        K_SCALE_STRIDE=spec.scale_strides[0], V_SCALE_STRIDE=spec.scale_strides[1],
-        USE_CHUNK=spec.attention_chunk is not None)
+    fixed = dict(_fixed(spec), rate=spec.second_rate, WINDOW_KEYS=spec.window_keys,
+                 INDEXED=spec.second == "indexed", ROWS=spec.rows)
     return Launch(_second_keys_kernel, fixed, {"num_warps": cfg.num_warps,
                                                "num_stages": cfg.num_stages},
                   _SECOND_TENSORS, _SECOND_INTS, dtypes)
